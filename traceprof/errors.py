@@ -1,0 +1,40 @@
+"""Typed errors. Each carries a one-line message for the user and a process exit code.
+
+The CLI prints ``traceprof: error: <message>`` and exits with ``exit_code``; it never shows a
+traceback for these.
+"""
+
+from __future__ import annotations
+
+
+class TraceprofError(Exception):
+    """Base of every error traceprof reports to its user."""
+
+    exit_code = 1
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.message = " ".join(str(message).split())  # always one line
+
+
+class TraceReadError(TraceprofError):
+    """The trace file cannot be read or is not a Kineto / Chrome trace."""
+
+    exit_code = 2
+
+    def __init__(self, path: object, problem: str):
+        super().__init__(f"{path}: {problem}")
+        self.path = str(path)
+        self.problem = problem
+
+
+class OptionError(TraceprofError):
+    """An option value does not fit the trace (for example a step that is not in it)."""
+
+    exit_code = 3
+
+
+class OutputError(TraceprofError):
+    """The result cannot be written where the user asked."""
+
+    exit_code = 4

@@ -1,0 +1,190 @@
+"""The only module that knows how Kineto and Chrome traces spell things.
+
+Every raw spelling (argument names such as ``"Input Dims"``, category names of every era, event
+name patterns such as ``ProfilerStep#N`` or ``nn.Module: X_N``) lives here and is mapped to a
+canonical name. Later stages see only :class:`Kind` codes and the canonical field names.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from typing import Any, Optional, Union
+
+import msgspec
+
+
+class Kind(enum.IntEnum):
+    """Canonical event kind, stored as one int8 per event."""
+
+    OTHER = 0
+    CPU_OP = 1  # an operator on a CPU thread (aten::mm, autograd nodes, ...)
+    ANNOTATION = 2  # a user scope on a CPU thread (record_function, ProfilerStep#N)
+    PYTHON = 3  # a Python function (with_stack=True)
+    RUNTIME = 4  # a CUDA/HIP runtime or driver call on a CPU thread (kernel launches)
+    KERNEL = 5  # a kernel on a GPU stream
+    MEMCPY = 6  # a memory copy on a GPU stream
+    MEMSET = 7  # a memory set on a GPU stream
+    GPU_ANNOTATION = 8  # a user scope mirrored onto a GPU stream
+    INSTANT = 9  # an instant event ([memory] and others)
+    FLOW_START = 10
+    FLOW_END = 11
+    TRACE_SPAN = 12  # the profiler's own "Trace" span
+
+
+#: kinds of slices on CPU threads that nest by time
+CPU_SLICE_KINDS = (Kind.CPU_OP, Kind.ANNOTATION, Kind.PYTHON, Kind.RUNTIME)
+#: kinds of work done by a GPU
+GPU_WORK_KINDS = (Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET)
+
+# Category spellings of every era (DESIGN §3): 2021 capitalised names, 2022+ snake case.
+_CATEGORY_KINDS: dict[str, Kind] = {
+    "cpu_op": Kind.CPU_OP,
+    "operator": Kind.CPU_OP,
+    "user_annotation": Kind.ANNOTATION,
+    "python_function": Kind.PYTHON,
+    "cuda_runtime": Kind.RUNTIME,
+    "cuda_driver": Kind.RUNTIME,
+    "runtime": Kind.RUNTIME,
+    "hip_runtime": Kind.RUNTIME,
+    "hip_driver": Kind.RUNTIME,
+    "privateuse1_runtime": Kind.RUNTIME,
+    "privateuse1_driver": Kind.RUNTIME,
+    "kernel": Kind.KERNEL,
+    "cuda_profiler_range": Kind.KERNEL,
+    "gpu_memcpy": Kind.MEMCPY,
+    "memcpy": Kind.MEMCPY,
+    "gpu_memset": Kind.MEMSET,
+    "memset": Kind.MEMSET,
+    "gpu_user_annotation": Kind.GPU_ANNOTATION,
+    "trace": Kind.TRACE_SPAN,
+}
+
+#: flow categories that join a launch to its GPU work (2021 "async", 2022 "async_cpu_to_gpu",
+#: later "ac2g") and a forward op to its backward op ("fwdbwd")
+LAUNCH_FLOW_CATEGORIES = frozenset({"async", "async_cpu_to_gpu", "ac2g"})
+FWDBWD_FLOW_CATEGORY = "fwdbwd"
+
+
+def kind_of(ph: str, cat: str) -> Kind:
+    """The canonical kind of an event from its phase and category."""
+    if ph == "X":
+        return _CATEGORY_KINDS.get(cat.lower(), Kind.OTHER)
+    if ph == "i" or ph == "I":
+        return Kind.INSTANT
+    if ph == "s":
+        return Kind.FLOW_START
+    if ph == "f" or ph == "t":
+        return Kind.FLOW_END
+    return Kind.OTHER
+
+
+# ---------------------------------------------------------------------------------------------
+# Raw event layout. One table of (canonical attribute, raw spelling, type) drives the typed
+# decoder and the lenient path used when a trace has unusual value types.
+
+# Integer arguments decode as int with -1 for "absent" so that columns build without None checks;
+# a trace with null or non-integer values there takes the lenient path (reader._lenient_events).
+_INT = int
+_ARG_FIELDS: tuple[tuple[str, str, Any], ...] = (
+    ("correlation", "correlation", _INT),
+    ("external_id", "External id", _INT),
+    ("external_id_2021", "external id", _INT),
+    ("sequence_number", "Sequence number", _INT),
+    ("fwd_thread_id", "Fwd thread id", _INT),
+    ("python_id", "Python id", Optional[int]),
+    ("python_parent_id", "Python parent id", Optional[int]),
+    ("stream", "stream", _INT),
+    ("device", "device", _INT),
+    ("input_dims", "Input Dims", msgspec.Raw),
+    ("input_types", "Input type", msgspec.Raw),
+    ("concrete_inputs", "Concrete Inputs", msgspec.Raw),
+    ("label", "name", Optional[str]),  # thread_name / process_name metadata
+    ("labels", "labels", Optional[str]),  # process_labels metadata ("GPU 0", "CPU")
+    ("sort_index", "sort_index", _INT),
+)
+
+_EVENT_FIELDS: tuple[tuple[str, str, Any, Any], ...] = (
+    ("ph", "ph", str, ""),
+    ("cat", "cat", str, ""),
+    ("name", "name", str, ""),
+    ("pid", "pid", Union[int, str], 0),
+    ("tid", "tid", Union[int, str], 0),
+    ("ts", "ts", float, float("nan")),
+    ("dur", "dur", float, 0.0),
+    ("id", "id", Union[int, str, None], None),
+)
+
+
+def _make_structs() -> tuple[type, type]:
+    arg_fields = []
+    for attr, raw, typ in _ARG_FIELDS:
+        default = -1 if typ is _INT else None
+        arg_fields.append((attr, typ, msgspec.field(default=default, name=raw)))
+    args_t = msgspec.defstruct("RawArgs", arg_fields, gc=False)
+    ev_fields = []
+    for attr, raw, typ, default in _EVENT_FIELDS:
+        ev_fields.append((attr, typ, msgspec.field(default=default, name=raw)))
+    # every event gets an args struct (an empty one when it has none) so columns need no checks
+    ev_fields.append(("args", args_t, msgspec.field(default_factory=args_t)))
+    event_t = msgspec.defstruct("RawEvent", ev_fields, gc=False)
+    return args_t, event_t
+
+
+#: typed structs the reader decodes events into (unknown fields are skipped while parsing)
+RawArgs, RawEvent = _make_structs()
+#: canonical argument attribute -> raw spelling, for the reader's lenient path
+ARG_SPELLINGS: dict[str, str] = {attr: raw for attr, raw, _ in _ARG_FIELDS}
+
+# ---------------------------------------------------------------------------------------------
+# Top-level keys.
+
+TRACE_EVENTS_KEY = "traceEvents"
+DEVICE_PROPERTIES_KEY = "deviceProperties"
+DISTRIBUTED_INFO_KEY = "distributedInfo"
+BASE_TIME_NS_KEY = "baseTimeNanoseconds"
+SCHEMA_VERSION_KEY = "schemaVersion"
+MODULE_TABLE_KEY = "traceprof"  # written by traceprof.capture (docs/trace-conventions.md)
+#: boolean capture flags written at the top level by newer PyTorch versions
+FLAG_KEYS = ("record_shapes", "with_flops", "with_modules", "profile_memory", "with_stack")
+
+# deviceProperties entry spellings
+DEVICE_NAME = "name"
+DEVICE_MEMORY = "totalGlobalMem"
+DEVICE_SMS = "numSms"
+DEVICE_CC_MAJOR = "computeMajor"
+DEVICE_CC_MINOR = "computeMinor"
+# distributedInfo spellings
+DIST_RANK = "rank"
+DIST_WORLD_SIZE = "world_size"
+DIST_BACKEND = "backend"
+
+# Metadata (ph "M") event names
+META_THREAD_NAME = "thread_name"
+META_PROCESS_NAME = "process_name"
+META_PROCESS_LABELS = "process_labels"
+
+# ---------------------------------------------------------------------------------------------
+# Event name patterns.
+
+STEP_RE = re.compile(r"ProfilerStep#(\d+)\Z")
+#: traceprof's own module scope, version 1 (docs/trace-conventions.md)
+TRACEPROF_SCOPE_RE = re.compile(r"\[traceprof:(\d+)\]([^:]*):[ ]?(.*)\Z", re.S)
+TRACEPROF_SCOPE_VERSION = 1
+#: PyTorch Lightning's module scope; the class may be dotted (module path + class)
+LIGHTNING_SCOPE_RE = re.compile(r"\[pl\]\[module\]([^:]*):[ ]?(.*)\Z", re.S)
+#: python_function module event of with_stack=True traces
+NN_MODULE_RE = re.compile(r"nn\.Module: (.+)_(\d+)\Z", re.S)
+#: the autograd engine's wrapper around each backward node
+BACKWARD_WRAPPER_PREFIX = "autograd::engine::evaluate_function: "
+#: a backward node's own name ("MmBackward0", 2021: "AddmmBackward")
+BACKWARD_NODE_RE = re.compile(r".*Backward\d*\Z")
+#: runtime/driver calls that launch kernels (cudaLaunchKernel, cuLaunchKernel, hipLaunchKernel,
+#: hipExtModuleLaunchKernel, cudaGraphLaunch): a launch whose kernel is missing means the trace
+#: was cut. Memset/memcpy calls are left out: CUPTI drops some of them in complete traces.
+LAUNCH_NAME_RE = re.compile(r".*Launch", re.I)
+
+
+def step_number(name: str) -> int | None:
+    m = STEP_RE.match(name)
+    return int(m.group(1)) if m else None

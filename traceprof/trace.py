@@ -1,0 +1,368 @@
+"""Trace: the events of one trace file as columnar arrays, plus its metadata.
+
+Built once from the reader's raw events; after that no per-event Python object is kept. Strings
+(names, categories, shapes) are stored once in a table and referenced by int32 codes.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from . import schema
+from .errors import TraceReadError
+from .reader import Progress, RawDocument, load_raw
+from .schema import Kind
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadInfo:
+    pid: str
+    tid: str
+    name: str
+    is_gpu: bool
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceInfo:
+    index: int
+    name: str
+    memory_bytes: int | None = None
+    sm_count: int | None = None
+    compute_capability: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ModuleInfo:
+    """One row of the module table that traceprof.capture embeds (docs/trace-conventions.md)."""
+
+    name: str
+    class_name: str
+    params: int | None = None
+    params_total: int | None = None
+    trainable_total: int | None = None
+    frozen_total: int | None = None
+    buffers_total: int | None = None
+    extra_repr: str = ""
+    inputs: Any = None
+    outputs: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class ModuleTable:
+    version: int
+    modules: dict[str, ModuleInfo]
+    torch_version: str | None = None
+    rank: int | None = None
+    world_size: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TraceMetadata:
+    path: str
+    size_bytes: int
+    schema_version: int | None
+    devices: tuple[DeviceInfo, ...]
+    rank: int | None
+    world_size: int | None
+    distributed_backend: str | None
+    base_time_ns: int | None
+    flags: dict[str, bool]
+    module_table: ModuleTable | None
+    warnings: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class EventTable:
+    """One row per trace event. Absent integers are -1; absent string codes are -1."""
+
+    kind: np.ndarray  # int8, schema.Kind
+    name: np.ndarray  # int32 -> names
+    category: np.ndarray  # int32 -> categories
+    thread: np.ndarray  # int32 -> threads
+    ts: np.ndarray  # float64, microseconds as written in the trace
+    dur: np.ndarray  # float64, microseconds (0 for instants)
+    correlation: np.ndarray  # int64
+    external_id: np.ndarray  # int64
+    sequence_number: np.ndarray  # int64
+    fwd_thread_id: np.ndarray  # int64
+    stream: np.ndarray  # int64
+    flow_id: np.ndarray  # int64 (flow events)
+    input_dims: np.ndarray  # int32 -> texts (raw JSON)
+    input_types: np.ndarray  # int32 -> texts
+    concrete_inputs: np.ndarray  # int32 -> texts
+    names: tuple[str, ...]
+    categories: tuple[str, ...]
+    threads: tuple[ThreadInfo, ...]
+    texts: tuple[bytes, ...]
+
+    def __len__(self) -> int:
+        return len(self.kind)
+
+    @property
+    def end(self) -> np.ndarray:
+        return self.ts + self.dur
+
+    def count(self, kind: Kind) -> int:
+        return int(np.count_nonzero(self.kind == kind))
+
+
+@dataclass(frozen=True, slots=True)
+class Trace:
+    metadata: TraceMetadata
+    events: EventTable
+    python_ids: np.ndarray = field(repr=False)  # int64 "Python id" (python_function), -1
+    python_parent_ids: np.ndarray = field(repr=False)  # int64 "Python parent id", -1
+
+
+def load_trace(path: str | os.PathLike, progress: Progress | None = None) -> Trace:
+    """Read a trace file (.json or .json.gz) into a :class:`Trace`."""
+    doc = load_raw(path, progress)
+    if progress:
+        progress(f"indexing {len(doc.events):,} events")
+    return build_trace(doc)
+
+
+def build_trace(doc: RawDocument) -> Trace:
+    evs = doc.events
+    if not isinstance(evs, list):
+        raise TraceReadError(doc.path, "wrong schema: the events are not an array")
+    if any(ph == "B" for ph in {e.ph for e in evs}):
+        evs = _pair_begin_end(evs, doc.warnings)
+    n = len(evs)
+    ph_codes, phs = _factorize([e.ph for e in evs])
+    cat_codes, cats = _factorize([e.cat for e in evs])
+    kind_table = np.array(
+        [[schema.kind_of(p, c) for c in cats] or [0] for p in phs] or [[0]], dtype=np.int8
+    )
+    kind = kind_table[ph_codes, cat_codes] if n else np.zeros(0, np.int8)
+    name, names = _factorize([e.name for e in evs])
+    raw_thread, raw_threads = _factorize([(e.pid, e.tid) for e in evs])
+    args = [e.args for e in evs]
+    ts = np.array([e.ts for e in evs], dtype=np.float64)
+    dur = np.array([e.dur for e in evs], dtype=np.float64)
+    correlation = _int_column([a.correlation for a in args])
+    external_id = _int_column([a.external_id for a in args])
+    legacy_ext = _int_column([a.external_id_2021 for a in args])
+    external_id = np.where(external_id >= 0, external_id, legacy_ext)
+    sequence_number = _int_column([a.sequence_number for a in args])
+    fwd_thread_id = _int_column([a.fwd_thread_id for a in args])
+    stream = _int_column([a.stream for a in args])
+    text_index: dict[bytes, int] = {}
+    input_dims = _text_column([a.input_dims for a in args], text_index)
+    input_types = _text_column([a.input_types for a in args], text_index)
+    concrete_inputs = _text_column([a.concrete_inputs for a in args], text_index)
+
+    flow_mask = (kind == Kind.FLOW_START) | (kind == Kind.FLOW_END)
+    flow_id = np.full(n, -1, np.int64)
+    for i in np.flatnonzero(flow_mask):
+        fid = evs[i].id
+        flow_id[i] = fid if isinstance(fid, int) else hash(fid) & 0x7FFFFFFFFFFF
+
+    python_ids = np.full(n, -1, np.int64)
+    python_parent_ids = np.full(n, -1, np.int64)
+    for i in np.flatnonzero(kind == Kind.PYTHON):
+        a = args[i]
+        python_ids[i] = -1 if a.python_id is None else a.python_id
+        python_parent_ids[i] = -1 if a.python_parent_id is None else a.python_parent_id
+
+    thread, threads = _threads(evs, ph_codes, phs, raw_thread, raw_threads, kind)
+    dur = np.where(np.isfinite(dur) & (dur > 0), dur, 0.0)
+    events = EventTable(
+        kind=kind,
+        name=name,
+        category=cat_codes,
+        thread=thread,
+        ts=ts,
+        dur=dur,
+        correlation=correlation,
+        external_id=external_id,
+        sequence_number=sequence_number,
+        fwd_thread_id=fwd_thread_id,
+        stream=stream,
+        flow_id=flow_id,
+        input_dims=input_dims,
+        input_types=input_types,
+        concrete_inputs=concrete_inputs,
+        names=tuple(names),
+        categories=tuple(cats),
+        threads=threads,
+        texts=tuple(text_index),
+    )
+    if n and not np.isfinite(ts[kind != Kind.OTHER]).all():
+        doc.warnings.append("events without a timestamp ignored")
+    metadata = _metadata(doc)
+    return Trace(metadata, events, python_ids, python_parent_ids)
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def _factorize(values: list) -> tuple[np.ndarray, list]:
+    """Codes (int32) and the unique values in first-seen order, at C speed."""
+    uniques = list(dict.fromkeys(values))
+    position = {v: i for i, v in enumerate(uniques)}
+    return np.fromiter(map(position.__getitem__, values), np.int32, len(values)), uniques
+
+
+def _int_column(values: list) -> np.ndarray:
+    return np.array(values, dtype=np.int64) if values else np.zeros(0, np.int64)
+
+
+def _text_column(raws: list, index: dict[bytes, int]) -> np.ndarray:
+    out = np.full(len(raws), -1, np.int32)
+    for i, r in enumerate(raws):
+        if r is not None:
+            key = bytes(r)
+            code = index.get(key)
+            if code is None:
+                code = index[key] = len(index)
+            out[i] = code
+    return out
+
+
+def _threads(evs, ph_codes, phs, raw_thread, raw_threads, kind):
+    """Merge (pid, tid) spellings that differ only by type ("25738" vs 25738) and name them."""
+    keys = [(str(p), str(t)) for p, t in raw_threads]
+    uniq = list(dict.fromkeys(keys))
+    pos = {k: i for i, k in enumerate(uniq)}
+    remap = np.array([pos[k] for k in keys] or [0], dtype=np.int32)
+    thread = remap[raw_thread] if len(raw_thread) else raw_thread
+    thread_names: dict[tuple[str, str], str] = {}
+    process_labels: dict[str, str] = {}
+    if "M" in phs:
+        m_code = phs.index("M")
+        for i in np.flatnonzero(ph_codes == m_code):
+            e = evs[i]
+            label = e.args.label
+            if e.name == schema.META_THREAD_NAME and label:
+                thread_names[(str(e.pid), str(e.tid))] = label
+            elif e.name == schema.META_PROCESS_LABELS and e.args.labels:
+                process_labels[str(e.pid)] = e.args.labels
+    gpu_kinds = np.isin(kind, [*schema.GPU_WORK_KINDS, Kind.GPU_ANNOTATION])
+    gpu_threads = set(np.unique(thread[gpu_kinds]).tolist()) if len(thread) else set()
+    infos = []
+    for i, (pid, tid) in enumerate(uniq):
+        name = thread_names.get((pid, tid)) or process_labels.get(pid, "")
+        infos.append(ThreadInfo(pid, tid, name, i in gpu_threads))
+    return thread, tuple(infos)
+
+
+def _pair_begin_end(evs: list, warnings: list[str]) -> list:
+    """Turn Chrome ``B``/``E`` pairs into complete (``X``) events, matched per thread."""
+    out = []
+    stacks: dict[tuple, list] = {}
+    unmatched = 0
+    for e in evs:
+        if e.ph == "B":
+            stacks.setdefault((e.pid, e.tid), []).append(e)
+        elif e.ph == "E":
+            stack = stacks.get((e.pid, e.tid))
+            if not stack:
+                unmatched += 1
+                continue
+            b = stack.pop()
+            out.append(
+                schema.RawEvent(
+                    ph="X", cat=b.cat, name=b.name, pid=b.pid, tid=b.tid,
+                    ts=b.ts, dur=max(e.ts - b.ts, 0.0), id=b.id, args=b.args,
+                )
+            )
+        else:
+            out.append(e)
+    unmatched += sum(len(s) for s in stacks.values())
+    if unmatched:
+        warnings.append(f"{unmatched} unmatched B/E events ignored")
+    return out
+
+
+def _metadata(doc: RawDocument) -> TraceMetadata:
+    top = doc.top
+    devices = []
+    props = top.get(schema.DEVICE_PROPERTIES_KEY)
+    if isinstance(props, list):
+        for i, d in enumerate(props):
+            if not isinstance(d, dict):
+                continue
+            major, minor = d.get(schema.DEVICE_CC_MAJOR), d.get(schema.DEVICE_CC_MINOR)
+            devices.append(
+                DeviceInfo(
+                    index=_int(d.get("id"), i),
+                    name=str(d.get(schema.DEVICE_NAME) or ""),
+                    memory_bytes=_int(d.get(schema.DEVICE_MEMORY), None),
+                    sm_count=_int(d.get(schema.DEVICE_SMS), None),
+                    compute_capability=f"{major}.{minor}" if major is not None else None,
+                )
+            )
+    dist = top.get(schema.DISTRIBUTED_INFO_KEY)
+    dist = dist if isinstance(dist, dict) else {}
+    table = _module_table(top.get(schema.MODULE_TABLE_KEY), doc.warnings)
+    rank = _int(dist.get(schema.DIST_RANK), None)
+    world = _int(dist.get(schema.DIST_WORLD_SIZE), None)
+    if table is not None:
+        rank = table.rank if rank is None else rank
+        world = table.world_size if world is None else world
+    return TraceMetadata(
+        path=doc.path,
+        size_bytes=doc.size_bytes,
+        schema_version=_int(top.get(schema.SCHEMA_VERSION_KEY), None),
+        devices=tuple(devices),
+        rank=rank,
+        world_size=world,
+        distributed_backend=dist.get(schema.DIST_BACKEND) if dist else None,
+        base_time_ns=_int(top.get(schema.BASE_TIME_NS_KEY), None),
+        flags={k: bool(top[k]) for k in schema.FLAG_KEYS if k in top},
+        module_table=table,
+        warnings=tuple(doc.warnings),
+    )
+
+
+def _int(v: Any, default):
+    if isinstance(v, bool):
+        return default
+    if isinstance(v, int):
+        return v
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        return default
+
+
+def _module_table(payload: Any, warnings: list[str]) -> ModuleTable | None:
+    if payload is None:
+        return None
+    try:
+        doc = payload if isinstance(payload, dict) else json.loads(base64.b64decode(payload))
+        if doc.get("format") != "traceprof.modules":
+            raise ValueError("unknown format")
+        modules = {}
+        for m in doc["modules"]:
+            info = ModuleInfo(
+                name=str(m["name"]),
+                class_name=str(m["class"]),
+                params=_int(m.get("params"), None),
+                params_total=_int(m.get("params_total"), None),
+                trainable_total=_int(m.get("trainable_total"), None),
+                frozen_total=_int(m.get("frozen_total"), None),
+                buffers_total=_int(m.get("buffers_total"), None),
+                extra_repr=str(m.get("extra_repr") or ""),
+                inputs=m.get("inputs"),
+                outputs=m.get("outputs"),
+            )
+            modules[info.name] = info
+        return ModuleTable(
+            version=int(doc.get("version", 1)),
+            modules=modules,
+            torch_version=doc.get("torch_version"),
+            rank=_int(doc.get("rank"), None),
+            world_size=_int(doc.get("world_size"), None),
+        )
+    except (ValueError, KeyError, TypeError, AttributeError, binascii.Error) as e:
+        warnings.append(f"module table unreadable ({e.__class__.__name__}); ignored")
+        return None
