@@ -1,0 +1,197 @@
+"""The module tree, rebuilt from whichever scope events the trace has.
+
+Sources, in order of preference (docs/trace-conventions.md): traceprof's own scopes, PyTorch
+Lightning scopes, ``nn.Module`` python_function events, user annotations. A node is a *call
+path*: the keys of the enclosing scopes, outermost first; repeated calls of one path share a node.
+
+Scopes opened inside a backward node op (modules re-run by activation checkpointing) are joined
+to the forward node of the same module instance instead of starting a new tree.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import schema
+from .link import Links
+from .schema import Kind
+from .trace import Trace
+
+
+class Source(str, enum.Enum):
+    TRACEPROF = "traceprof"
+    LIGHTNING = "lightning"
+    NN_MODULE = "nn.Module"
+    ANNOTATIONS = "annotations"
+    NONE = "none"
+
+    @property
+    def description(self) -> str:
+        return _DESCRIPTIONS[self]
+
+
+_DESCRIPTIONS = {
+    Source.TRACEPROF: "traceprof module scopes",
+    Source.LIGHTNING: "PyTorch Lightning [pl][module] scopes",
+    Source.NN_MODULE: "python_function nn.Module events (with_stack=True)",
+    Source.ANNOTATIONS: "user annotations (record_function), no module events in the trace",
+    Source.NONE: "no module or annotation events in the trace",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ScopeKey:
+    """What one scope name says: the node key, the module's class and its qualified name."""
+
+    key: str
+    class_name: str
+    qualified_name: str | None  # known for traceprof and Lightning scopes
+
+
+@dataclass(frozen=True, slots=True)
+class HierarchyNode:
+    id: int
+    parent: int  # -1 for a root
+    path: tuple[str, ...]
+    key: str
+    class_name: str
+    qualified_name: str
+    first_ts: float
+
+
+@dataclass(frozen=True, slots=True)
+class Hierarchy:
+    source: Source
+    nodes: tuple[HierarchyNode, ...]
+    scope_mask: np.ndarray  # bool per event: the event is a scope of the chosen source
+    node_of_scope: np.ndarray  # int64 per event: node of a scope event, -1 elsewhere
+    recompute_mask: np.ndarray  # bool per event: scope opened inside a backward node op
+    warnings: tuple[str, ...]
+
+
+def _parse_traceprof(name: str) -> ScopeKey | None:
+    m = schema.TRACEPROF_SCOPE_RE.match(name)
+    if not m:
+        return None
+    cls, qual = m.group(2).strip(), m.group(3).strip()
+    return ScopeKey(key=qual, class_name=cls, qualified_name=qual)
+
+
+def _parse_lightning(name: str) -> ScopeKey | None:
+    m = schema.LIGHTNING_SCOPE_RE.match(name)
+    if not m:
+        return None
+    cls, qual = m.group(1).strip().rsplit(".", 1)[-1], m.group(2).strip()
+    return ScopeKey(key=qual, class_name=cls, qualified_name=qual)
+
+
+def _parse_nn_module(name: str) -> ScopeKey | None:
+    m = schema.NN_MODULE_RE.match(name)
+    if not m:
+        return None
+    return ScopeKey(key=f"{m.group(1)}_{m.group(2)}", class_name=m.group(1), qualified_name=None)
+
+
+def _parse_annotation(name: str) -> ScopeKey | None:
+    if schema.STEP_RE.match(name):
+        return None
+    return ScopeKey(key=name, class_name="", qualified_name=None)
+
+
+# source -> (event kinds that can carry its scopes, name parser)
+_PARSERS = {
+    Source.TRACEPROF: ((Kind.ANNOTATION, Kind.CPU_OP), _parse_traceprof),
+    Source.LIGHTNING: ((Kind.ANNOTATION, Kind.CPU_OP), _parse_lightning),
+    Source.NN_MODULE: ((Kind.PYTHON,), _parse_nn_module),
+    Source.ANNOTATIONS: ((Kind.ANNOTATION,), _parse_annotation),
+}
+
+
+def build_hierarchy(trace: Trace, links: Links, source: Source | str | None = None) -> Hierarchy:
+    """The module tree of ``trace`` from ``source``, or from the best source present."""
+    ev = trace.events
+    warnings: list[str] = []
+    candidates = [Source(source)] if source not in (None, "auto") else list(_PARSERS)
+    chosen, keys, mask = Source.NONE, [], np.zeros(len(ev), bool)
+    for src in candidates:
+        if src is Source.NONE:
+            break
+        kinds, parse = _PARSERS[src]
+        parsed = [parse(s) for s in ev.names]
+        has_key = np.array([p is not None for p in parsed] or [False])
+        m = np.isin(ev.kind, kinds) & (links.depth >= 0)
+        if len(ev):
+            m &= has_key[ev.name]
+        if m.any():
+            chosen, keys, mask = src, parsed, m
+            break
+    if chosen is Source.TRACEPROF:
+        versions = {
+            int(schema.TRACEPROF_SCOPE_RE.match(ev.names[c]).group(1))
+            for c in np.unique(ev.name[mask])
+        }
+        if max(versions) > schema.TRACEPROF_SCOPE_VERSION:
+            warnings.append(
+                f"module scopes of convention version {max(versions)} are newer than this "
+                f"traceprof reads ({schema.TRACEPROF_SCOPE_VERSION}); names may be wrong"
+            )
+    if chosen is Source.NONE:
+        empty = np.full(len(ev), -1, np.int64)
+        return Hierarchy(chosen, (), mask, empty, np.zeros(len(ev), bool), tuple(warnings))
+    return _build(trace, links, chosen, keys, mask, warnings)
+
+
+def _build(trace, links, source, keys, mask, warnings) -> Hierarchy:
+    ev = trace.events
+    scope_parent = links.nearest(mask, include_self=False)
+    recompute = mask & (links.backward_node >= 0)
+    node_of = np.full(len(ev), -1, np.int64)
+    nodes: list[HierarchyNode] = []
+    index: dict[tuple[int, str], int] = {}
+    first_forward_node_of_key: dict[str, int] = {}
+    # forward scopes first, so that every re-run scope finds the forward node it repeats
+    passes = [(level, False) for level in links.levels] + [(level, True) for level in links.levels]
+    for level, recompute_pass in passes:
+        scopes = level[mask[level] & (recompute[level] == recompute_pass)]
+        if len(scopes) == 0:
+            continue
+        order = np.argsort(ev.ts[scopes], kind="stable")
+        scopes = scopes[order]
+        parents = scope_parent[scopes]
+        parent_nodes = np.where(parents >= 0, node_of[np.maximum(parents, 0)], -1)
+        names = ev.name[scopes]
+        pairs = np.stack([parent_nodes, names.astype(np.int64), recompute[scopes]], axis=1)
+        uniq, first, inverse = np.unique(pairs, axis=0, return_index=True, return_inverse=True)
+        resolved = np.empty(len(uniq), np.int64)
+        for u, ((pnode, name_code, is_recompute), f) in enumerate(zip(uniq.tolist(), first)):
+            sk: ScopeKey = keys[name_code]
+            if is_recompute and sk.key in first_forward_node_of_key:
+                resolved[u] = first_forward_node_of_key[sk.key]
+                continue
+            node = index.get((pnode, sk.key))
+            if node is None:
+                parent_path = nodes[pnode].path if pnode >= 0 else ()
+                path = parent_path + (sk.key,)
+                node = len(nodes)
+                nodes.append(
+                    HierarchyNode(
+                        id=node,
+                        parent=int(pnode),
+                        path=path,
+                        key=sk.key,
+                        class_name=sk.class_name,
+                        qualified_name=sk.qualified_name
+                        if sk.qualified_name is not None
+                        else ".".join(path),
+                        first_ts=float(ev.ts[scopes[f]]),
+                    )
+                )
+                index[(pnode, sk.key)] = node
+                if not is_recompute:
+                    first_forward_node_of_key.setdefault(sk.key, node)
+            resolved[u] = node
+        node_of[scopes] = resolved[inverse.ravel()]
+    return Hierarchy(source, tuple(nodes), mask, node_of, recompute, tuple(warnings))

@@ -1,0 +1,269 @@
+"""Links between events: CPU nesting, GPU work -> launch, backward op -> forward op.
+
+Everything is computed with numpy over whole columns; Python loops run over threads and nesting
+depth levels only, never over events.
+
+- **Nesting.** CPU slices (ops, annotations, Python functions, runtime calls) nest by time on
+  their thread. Sorting a thread's slices by (start, -end), the depth of a slice is the number of
+  earlier slices still open at its start, and its parent is the last earlier slice one level up.
+- **Launches.** GPU work (kernel, memcpy, memset) joins the runtime call that launched it through
+  ``correlation``; work whose launch is missing falls back to the op with its ``External id``.
+  The CPU event found is the work's *anchor*: scopes, phase and step come from the anchor.
+- **Backward.** A backward node op (``Fwd thread id`` > 0, or a ``...Backward`` name where the
+  trace lacks that field) carries the ``Sequence number`` of the forward op that created it. The
+  forward op is the last-started op with that number on the forward thread; ``Fwd thread id`` is
+  an index, not an OS thread id, so the index -> thread mapping is learnt by majority vote.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import schema
+from .schema import Kind
+from .trace import Trace
+
+
+@dataclass(frozen=True, slots=True)
+class Links:
+    """Per-event link arrays (length = number of events; -1 = none)."""
+
+    parent: np.ndarray  # enclosing CPU slice on the same thread
+    depth: np.ndarray  # nesting depth of CPU slices (0 = top level); -1 for other events
+    nest_end: np.ndarray  # end (µs) of each slice as used for nesting (see _nest)
+    levels: tuple[np.ndarray, ...]  # CPU slice indices grouped by depth (levels[d])
+    gpu_work: np.ndarray  # indices of kernel/memcpy/memset events
+    launch: np.ndarray  # per gpu_work item: launching runtime call
+    anchor: np.ndarray  # per gpu_work item: CPU event it is attributed through
+    backward_node: np.ndarray  # nearest enclosing-or-self backward node op
+    backward_region: np.ndarray  # nearest enclosing-or-self backward node op or engine wrapper
+    forward_op: np.ndarray  # for backward node ops: the forward op that created them
+    nesting_conflicts: int  # slices that overlapped their parent without being inside it
+
+    def nearest(self, mask: np.ndarray, include_self: bool = True) -> np.ndarray:
+        """For every event, the innermost enclosing CPU slice where ``mask`` is true."""
+        out = np.full(len(self.parent), -1, np.int64)
+        for level in self.levels[1:]:
+            p = self.parent[level]
+            out[level] = np.where(mask[p], p, out[p])
+        if include_self:
+            out = np.where(mask, np.arange(len(mask)), out)
+        return out
+
+    def outermost(self, skip: np.ndarray) -> np.ndarray:
+        """For every CPU slice, its top-level ancestor (or itself), looking through ``skip``
+        slices (such as ProfilerStep#N) as if they were not there."""
+        n = len(self.parent)
+        out = np.full(n, -1, np.int64)
+        if self.levels:
+            out[self.levels[0]] = self.levels[0]
+        for level in self.levels[1:]:
+            p = self.parent[level]
+            out[level] = np.where(skip[p], level, out[p])
+        return out
+
+
+def link(trace: Trace) -> Links:
+    ev = trace.events
+    n = len(ev)
+    kind = ev.kind
+    cpu_mask = np.isin(kind, schema.CPU_SLICE_KINDS) & np.isfinite(ev.ts)
+    parent, depth, nest_end, conflicts = _nest(
+        ev.thread, ev.ts, ev.dur, np.flatnonzero(cpu_mask), n
+    )
+    levels = _levels(depth)
+
+    gpu_work = np.flatnonzero(np.isin(kind, schema.GPU_WORK_KINDS) & np.isfinite(ev.ts))
+    launch = _join(
+        ev.correlation[gpu_work], np.flatnonzero((kind == Kind.RUNTIME) & (ev.correlation >= 0)),
+        ev.correlation,
+    )
+    by_external = _join(
+        ev.external_id[gpu_work],
+        np.flatnonzero(np.isin(kind, (Kind.CPU_OP, Kind.ANNOTATION)) & (ev.external_id >= 0)),
+        ev.external_id,
+    )
+    anchor = np.where(launch >= 0, launch, by_external)
+
+    is_bwd_node = _backward_node_mask(trace)
+    links = Links(
+        parent=parent,
+        depth=depth,
+        nest_end=nest_end,
+        levels=levels,
+        gpu_work=gpu_work,
+        launch=launch,
+        anchor=anchor,
+        backward_node=np.zeros(0, np.int64),
+        backward_region=np.zeros(0, np.int64),
+        forward_op=np.zeros(0, np.int64),
+        nesting_conflicts=conflicts,
+    )
+    backward_node = links.nearest(is_bwd_node)
+    # work under the autograd engine's wrapper is backward even without a sequence number
+    # (AccumulateGrad, DDP's gradient hooks)
+    wrapper = (kind == Kind.CPU_OP) & _name_mask(
+        trace, lambda s: s.startswith(schema.BACKWARD_WRAPPER_PREFIX)
+    )
+    backward_region = links.nearest(is_bwd_node | wrapper)
+    forward_op = _forward_ops(trace, is_bwd_node)
+    return Links(
+        parent=parent,
+        depth=depth,
+        nest_end=nest_end,
+        levels=levels,
+        gpu_work=gpu_work,
+        launch=launch,
+        anchor=anchor,
+        backward_node=backward_node,
+        backward_region=backward_region,
+        forward_op=forward_op,
+        nesting_conflicts=conflicts,
+    )
+
+
+#: a child that outlives its parent by at most this much (ns) is clipped to the parent's end
+_CLIP_TOLERANCE_NS = 1000
+
+
+def _nest(thread, ts, dur, cpu: np.ndarray, n: int):
+    """Parent and depth of every CPU slice, and the effective end (µs) used for nesting.
+
+    Real traces are not always properly nested: a Python frame may open before a
+    ``record_function`` and close inside it, or a child may end a rounding error after its
+    parent. A child that outlives its parent by a rounding error is clipped to the parent's end;
+    otherwise the parent is cut at the child's start, so that the two become siblings. The
+    nesting is recomputed until no conflict remains; the number of conflicts is reported.
+    """
+    parent = np.full(n, -1, np.int64)
+    depth = np.full(n, -1, np.int64)
+    nest_end = ts + dur
+    if len(cpu) == 0:
+        return parent, depth, nest_end, 0
+    # integer nanoseconds: exact ties, and a half-step trick for zero-length slices below
+    t0 = ts[cpu].min()
+    start = np.rint((ts[cpu] - t0) * 1000.0).astype(np.int64)
+    end = start + np.rint(dur[cpu] * 1000.0).astype(np.int64)
+    thr = thread[cpu]
+    order = np.lexsort((-end, start, thr))
+    start, end, thr, idx = start[order], end[order], thr[order], cpu[order]
+    bounds = np.flatnonzero(np.diff(thr)) + 1
+    conflicts = 0
+    for lo, hi in zip(np.r_[0, bounds], np.r_[bounds, len(idx)]):
+        s, e, ids = start[lo:hi], end[lo:hi].copy(), idx[lo:hi]
+        for attempt in range(32):
+            d, p, has = _nest_sorted(s, e)
+            bad = has & (e > e[p])
+            if attempt == 0:
+                conflicts += int(np.count_nonzero(bad))
+            if not bad.any():
+                break
+            small = bad & (e - e[p] <= _CLIP_TOLERANCE_NS)
+            e[small] = e[p[small]]
+            big = bad & ~small
+            np.minimum.at(e, p[big], s[big])
+            o = np.lexsort((-e, s))
+            s, e, ids = s[o], e[o], ids[o]
+        parent[ids] = np.where(has, ids[p], -1)
+        depth[ids] = d
+        nest_end[ids] = t0 + e / 1000.0
+    return parent, depth, nest_end, conflicts
+
+
+def _nest_sorted(s: np.ndarray, e: np.ndarray):
+    """Depth, local parent position and has-parent mask of slices sorted by (start, -end)."""
+    m = len(s)
+    # A slice j closes before slice i starts when end_j <= start_i; a zero-length slice is
+    # treated as ending half a nanosecond after its start, so it never closes itself.
+    closes = np.sort(2 * e + (e == s))
+    d = np.maximum(np.arange(m) - np.searchsorted(closes, 2 * s, side="right"), 0)
+    # parent: the last earlier slice one level up
+    key = d * m + np.arange(m)
+    by_key = np.argsort(key, kind="stable")
+    pos = np.searchsorted(key[by_key], (d - 1) * m + np.arange(m), side="right") - 1
+    has = (d > 0) & (pos >= 0)
+    cand = np.where(has, by_key[np.clip(pos, 0, m - 1)], 0)
+    has &= d[cand] == d - 1
+    return d, np.where(has, cand, 0), has
+
+
+def _levels(depth: np.ndarray) -> tuple[np.ndarray, ...]:
+    cpu = np.flatnonzero(depth >= 0)
+    if len(cpu) == 0:
+        return ()
+    d = depth[cpu]
+    order = np.argsort(d, kind="stable")
+    cpu, d = cpu[order], d[order]
+    cuts = np.searchsorted(d, np.arange(d[-1] + 2))
+    return tuple(cpu[cuts[k] : cuts[k + 1]] for k in range(d[-1] + 1))
+
+
+def _join(keys: np.ndarray, candidates: np.ndarray, column: np.ndarray) -> np.ndarray:
+    """For each key, the first candidate event whose ``column`` equals it (-1 if none)."""
+    out = np.full(len(keys), -1, np.int64)
+    if len(candidates) == 0 or len(keys) == 0:
+        return out
+    cand_keys = column[candidates]
+    order = np.argsort(cand_keys, kind="stable")
+    sk = cand_keys[order]
+    pos = np.searchsorted(sk, keys)
+    ok = (keys >= 0) & (pos < len(sk))
+    ok[ok] &= sk[pos[ok]] == keys[ok]
+    out[ok] = candidates[order[pos[ok]]]
+    return out
+
+
+def _name_mask(trace: Trace, predicate) -> np.ndarray:
+    """Per-event bool from a predicate on names, evaluated once per distinct name."""
+    table = np.array([bool(predicate(s)) for s in trace.events.names] or [False])
+    return table[trace.events.name] if len(trace.events) else np.zeros(0, bool)
+
+
+def _backward_node_mask(trace: Trace) -> np.ndarray:
+    ev = trace.events
+    op = (ev.kind == Kind.CPU_OP) & (ev.sequence_number >= 0)
+    by_name = _name_mask(
+        trace,
+        lambda s: s.startswith(schema.BACKWARD_WRAPPER_PREFIX) or schema.BACKWARD_NODE_RE.match(s),
+    )
+    return op & ((ev.fwd_thread_id > 0) | ((ev.fwd_thread_id < 0) & by_name))
+
+
+def _forward_ops(trace: Trace, is_bwd_node: np.ndarray) -> np.ndarray:
+    """For each backward node op, the last-started forward op with its sequence number on the
+    forward thread that its ``Fwd thread id`` names."""
+    ev = trace.events
+    n = len(ev)
+    out = np.full(n, -1, np.int64)
+    bwd = np.flatnonzero(is_bwd_node)
+    fwd = np.flatnonzero((ev.kind == Kind.CPU_OP) & (ev.sequence_number >= 0) & ~is_bwd_node)
+    if len(bwd) == 0 or len(fwd) == 0:
+        return out
+    # forward ops ordered by (sequence number, start): the last of a run is the innermost
+    order = np.lexsort((ev.ts[fwd], ev.sequence_number[fwd]))
+    fwd = fwd[order]
+    fseq = ev.sequence_number[fwd]
+    last_of_seq = np.searchsorted(fseq, ev.sequence_number[bwd], side="right") - 1
+    found = (last_of_seq >= 0) & (fseq[np.clip(last_of_seq, 0, None)] == ev.sequence_number[bwd])
+    # learn which OS thread each "Fwd thread id" index stands for (majority vote)
+    index = ev.fwd_thread_id[bwd]
+    voted_thread = ev.thread[fwd[np.clip(last_of_seq, 0, None)]]
+    thread_of_index: dict[int, int] = {}
+    pairs = np.stack([index[found], voted_thread[found]], axis=1)
+    if len(pairs):
+        uniq, counts = np.unique(pairs, axis=0, return_counts=True)
+        for (k, t), c in sorted(zip(map(tuple, uniq.tolist()), counts.tolist()), key=lambda x: x[1]):
+            thread_of_index[k] = t  # ascending by count: the most voted thread wins
+    # exact lookup by (thread, sequence number), innermost (last started) op
+    key_f = ev.thread[fwd].astype(np.int64) << 40 | ev.sequence_number[fwd]
+    order = np.lexsort((ev.ts[fwd], key_f))
+    key_sorted, fwd_sorted = key_f[order], fwd[order]
+    want_thread = np.array([thread_of_index.get(k, -1) for k in index.tolist()], np.int64)
+    key_b = want_thread << 40 | ev.sequence_number[bwd]
+    pos = np.searchsorted(key_sorted, key_b, side="right") - 1
+    ok = (want_thread >= 0) & (pos >= 0)
+    ok[ok] &= key_sorted[pos[ok]] == key_b[ok]
+    out[bwd[ok]] = fwd_sorted[pos[ok]]
+    return out
