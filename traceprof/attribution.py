@@ -1,0 +1,403 @@
+"""Attribution: GPU work and CPU time -> module nodes, forward and backward, per step.
+
+Every quantity is attributed through a CPU event: a GPU work item through its anchor (the launch,
+see :mod:`traceprof.link`), CPU time through the slice it was spent in (exclusive time). A CPU
+event belongs to
+
+- the **forward** of the node of its innermost scope, when it is not inside a backward node op;
+- the **backward** of the node of a scope re-run inside the backward (activation checkpointing);
+- otherwise the **backward** of the node of the forward op that created its backward node op;
+- otherwise the "not in any module" bucket, grouped by its top-level op or annotation.
+
+Steps: each item belongs to the ``ProfilerStep#N`` whose CPU interval holds its launch (or its
+own start when it has no launch). Numbers are the mean over the selected steps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import schema
+from .errors import OptionError
+from .hierarchy import Hierarchy, Source, build_hierarchy
+from .link import Links, link
+from .profile import (
+    UNATTRIBUTED_NAME,
+    LinkStats,
+    ModuleNode,
+    ModuleProfile,
+    NodeKind,
+    PhaseTimes,
+    StepSelection,
+    Times,
+)
+from .schema import Kind
+from .trace import Trace
+
+_METRICS = ("gpu_busy_us", "gpu_work_us", "cpu_us", "kernels")
+
+
+@dataclass(frozen=True, slots=True)
+class Steps:
+    numbers: np.ndarray  # int64, sorted by start
+    start: np.ndarray
+    end: np.ndarray
+    complete: np.ndarray  # bool
+
+    def of_time(self, t: np.ndarray) -> np.ndarray:
+        """Position (into these arrays) of the step holding each time, -1 outside steps."""
+        if len(self.numbers) == 0:
+            return np.full(len(t), -1, np.int64)
+        pos = np.searchsorted(self.start, t, side="right") - 1
+        ok = pos >= 0
+        ok[ok] &= t[ok] < self.end[pos[ok]]
+        return np.where(ok, pos, -1)
+
+
+def analyze(
+    trace: Trace,
+    *,
+    step: int | None = None,
+    hierarchy: Source | str | None = None,
+) -> ModuleProfile:
+    """Attribute the trace's GPU and CPU time to its module tree.
+
+    ``step``: a ``ProfilerStep`` number to analyze alone; by default the mean over the complete
+    steps. ``hierarchy``: force a source of module information (see :class:`Source`).
+    """
+    links = link(trace)
+    tree = build_hierarchy(trace, links, hierarchy)
+    steps = find_steps(trace, links)
+    selected, selection_warnings = _select(steps, step)
+    return _attribute(trace, links, tree, steps, selected, selection_warnings)
+
+
+def find_steps(trace: Trace, links: Links) -> Steps:
+    ev = trace.events
+    is_step_name = np.array([schema.STEP_RE.match(s) is not None for s in ev.names] or [False])
+    idx = np.flatnonzero((links.depth >= 0) & is_step_name[ev.name]) if len(ev) else np.zeros(0, int)
+    numbers = np.array([schema.step_number(ev.names[ev.name[i]]) for i in idx], np.int64)
+    # one event per step number (a step seen on several threads keeps its widest interval)
+    uniq = np.unique(numbers)
+    start = np.array([ev.ts[idx[numbers == u]].min() for u in uniq], np.float64)
+    end = np.array([(ev.ts + ev.dur)[idx[numbers == u]].max() for u in uniq], np.float64)
+    order = np.argsort(start, kind="stable")
+    steps = Steps(uniq[order], start[order], end[order], np.ones(len(uniq), bool))
+    if len(uniq) == 0:
+        return steps
+    # A step is incomplete when a launch made in it has no GPU work in the trace (the trace
+    # stopped before the GPU finished, or the work was dropped).
+    launch_names = np.array([bool(schema.LAUNCH_NAME_RE.match(s)) for s in ev.names])
+    launches = np.flatnonzero(
+        (ev.kind == Kind.RUNTIME) & (ev.correlation >= 0) & launch_names[ev.name]
+    )
+    gpu_corr = np.unique(ev.correlation[links.gpu_work])
+    if len(links.gpu_work):
+        lost = launches[~np.isin(ev.correlation[launches], gpu_corr)]
+        bad = steps.of_time(ev.ts[lost])
+        complete = steps.complete.copy()
+        complete[bad[bad >= 0]] = False
+        complete &= steps.end > steps.start
+        steps = Steps(steps.numbers, steps.start, steps.end, complete)
+    return steps
+
+
+def _select(steps: Steps, step: int | None) -> tuple[np.ndarray, list[str]]:
+    """Positions of the selected steps; empty array = the whole trace (no steps)."""
+    warnings: list[str] = []
+    if step is not None:
+        pos = np.flatnonzero(steps.numbers == step)
+        if len(pos) == 0:
+            have = ", ".join(map(str, steps.numbers.tolist())) or "none"
+            raise OptionError(f"step {step} is not in the trace (steps in the trace: {have})")
+        if not steps.complete[pos[0]]:
+            warnings.append(f"step {step} is incomplete: some of its GPU work is not in the trace")
+        return pos, warnings
+    if len(steps.numbers) == 0:
+        return np.zeros(0, np.int64), warnings
+    pos = np.flatnonzero(steps.complete)
+    if len(pos) == 0:
+        warnings.append("no complete step in the trace; using all steps")
+        pos = np.arange(len(steps.numbers))
+    return pos, warnings
+
+
+def _attribute(trace, links, tree: Hierarchy, steps: Steps, selected, warnings) -> ModuleProfile:
+    ev = trace.events
+    n_events = len(ev)
+    whole_trace = len(selected) == 0
+    n_steps = 1 if whole_trace else len(selected)
+    selected_mask = np.zeros(len(steps.numbers), bool)
+    selected_mask[selected] = True
+
+    def in_selection(t: np.ndarray) -> np.ndarray:
+        if whole_trace:
+            return np.isfinite(t)
+        pos = steps.of_time(t)
+        return (pos >= 0) & selected_mask[np.maximum(pos, 0)]
+
+    scope_of = links.nearest(tree.scope_mask)
+    is_step = np.zeros(n_events, bool)
+    if len(ev):
+        is_step_name = np.array([schema.STEP_RE.match(s) is not None for s in ev.names])
+        is_step = is_step_name[ev.name] & (links.depth >= 0)
+    # group label: the outermost op or annotation around the event, looking through steps and
+    # Python frames (which enclose everything in with_stack traces)
+    is_python = ev.kind == Kind.PYTHON
+    top = links.outermost(is_step | is_python)
+
+    # --- CPU time: exclusive time of every CPU slice in the selection
+    cpu = np.flatnonzero(links.depth >= 0)
+    cpu = cpu[in_selection(ev.ts[cpu])]
+    span = links.nest_end - ev.ts
+    child_time = np.bincount(
+        np.maximum(links.parent[cpu], 0), weights=np.where(links.parent[cpu] >= 0, span[cpu], 0),
+        minlength=n_events,
+    ) if len(cpu) else np.zeros(n_events)
+    # children outside the selection do not happen: a child starts inside its parent's step
+    cpu_excl = np.maximum(span[cpu] - child_time[cpu], 0.0)
+    cpu_node, cpu_bwd = _classify(cpu, links, tree, scope_of)
+
+    # --- GPU work in the selection
+    work = links.gpu_work
+    anchor = links.anchor
+    when = np.where(anchor >= 0, ev.ts[np.maximum(anchor, 0)], ev.ts[work])
+    keep = in_selection(when)
+    work, anchor = work[keep], anchor[keep]
+    gpu_node, gpu_bwd = _classify(anchor, links, tree, scope_of)
+    busy = _shared_busy_time(ev, work)
+    is_kernel = (ev.kind[work] == Kind.KERNEL).astype(np.float64)
+
+    # --- the "not in any module" groups, by top-level op or annotation name
+    n_mod = len(tree.nodes)
+    bucket = n_mod
+    group_names: dict[str, int] = {}
+
+    def group_of(anchors: np.ndarray) -> np.ndarray:
+        tops = np.where(anchors >= 0, top[np.maximum(anchors, 0)], -1)
+        uniq, inverse = np.unique(tops, return_inverse=True)
+        ids = np.empty(len(uniq), np.int64)
+        for k, t in enumerate(uniq.tolist()):
+            if t < 0:
+                label = "(launch not in trace)"
+            else:
+                label = ev.names[ev.name[t]]
+                if is_step[t]:
+                    label = "(step, between ops)"
+                elif is_python[t]:
+                    label = "(Python code)"
+            ids[k] = group_names.setdefault(label, n_mod + 1 + len(group_names))
+        return ids[inverse.ravel()]
+
+    cpu_node[cpu_node < 0] = group_of(cpu[cpu_node < 0])
+    gpu_node[gpu_node < 0] = group_of(anchor[gpu_node < 0])
+    n_nodes = n_mod + 1 + len(group_names)
+
+    def sums(node, bwd, weights) -> np.ndarray:
+        out = np.zeros((2, n_nodes))
+        for phase in (0, 1):
+            m = bwd == bool(phase)
+            out[phase] = np.bincount(node[m], weights=weights[m], minlength=n_nodes)[:n_nodes]
+        return out / n_steps
+
+    own = {
+        "gpu_busy_us": sums(gpu_node, gpu_bwd, busy),
+        "gpu_work_us": sums(gpu_node, gpu_bwd, ev.dur[work]),
+        "cpu_us": sums(cpu_node, cpu_bwd, cpu_excl),
+        "kernels": sums(gpu_node, gpu_bwd, is_kernel),
+    }
+
+    # calls: forward scope events in the selection, per step
+    scope_events = np.flatnonzero(tree.scope_mask & ~tree.recompute_mask)
+    scope_events = scope_events[in_selection(ev.ts[scope_events])]
+    calls = np.bincount(tree.node_of_scope[scope_events], minlength=n_nodes)[:n_nodes] / n_steps
+
+    # --- assemble the tree: module nodes, the bucket, its groups
+    parent = np.full(n_nodes, -1, np.int64)
+    for hn in tree.nodes:
+        parent[hn.id] = hn.parent
+    parent[n_mod + 1 :] = bucket
+    total = {k: _subtree_totals(v, parent) for k, v in own.items()}
+
+    children: dict[int, list[int]] = {i: [] for i in range(n_nodes)}
+    order_key = np.zeros(n_nodes)
+    for hn in tree.nodes:
+        order_key[hn.id] = hn.first_ts
+    # groups: biggest first
+    for g in range(n_mod + 1, n_nodes):
+        order_key[g] = -(total["gpu_busy_us"][:, g].sum() or total["cpu_us"][:, g].sum() / 1e9)
+    for i in np.argsort(order_key, kind="stable").tolist():
+        if parent[i] >= 0:
+            children[int(parent[i])].append(i)
+    module_roots = [hn.id for hn in sorted(tree.nodes, key=lambda h: h.first_ts) if hn.parent < 0]
+    names_of_groups = {v: k for k, v in group_names.items()}
+    table = trace.metadata.module_table
+
+    def phase_times(i: int, phase: int) -> PhaseTimes:
+        return PhaseTimes(
+            own=Times(*(float(own[k][phase, i]) for k in _METRICS)),
+            total=Times(*(float(total[k][phase, i]) for k in _METRICS)),
+        )
+
+    # ids in pre-order: parents before children, siblings in display order
+    preorder: list[int] = []
+    stack = list(reversed(module_roots + [bucket]))
+    while stack:
+        i = stack.pop()
+        preorder.append(i)
+        stack.extend(reversed(children[i]))
+    new_id = {old: new for new, old in enumerate(preorder)}
+    nodes: list[ModuleNode] = []
+    depth_of: dict[int, int] = {}
+    for old in preorder:
+        p = int(parent[old])
+        depth = depth_of[old] = depth_of[p] + 1 if p >= 0 else 0
+        if old < n_mod:
+            hn = tree.nodes[old]
+            info = table.modules.get(hn.qualified_name) if table else None
+            kind, class_name, qual, path = NodeKind.MODULE, hn.class_name, hn.qualified_name, hn.path
+            name = _short_name(hn, tree.source)
+        elif old == bucket:
+            info, kind, class_name = None, NodeKind.UNATTRIBUTED, ""
+            name = qual = UNATTRIBUTED_NAME
+            path = (UNATTRIBUTED_NAME,)
+        else:
+            info, kind, class_name = None, NodeKind.GROUP, ""
+            name = names_of_groups[old]
+            qual = f"{UNATTRIBUTED_NAME}/{name}"
+            path = (UNATTRIBUTED_NAME, name)
+        nodes.append(
+            ModuleNode(
+                id=new_id[old],
+                parent=new_id[p] if p >= 0 else -1,
+                children=tuple(new_id[c] for c in children[old]),
+                depth=depth,
+                kind=kind,
+                name=name,
+                class_name=class_name,
+                qualified_name=qual,
+                path=path,
+                calls=float(calls[old]) if old < n_mod else 0.0,
+                forward=phase_times(old, 0),
+                backward=phase_times(old, 1),
+                info=info,
+            )
+        )
+
+    sel_numbers = tuple(int(x) for x in steps.numbers[selected]) if not whole_trace else ()
+    if whole_trace:
+        finite = ev.ts[np.isfinite(ev.ts)]
+        wall = float((ev.ts + ev.dur)[np.isfinite(ev.ts)].max() - finite.min()) if len(finite) else 0.0
+    else:
+        wall = float((steps.end[selected] - steps.start[selected]).mean())
+    selection = StepSelection(
+        numbers=sel_numbers,
+        in_trace=tuple(int(x) for x in steps.numbers),
+        incomplete=tuple(int(x) for x in steps.numbers[~steps.complete]),
+        count=n_steps,
+        wall_us=wall,
+        gpu_busy_us=float(busy.sum() / n_steps),
+        gpu_work_us=float(ev.dur[work].sum() / n_steps),
+        cpu_us=float(cpu_excl.sum() / n_steps),
+        kernels=float(is_kernel.sum() / n_steps),
+    )
+    bwd_nodes = np.flatnonzero(links.backward_node == np.arange(n_events))
+    stats = LinkStats(
+        events=n_events,
+        kernels=ev.count(Kind.KERNEL),
+        memcpys=ev.count(Kind.MEMCPY),
+        memsets=ev.count(Kind.MEMSET),
+        gpu_work_with_launch=int(np.count_nonzero(links.anchor >= 0)),
+        gpu_work_without_launch=int(np.count_nonzero(links.anchor < 0)),
+        backward_nodes=len(bwd_nodes),
+        backward_nodes_linked=int(np.count_nonzero(links.forward_op[bwd_nodes] >= 0)),
+        nesting_conflicts=links.nesting_conflicts,
+    )
+    all_warnings = list(trace.metadata.warnings) + list(tree.warnings) + warnings
+    return ModuleProfile(
+        metadata=trace.metadata,
+        source=tree.source.value,
+        source_description=tree.source.description,
+        nodes=tuple(nodes),
+        roots=tuple(new_id[r] for r in module_roots + [bucket]),
+        selection=selection,
+        stats=stats,
+        module_nodes=n_mod,
+        warnings=tuple(all_warnings),
+    )
+
+
+def _classify(events: np.ndarray, links: Links, tree: Hierarchy, scope_of: np.ndarray):
+    """Module node (-1: none) and backward flag of each CPU event (-1 event: none, forward)."""
+    n = len(events)
+    node = np.full(n, -1, np.int64)
+    valid = events >= 0
+    e = np.maximum(events, 0)
+    bnode = np.where(valid, links.backward_node[e], -1)
+    region = np.where(valid, links.backward_region[e], -1)
+    scope = np.where(valid, scope_of[e], -1)
+    backward = region >= 0
+    fwd = valid & ~backward & (scope >= 0)
+    node[fwd] = tree.node_of_scope[scope[fwd]]
+    # a scope opened inside the backward: a module re-run by activation checkpointing
+    inner = backward & (scope >= 0)
+    inner[inner] &= links.depth[scope[inner]] > links.depth[region[inner]]
+    node[inner] = tree.node_of_scope[scope[inner]]
+    # otherwise: the module of the forward op that created the backward node
+    rest = backward & ~inner & (bnode >= 0)
+    fop = np.full(n, -1, np.int64)
+    fop[rest] = links.forward_op[bnode[rest]]
+    has = fop >= 0
+    fscope = np.full(n, -1, np.int64)
+    fscope[has] = scope_of[fop[has]]
+    ok = fscope >= 0
+    node[ok] = tree.node_of_scope[fscope[ok]]
+    return node, backward
+
+
+def _shared_busy_time(ev, work: np.ndarray) -> np.ndarray:
+    """Each work item's share of GPU busy time: concurrent items split an instant equally.
+    Computed per device; the shares of a device add up to the union of its work intervals."""
+    share = np.zeros(len(work))
+    if len(work) == 0:
+        return share
+    pid_of_thread = np.array([t.pid for t in ev.threads], dtype=object)
+    device_codes = np.unique(pid_of_thread[ev.thread[work]], return_inverse=True)[1].ravel()
+    for dev in np.unique(device_codes):
+        m = np.flatnonzero(device_codes == dev)
+        s = ev.ts[work[m]]
+        e = s + ev.dur[work[m]]
+        k = len(m)
+        t = np.concatenate([s, e])
+        order = np.argsort(t, kind="stable")
+        tt = t[order]
+        coverage = np.cumsum(np.where(order < k, 1, -1))
+        seg = np.diff(tt)
+        c = coverage[:-1]
+        w = np.where(c > 0, seg / np.maximum(c, 1), 0.0)
+        cum = np.concatenate([[0.0], np.cumsum(w)])
+        pos = np.empty(2 * k, np.int64)
+        pos[order] = np.arange(2 * k)
+        share[m] = cum[pos[k:]] - cum[pos[:k]]
+    return share
+
+
+def _subtree_totals(own: np.ndarray, parent: np.ndarray) -> np.ndarray:
+    """own[phase, node] summed over each node's subtree."""
+    total = own.copy()
+    depth = np.zeros(len(parent), np.int64)
+    for i in range(len(parent)):  # parents precede children in creation order
+        if parent[i] >= 0:
+            depth[i] = depth[parent[i]] + 1
+    for i in np.argsort(-depth, kind="stable"):
+        if parent[i] >= 0:
+            total[:, parent[i]] += total[:, i]
+    return total
+
+
+def _short_name(hn, source: Source) -> str:
+    if source in (Source.TRACEPROF, Source.LIGHTNING):
+        return hn.qualified_name.rsplit(".", 1)[-1] if hn.qualified_name else hn.class_name
+    return hn.key

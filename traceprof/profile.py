@@ -1,0 +1,198 @@
+"""ModuleProfile: the result of an analysis. Immutable; numbers only, no formatting.
+
+Times are per step (the mean over the selected steps), in microseconds.
+
+GPU busy time is the wall time during which the GPU was running work, *shared* between work
+items that ran at the same time: an instant when ``k`` kernels run concurrently (on different
+streams) counts ``1/k`` of its duration for each. So busy times add up: a node's total is its
+own time plus its children's totals, and the roots plus the "not in any module" bucket give the
+union of all GPU work intervals of the selection. ``gpu_work_us`` is the plain sum of the work
+items' durations (kernels, memcpy, memset).
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass, field, fields
+from typing import Iterator
+
+from .trace import ModuleInfo, TraceMetadata
+
+
+@dataclass(frozen=True, slots=True)
+class Times:
+    gpu_busy_us: float = 0.0
+    gpu_work_us: float = 0.0
+    cpu_us: float = 0.0
+    kernels: float = 0.0
+
+    def __add__(self, other: "Times") -> "Times":
+        return Times(*(getattr(self, f.name) + getattr(other, f.name) for f in fields(Times)))
+
+    def __sub__(self, other: "Times") -> "Times":
+        return Times(*(getattr(self, f.name) - getattr(other, f.name) for f in fields(Times)))
+
+
+ZERO = Times()
+
+
+@dataclass(frozen=True, slots=True)
+class PhaseTimes:
+    """One pass (forward or backward) of one node: its own work and its subtree's."""
+
+    own: Times = ZERO
+    total: Times = ZERO
+
+
+class NodeKind(str, enum.Enum):
+    MODULE = "module"  # a module call path (or an annotation when the trace has no modules)
+    UNATTRIBUTED = "unattributed"  # the bucket of work not inside any module
+    GROUP = "group"  # inside the bucket: work under one top-level op or annotation
+    OTHERS = "others"  # siblings folded together by a transform (--top)
+
+
+UNATTRIBUTED_NAME = "(not in any module)"
+
+
+@dataclass(frozen=True, slots=True)
+class ModuleNode:
+    id: int
+    parent: int  # -1 for a root
+    children: tuple[int, ...]
+    depth: int
+    kind: NodeKind
+    name: str  # short display name: the last part of the qualified name, or the class
+    class_name: str
+    qualified_name: str
+    path: tuple[str, ...]
+    calls: float  # calls per step
+    forward: PhaseTimes
+    backward: PhaseTimes
+    info: ModuleInfo | None = None
+
+    @property
+    def total(self) -> Times:
+        return self.forward.total + self.backward.total
+
+    @property
+    def own(self) -> Times:
+        return self.forward.own + self.backward.own
+
+
+@dataclass(frozen=True, slots=True)
+class StepSelection:
+    """Which steps the numbers are the mean of."""
+
+    numbers: tuple[int, ...]  # ProfilerStep numbers used; () when the trace has no steps
+    in_trace: tuple[int, ...]  # every ProfilerStep number in the trace
+    incomplete: tuple[int, ...]  # steps left out by default: GPU work launched in them is missing
+    count: int  # the divisor: number of steps (1 for a trace without steps)
+    wall_us: float  # mean CPU wall time of a selected step (trace span without steps)
+    gpu_busy_us: float  # mean union of GPU work intervals per step
+    gpu_work_us: float
+    cpu_us: float
+    kernels: float
+
+
+@dataclass(frozen=True, slots=True)
+class LinkStats:
+    events: int
+    kernels: int
+    memcpys: int
+    memsets: int
+    gpu_work_with_launch: int
+    gpu_work_without_launch: int
+    backward_nodes: int
+    backward_nodes_linked: int
+    nesting_conflicts: int
+
+
+@dataclass(frozen=True, slots=True)
+class ModuleProfile:
+    metadata: TraceMetadata
+    source: str  # hierarchy source (hierarchy.Source value)
+    source_description: str
+    nodes: tuple[ModuleNode, ...]  # index == id; parents before children, siblings in order
+    roots: tuple[int, ...]  # module roots first, the unattributed bucket last
+    selection: StepSelection
+    stats: LinkStats
+    module_nodes: int  # module nodes in the full tree (before any depth or top-N transform)
+    warnings: tuple[str, ...] = field(default=())
+
+    @property
+    def has_gpu(self) -> bool:
+        return self.stats.kernels + self.stats.memcpys + self.stats.memsets > 0
+
+    @property
+    def module_count(self) -> int:
+        return sum(1 for n in self.nodes if n.kind is NodeKind.MODULE)
+
+    @property
+    def unattributed(self) -> ModuleNode | None:
+        for r in self.roots:
+            if self.nodes[r].kind is NodeKind.UNATTRIBUTED:
+                return self.nodes[r]
+        return None
+
+    def walk(self, start: int | None = None) -> Iterator[ModuleNode]:
+        """Nodes in pre-order (parents before children, siblings in stored order)."""
+        stack = [start] if start is not None else list(reversed(self.roots))
+        while stack:
+            node = self.nodes[stack.pop()]
+            yield node
+            stack.extend(reversed(node.children))
+
+    def find(self, qualified_name: str) -> ModuleNode:
+        for n in self.nodes:
+            if n.qualified_name == qualified_name:
+                return n
+        raise KeyError(qualified_name)
+
+    def share_of_step(self, node: ModuleNode) -> float:
+        """The node's GPU busy time (forward + backward) as a fraction of the step's; CPU time
+        for traces without GPU work."""
+        if self.has_gpu:
+            denom, num = self.selection.gpu_busy_us, node.total.gpu_busy_us
+        else:
+            denom, num = self.selection.cpu_us, node.total.cpu_us
+        return num / denom if denom > 0 else 0.0
+
+    def self_check(self, rel_tol: float = 1e-6) -> None:
+        """Assert the invariants: totals = own + children, roots add up to the step."""
+
+        def close(a: float, b: float) -> bool:
+            return math.isclose(a, b, rel_tol=rel_tol, abs_tol=1e-6 * max(1.0, abs(b)))
+
+        for node in self.nodes:
+            for phase in ("forward", "backward"):
+                p: PhaseTimes = getattr(node, phase)
+                expect = p.own
+                for c in node.children:
+                    expect = expect + getattr(self.nodes[c], phase).total
+                for f in fields(Times):
+                    a, b = getattr(p.total, f.name), getattr(expect, f.name)
+                    assert close(a, b), f"{node.qualified_name} {phase} {f.name}: {a} != {b}"
+            for c in node.children:
+                assert self.nodes[c].parent == node.id, f"bad parent link under {node.id}"
+        roots = ZERO
+        for r in self.roots:
+            roots = roots + self.nodes[r].total
+        sel = self.selection
+        for name, want in (
+            ("gpu_busy_us", sel.gpu_busy_us),
+            ("gpu_work_us", sel.gpu_work_us),
+            ("cpu_us", sel.cpu_us),
+            ("kernels", sel.kernels),
+        ):
+            got = getattr(roots, name)
+            assert close(got, want), f"roots {name} {got} != selection {want}"
+
+    def to_dataframe(self):
+        """One row per node, in pre-order, with typed columns (needs pandas)."""
+        from .render.records import profile_rows
+
+        import pandas as pd
+
+        rows = profile_rows(self)
+        return pd.DataFrame(rows).astype({"calls": "float64", "depth": "int64"})

@@ -1,0 +1,148 @@
+"""Profile -> profile functions: depth limit, sorting, top-N. Each returns a new, complete profile
+whose invariants still hold (``self_check``)."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import replace
+from typing import Callable
+
+from .errors import OptionError
+from .profile import ZERO, ModuleNode, ModuleProfile, NodeKind, PhaseTimes
+
+
+class SortKey(str, enum.Enum):
+    ORDER = "order"  # first-call order (as the model runs)
+    GPU = "gpu"  # forward + backward GPU busy time
+    FORWARD = "fwd"
+    BACKWARD = "bwd"
+    CPU = "cpu"
+    KERNELS = "kernels"
+    CALLS = "calls"
+    NAME = "name"
+
+
+_KEYS: dict[SortKey, Callable[[ModuleNode], object]] = {
+    SortKey.GPU: lambda n: -n.total.gpu_busy_us,
+    SortKey.FORWARD: lambda n: -n.forward.total.gpu_busy_us,
+    SortKey.BACKWARD: lambda n: -n.backward.total.gpu_busy_us,
+    SortKey.CPU: lambda n: -n.total.cpu_us,
+    SortKey.KERNELS: lambda n: -n.total.kernels,
+    SortKey.CALLS: lambda n: -n.calls,
+    SortKey.NAME: lambda n: n.name,
+}
+
+
+def _key(key: SortKey | str) -> SortKey:
+    try:
+        return SortKey(key)
+    except ValueError:
+        raise OptionError(
+            f"unknown sort key {key!r} (known: {', '.join(k.value for k in SortKey)})"
+        ) from None
+
+
+def sort_children(profile: ModuleProfile, key: SortKey | str) -> ModuleProfile:
+    """Siblings ordered by ``key`` (largest first); the bucket stays last among roots."""
+    key = _key(key)
+    if key is SortKey.ORDER:
+        return profile
+    fn = _KEYS[key]
+
+    def arrange(node: ModuleNode | None, children: list[ModuleNode]):
+        fixed = [c for c in children if c.kind is NodeKind.UNATTRIBUTED]
+        movable = sorted((c for c in children if c.kind is not NodeKind.UNATTRIBUTED), key=fn)
+        return movable + fixed, [], False
+
+    return _rebuild(profile, arrange)
+
+
+def limit_depth(profile: ModuleProfile, depth: int) -> ModuleProfile:
+    """Drop nodes deeper than ``depth`` (0 = roots only); their time stays in their ancestors,
+    whose own time becomes their total."""
+    if depth < 0:
+        raise OptionError(f"--depth must be 0 or more, not {depth}")
+
+    def arrange(node: ModuleNode | None, children: list[ModuleNode]):
+        if node is not None and node.depth >= depth:
+            return [], children, False
+        return children, [], False
+
+    return _rebuild(profile, arrange)
+
+
+def top_children(profile: ModuleProfile, n: int, key: SortKey | str = SortKey.GPU) -> ModuleProfile:
+    """Keep the ``n`` largest children of every node by ``key``, in their order; fold the rest
+    into one "(k more)" node."""
+    if n < 1:
+        raise OptionError(f"--top must be 1 or more, not {n}")
+    key = _key(key)
+    fn = _KEYS[SortKey.GPU if key in (SortKey.ORDER, SortKey.NAME) else key]
+
+    def arrange(node: ModuleNode | None, children: list[ModuleNode]):
+        movable = [c for c in children if c.kind is not NodeKind.UNATTRIBUTED]
+        if len(movable) <= n:
+            return children, [], False
+        keep = set(id(c) for c in sorted(movable, key=fn)[:n])
+        kept = [c for c in children if id(c) in keep or c.kind is NodeKind.UNATTRIBUTED]
+        folded = [c for c in movable if id(c) not in keep]
+        return kept, folded, True
+
+    return _rebuild(profile, arrange)
+
+
+Arrange = Callable[[ModuleNode | None, list[ModuleNode]], tuple[list[ModuleNode], list[ModuleNode], bool]]
+
+
+def _rebuild(profile: ModuleProfile, arrange: Arrange) -> ModuleProfile:
+    """Rebuild the node list. ``arrange(parent, children)`` returns (kept children in order,
+    folded children, whether the folded ones become an "others" sibling node (True) or are
+    absorbed into the parent's own time (False))."""
+    nodes = profile.nodes
+    out: list[ModuleNode] = []
+
+    def sum_phase(group: list[ModuleNode], phase: str) -> PhaseTimes:
+        total = ZERO
+        for c in group:
+            total = total + getattr(c, phase).total
+        return PhaseTimes(own=total, total=total)
+
+    def emit(node: ModuleNode, new_parent: int, depth: int) -> int:
+        new_id = len(out)
+        out.append(node)  # placeholder, replaced below once children are known
+        kids = [nodes[c] for c in node.children]
+        kept, folded, as_sibling = arrange(node, kids)
+        child_ids = [emit(c, new_id, depth + 1) for c in kept]
+        fwd, bwd = node.forward, node.backward
+        if folded and as_sibling:
+            others = ModuleNode(
+                id=len(out), parent=new_id, children=(), depth=depth + 1, kind=NodeKind.OTHERS,
+                name=f"({len(folded)} more)", class_name="", qualified_name=node.qualified_name + "/(more)",
+                path=node.path + ("(more)",), calls=0.0,
+                forward=sum_phase(folded, "forward"), backward=sum_phase(folded, "backward"),
+            )
+            out.append(others)
+            child_ids.append(others.id)
+        elif folded:
+            fwd = PhaseTimes(own=fwd.own + sum_phase(folded, "forward").total, total=fwd.total)
+            bwd = PhaseTimes(own=bwd.own + sum_phase(folded, "backward").total, total=bwd.total)
+        out[new_id] = replace(
+            node, id=new_id, parent=new_parent, children=tuple(child_ids), depth=depth,
+            forward=fwd, backward=bwd,
+        )
+        return new_id
+
+    roots = [nodes[r] for r in profile.roots]
+    kept_roots, folded_roots, as_sibling = arrange(None, roots)
+    root_ids = [emit(r, -1, 0) for r in kept_roots]
+    if folded_roots:
+        others = ModuleNode(
+            id=len(out), parent=-1, children=(), depth=0, kind=NodeKind.OTHERS,
+            name=f"({len(folded_roots)} more)", class_name="", qualified_name="(more)",
+            path=("(more)",), calls=0.0,
+            forward=sum_phase(folded_roots, "forward"), backward=sum_phase(folded_roots, "backward"),
+        )
+        out.append(others)
+        bucket = [i for i in root_ids if out[i].kind is NodeKind.UNATTRIBUTED]
+        root_ids = [i for i in root_ids if i not in bucket] + [others.id] + bucket
+    return replace(profile, nodes=tuple(out), roots=tuple(root_ids))
