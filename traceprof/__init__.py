@@ -1,0 +1,29 @@
+"""traceprof: per-nn.Module GPU time, forward and backward, from PyTorch profiler traces."""
+
+from .api import analyze
+from .errors import TraceprofError, TraceReadError
+from .hierarchy import Source
+from .profile import ModuleNode, ModuleProfile, NodeKind, PhaseTimes, StepSelection, Times
+from .trace import Trace, load_trace
+from .transforms import SortKey, limit_depth, sort_children, top_children
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ModuleNode",
+    "ModuleProfile",
+    "NodeKind",
+    "PhaseTimes",
+    "SortKey",
+    "Source",
+    "StepSelection",
+    "Times",
+    "Trace",
+    "TraceReadError",
+    "TraceprofError",
+    "analyze",
+    "limit_depth",
+    "load_trace",
+    "sort_children",
+    "top_children",
+]

@@ -1,0 +1,41 @@
+"""The Python API: load a trace, analyze it, shape the result."""
+
+from __future__ import annotations
+
+import os
+
+from . import transforms
+from .attribution import analyze as _analyze
+from .hierarchy import Source
+from .profile import ModuleProfile
+from .reader import Progress
+from .trace import Trace, load_trace
+
+
+def analyze(
+    trace: Trace | str | os.PathLike,
+    *,
+    step: int | None = None,
+    hierarchy: Source | str | None = None,
+    depth: int | None = None,
+    top: int | None = None,
+    sort: transforms.SortKey | str = transforms.SortKey.ORDER,
+    progress: Progress | None = None,
+) -> ModuleProfile:
+    """Per-module forward/backward GPU and CPU time of a trace (a :class:`Trace` or a path).
+
+    >>> profile = analyze("sample_traces/resnet18_train_cpu.pt.trace.json.gz")  # doctest: +SKIP
+    >>> profile.to_dataframe()  # doctest: +SKIP
+    """
+    if not isinstance(trace, Trace):
+        trace = load_trace(trace, progress)
+    if progress:
+        progress("attributing")
+    profile = _analyze(trace, step=step, hierarchy=hierarchy)
+    if sort != transforms.SortKey.ORDER:
+        profile = transforms.sort_children(profile, sort)
+    if top is not None:
+        profile = transforms.top_children(profile, top, sort)
+    if depth is not None:
+        profile = transforms.limit_depth(profile, depth)
+    return profile

@@ -1,0 +1,26 @@
+"""Atomic output: write to a temporary file beside the target, then rename it into place."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+from .errors import OutputError
+
+
+def write_atomic(path: str, text: str) -> None:
+    directory = os.path.dirname(os.path.abspath(path))
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".traceprof-", suffix=".tmp", dir=directory)
+    except OSError as e:
+        raise OutputError(f"{path}: cannot write there ({e.strerror or e})") from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except OSError as e:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise OutputError(f"{path}: cannot write ({e.strerror or e})") from None

@@ -1,0 +1,60 @@
+"""Renderers: each turns a ModuleProfile into text. They register themselves by name and by the
+file extensions that select them for ``-o FILE``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from ..errors import OptionError
+from ..profile import ModuleProfile
+
+
+@dataclass(frozen=True, slots=True)
+class RenderOptions:
+    raw_numbers: bool = False  # microseconds as plain numbers instead of "1.23 ms"
+
+
+@dataclass(frozen=True, slots=True)
+class Renderer:
+    name: str
+    extensions: tuple[str, ...]
+    description: str
+    render: Callable[[ModuleProfile, RenderOptions], str]
+
+
+REGISTRY: dict[str, Renderer] = {}
+
+
+def register(name: str, extensions: tuple[str, ...], description: str):
+    def wrap(fn: Callable[[ModuleProfile, RenderOptions], str]):
+        REGISTRY[name] = Renderer(name, extensions, description, fn)
+        return fn
+
+    return wrap
+
+
+def get(name: str) -> Renderer:
+    try:
+        return REGISTRY[name]
+    except KeyError:
+        raise OptionError(f"unknown format {name!r} (known: {', '.join(REGISTRY)})") from None
+
+
+def for_path(path: str) -> Renderer | None:
+    """The renderer an output file name asks for, by its extension."""
+    lower = path.lower()
+    best = None
+    for r in REGISTRY.values():
+        for ext in r.extensions:
+            if lower.endswith(ext) and (best is None or len(ext) > len(best[1])):
+                best = (r, ext)
+    return best[0] if best else None
+
+
+def render(profile: ModuleProfile, fmt: str, options: RenderOptions | None = None) -> str:
+    return get(fmt).render(profile, options or RenderOptions())
+
+
+# registration happens on import
+from . import csv_format, json_format, table, tree  # noqa: E402,F401

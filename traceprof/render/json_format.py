@@ -1,0 +1,41 @@
+"""JSON document with a versioned schema (docs/output-formats.md)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import msgspec
+
+from ..profile import ModuleProfile
+from . import RenderOptions, register
+from .records import JSON_SCHEMA, node_record
+
+
+def profile_document(profile: ModuleProfile) -> dict:
+    md = profile.metadata
+    return {
+        "schema": JSON_SCHEMA,
+        "trace": {
+            "path": md.path,
+            "size_bytes": md.size_bytes,
+            "schema_version": md.schema_version,
+            "devices": [dataclasses.asdict(d) for d in md.devices],
+            "rank": md.rank,
+            "world_size": md.world_size,
+            "flags": md.flags,
+        },
+        "hierarchy": {"source": profile.source, "description": profile.source_description},
+        "steps": dataclasses.asdict(profile.selection),
+        "stats": dataclasses.asdict(profile.stats),
+        "warnings": list(profile.warnings),
+        "roots": list(profile.roots),
+        "nodes": [
+            {**node_record(profile, n), "children": list(n.children), "path": list(n.path)}
+            for n in profile.walk()
+        ],
+    }
+
+
+@register("json", (".json",), "JSON document, schema traceprof.profile/1")
+def render_json(profile: ModuleProfile, opts: RenderOptions) -> str:
+    return msgspec.json.format(msgspec.json.encode(profile_document(profile)), indent=1).decode() + "\n"

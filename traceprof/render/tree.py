@@ -1,0 +1,45 @@
+"""DeepSpeed-flops-profiler-style indented module tree."""
+
+from __future__ import annotations
+
+from ..profile import ModuleNode, ModuleProfile, NodeKind
+from . import RenderOptions, register, units
+from .header import header_lines
+
+
+def _line(profile: ModuleProfile, node: ModuleNode, opts: RenderOptions) -> str:
+    d = lambda us: units.duration(us, opts.raw_numbers)  # noqa: E731
+    fields = []
+    if profile.has_gpu:
+        fields.append(f"fwd {d(node.forward.total.gpu_busy_us)}")
+        fields.append(f"bwd {d(node.backward.total.gpu_busy_us)}")
+        fields.append(f"{units.percent(profile.share_of_step(node))} GPU")
+        fields.append(f"{units.count(node.total.kernels)} kernels")
+        fields.append(f"cpu {d(node.total.cpu_us)}")
+    else:
+        fields.append(f"cpu fwd {d(node.forward.total.cpu_us)}")
+        fields.append(f"cpu bwd {d(node.backward.total.cpu_us)}")
+        fields.append(f"{units.percent(profile.share_of_step(node))} CPU")
+    if node.kind is NodeKind.MODULE and node.calls != 1:
+        fields.append(f"{units.count(node.calls)} calls")
+    if node.info is not None:
+        if node.info.params_total is not None:
+            fields.append(f"{units.big_number(node.info.params_total)} params")
+        if node.info.inputs:
+            fields.append(f"in {units.shape(node.info.inputs)}")
+    label = f"({node.name}): {node.class_name}" if node.class_name else node.name
+    return "  " * node.depth + f"{label}(" + ", ".join(fields) + ")"
+
+
+@register("tree", (".txt", ".tree"), "indented module tree (DeepSpeed flops profiler style)")
+def render_tree(profile: ModuleProfile, opts: RenderOptions) -> str:
+    time_kind = "GPU busy time" if profile.has_gpu else "CPU time"
+    out = ["traceprof module profile"] + header_lines(profile)
+    out.append("")
+    out.append(
+        f"Each line: forward and backward {time_kind} per step (node and everything below it), "
+        "share of the step, kernels, calls when not 1."
+    )
+    out.append("")
+    out.extend(_line(profile, n, opts) for n in profile.walk())
+    return "\n".join(out) + "\n"
