@@ -1,5 +1,6 @@
 """traceprof: per-nn.Module GPU time, forward and backward, from PyTorch profiler traces."""
 
+from . import render
 from .api import analyze
 from .errors import TraceprofError, TraceReadError
 from .hierarchy import Source
