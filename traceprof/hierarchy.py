@@ -37,7 +37,7 @@ _DESCRIPTIONS = {
     Source.TRACEPROF: "traceprof module scopes",
     Source.LIGHTNING: "PyTorch Lightning [pl][module] scopes",
     Source.NN_MODULE: "python_function nn.Module events (with_stack=True)",
-    Source.ANNOTATIONS: "user annotations (record_function), no module events in the trace",
+    Source.ANNOTATIONS: "user annotations (record_function)",
     Source.NONE: "no module or annotation events in the trace",
 }
 
@@ -138,6 +138,8 @@ def build_hierarchy(trace: Trace, links: Links, source: Source | str | None = No
                 f"module scopes of convention version {max(versions)} are newer than this "
                 f"traceprof reads ({schema.TRACEPROF_SCOPE_VERSION}); names may be wrong"
             )
+    if chosen is Source.NONE and source not in (None, "auto"):
+        warnings.append(f"the trace has no {Source(source).description}")
     if chosen is Source.NONE:
         empty = np.full(len(ev), -1, np.int64)
         return Hierarchy(chosen, (), mask, empty, np.zeros(len(ev), bool), tuple(warnings))

@@ -1,0 +1,71 @@
+"""The command line: formats, options, output files."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from .conftest import SHARED_TRACES
+
+BERT = SHARED_TRACES / "module_tree/h100_bert_small_inference.json.gz"
+MI300 = SHARED_TRACES / "module_tree/mi300_resnet_activation_checkpoint_training.json.gz"
+
+
+def run(*args, check=True):
+    proc = subprocess.run([sys.executable, "-m", "traceprof", *map(str, args)],
+                          capture_output=True, text=True, timeout=120)
+    if check:
+        assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+def test_default_is_the_tree_on_stdout():
+    out = run("analyze", BERT).stdout
+    assert "(BertLMHeadModel_0): BertLMHeadModel(fwd" in out
+    assert "(not in any module)" in out
+
+
+def test_output_format_follows_the_file_extension(tmp_path):
+    for name, check in (("p.json", lambda t: json.loads(t)["schema"] == "traceprof.profile/1"),
+                        ("p.csv", lambda t: t.startswith("id,parent,depth")),
+                        ("p.txt", lambda t: "traceprof module profile" in t)):
+        target = tmp_path / name
+        proc = run("analyze", BERT, "-o", target)
+        assert proc.stdout == ""
+        assert check(target.read_text())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p.csv", "p.json", "p.txt"]
+
+
+def test_depth_top_sort_and_step_options():
+    depth0 = run("analyze", MI300, "--depth", "0", "--format", "table").stdout
+    assert "├─" not in depth0
+    top = run("analyze", MI300, "--top", "2", "--sort", "gpu", "--format", "json").stdout
+    doc = json.loads(top)
+    root = doc["nodes"][0]
+    assert len(root["children"]) <= 3
+    step = json.loads(run("analyze", MI300, "--step", "16", "-f", "json").stdout)
+    assert step["steps"]["numbers"] == [16]
+
+
+def test_an_unknown_step_is_a_one_line_error():
+    proc = run("analyze", MI300, "--step", "3", check=False)
+    assert proc.returncode == 3
+    assert proc.stderr.strip().splitlines() == [
+        "traceprof: error: step 3 is not in the trace (steps in the trace: 15, 16, 17)"
+    ]
+
+
+def test_raw_numbers_and_hierarchy_choice():
+    raw = run("analyze", BERT, "--raw").stdout
+    assert " us" not in raw.split("\n\n", 2)[2]
+    flat = run("analyze", BERT, "--hierarchy", "annotations").stdout
+    assert "warning:   the trace has no user annotations (record_function)" in flat
+
+
+def test_help_lists_the_options():
+    out = run("analyze", "--help").stdout
+    for opt in ("--format", "--depth", "--top", "--sort", "--step", "--output", "--hierarchy"):
+        assert opt in out
