@@ -126,6 +126,8 @@ def link(trace: Trace) -> Links:
 
 #: a child that outlives its parent by at most this much (ns) is clipped to the parent's end
 _CLIP_TOLERANCE_NS = 1000
+#: largest offset or duration (ns, about 36 years) the integer nesting arithmetic takes
+_MAX_NS = float(2**60)
 
 
 def _nest(thread, ts, dur, cpu: np.ndarray, n: int):
@@ -144,8 +146,13 @@ def _nest(thread, ts, dur, cpu: np.ndarray, n: int):
         return parent, depth, nest_end, 0
     # integer nanoseconds: exact ties, and a half-step trick for zero-length slices below
     t0 = ts[cpu].min()
-    start = np.rint((ts[cpu] - t0) * 1000.0).astype(np.int64)
-    end = start + np.rint(dur[cpu] * 1000.0).astype(np.int64)
+    # Clipped so that corrupt values (a slice thousands of years long) cannot overflow int64
+    # here or in _nest_sorted (2 * end); casting an out-of-range float is undefined.
+    with np.errstate(over="ignore", invalid="ignore"):
+        start_ns = np.clip((ts[cpu] - t0) * 1000.0, 0.0, _MAX_NS)
+        dur_ns = np.clip(dur[cpu] * 1000.0, 0.0, _MAX_NS)
+    start = np.rint(start_ns).astype(np.int64)
+    end = start + np.rint(dur_ns).astype(np.int64)
     thr = thread[cpu]
     order = np.lexsort((-end, start, thr))
     start, end, thr, idx = start[order], end[order], thr[order], cpu[order]

@@ -151,20 +151,37 @@ def _lenient_events(path, events_raw, warnings: list[str]) -> list:
             dropped += 1
         else:
             events.append(ev)
+    if items and not events:
+        # an array of numbers, strings or nulls is not a trace; reporting an empty profile
+        # would hide that
+        where = f'"{schema.TRACE_EVENTS_KEY}"' if isinstance(events_raw, msgspec.Raw) else "the array"
+        raise TraceReadError(
+            path, f"not a trace: none of the {len(items)} entries of {where} is an event object"
+        )
     if dropped:
         warnings.append(f"{dropped} malformed events skipped")
     return events
 
 
 def _as_int(v: Any) -> int | None:
+    """An int64 from an int, a float or a numeric string; None when absent or out of range."""
+    if v is None or isinstance(v, bool):
+        return None
+    if not isinstance(v, int):
+        try:
+            v = int(float(v))
+        except (TypeError, ValueError, OverflowError):
+            return None
+    return v if schema.INT64_MIN <= v <= schema.INT64_MAX else None
+
+
+def _as_flow_id(v: Any) -> int | str | None:
+    """A flow id: an int64, or else a string that is only compared for equality."""
     if v is None or isinstance(v, bool):
         return None
     if isinstance(v, int):
-        return v
-    try:
-        return int(float(v))
-    except (TypeError, ValueError, OverflowError):
-        return None
+        return v if schema.INT64_MIN <= v <= schema.INT64_MAX else str(v)
+    return v if isinstance(v, str) else None
 
 
 def _as_float(v: Any, default: float) -> float:
@@ -201,7 +218,6 @@ def _coerce_event(item: Any):
                 values[attr] = -1 if i is None else i
         args = schema.RawArgs(**values)
     pid, tid = item.get("pid", 0), item.get("tid", 0)
-    fid = item.get("id")
     return schema.RawEvent(
         ph=str(item.get("ph", "")),
         cat=str(item.get("cat", "")),
@@ -210,6 +226,6 @@ def _coerce_event(item: Any):
         tid=tid if isinstance(tid, (int, str)) and not isinstance(tid, bool) else str(tid),
         ts=_as_float(item.get("ts"), float("nan")),
         dur=_as_float(item.get("dur"), 0.0),
-        id=fid if isinstance(fid, (int, str)) and not isinstance(fid, bool) else None,
+        id=_as_flow_id(item.get("id")),
         args=args,
     )

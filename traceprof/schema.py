@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 import re
-from typing import Any, Optional, Union
+from typing import Annotated, Any, Optional, Union
 
 import msgspec
 
@@ -85,15 +85,19 @@ def kind_of(ph: str, cat: str) -> Kind:
 
 # Integer arguments decode as int with -1 for "absent" so that columns build without None checks;
 # a trace with null or non-integer values there takes the lenient path (reader._lenient_events).
-_INT = int
+# Integers must fit the int64 columns they end up in; larger ones also take the lenient path,
+# which treats them as absent.
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+_I64 = Annotated[int, msgspec.Meta(ge=INT64_MIN, le=INT64_MAX)]
+_INT = _I64
 _ARG_FIELDS: tuple[tuple[str, str, Any], ...] = (
     ("correlation", "correlation", _INT),
     ("external_id", "External id", _INT),
     ("external_id_2021", "external id", _INT),
     ("sequence_number", "Sequence number", _INT),
     ("fwd_thread_id", "Fwd thread id", _INT),
-    ("python_id", "Python id", Optional[int]),
-    ("python_parent_id", "Python parent id", Optional[int]),
+    ("python_id", "Python id", Optional[_I64]),
+    ("python_parent_id", "Python parent id", Optional[_I64]),
     ("stream", "stream", _INT),
     ("device", "device", _INT),
     ("input_dims", "Input Dims", msgspec.Raw),
@@ -112,7 +116,7 @@ _EVENT_FIELDS: tuple[tuple[str, str, Any, Any], ...] = (
     ("tid", "tid", Union[int, str], 0),
     ("ts", "ts", float, float("nan")),
     ("dur", "dur", float, 0.0),
-    ("id", "id", Union[int, str, None], None),
+    ("id", "id", Union[_I64, str, None], None),
 )
 
 
@@ -167,7 +171,8 @@ META_PROCESS_LABELS = "process_labels"
 # ---------------------------------------------------------------------------------------------
 # Event name patterns.
 
-STEP_RE = re.compile(r"ProfilerStep#(\d+)\Z")
+#: (at most 18 digits, so that the number fits an int64)
+STEP_RE = re.compile(r"ProfilerStep#(\d{1,18})\Z")
 #: traceprof's own module scope, version 1 (docs/trace-conventions.md)
 TRACEPROF_SCOPE_RE = re.compile(r"\[traceprof:(\d+)\]([^:]*):[ ]?(.*)\Z", re.S)
 TRACEPROF_SCOPE_VERSION = 1
