@@ -1,0 +1,273 @@
+#!/usr/bin/env python
+"""Step-time overhead of traceprof's module scopes, on CPU.
+
+For each model and mode it alternates, ``--repeats`` times, three runs of ``--active`` profiled
+steps each (after ``wait=1, warmup=1``):
+
+- ``none``: no profiler at all (reference);
+- ``torch``: ``torch.profiler.profile`` with the flags traceprof uses (CPU activity,
+  ``record_shapes``, ``with_flops``, ``with_modules``), no scopes;
+- ``traceprof``: ``traceprof.capture.profile`` (same flags + one scope per module call and the
+  shape capture of the first active step).
+
+The time of a step is the time of the training (forward, loss, backward, optimizer step) or
+inference (forward under ``no_grad``) function only: ``prof.step()`` is left out, since the last
+one exports the trace. The printed ratio is median(traceprof) / median(torch). A second table
+gives the cost of one scope (enter + exit) for each scope implementation under an active
+profiler.
+
+    python scripts/bench_capture_overhead.py
+    python scripts/bench_capture_overhead.py --models gpt --modes train --repeats 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+import warnings
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import traceprof.capture as capture  # noqa: E402
+from traceprof.capture import sample_models as sm  # noqa: E402
+
+
+def make_step(name: str, mode: str) -> tuple[torch.nn.Module, Callable[[], None]]:
+    torch.manual_seed(0)
+    if name == "resnet18":
+        model = sm.ResNet18(num_classes=1000)
+        x, y = torch.randn(2, 3, 64, 64), torch.randint(0, 1000, (2,))
+
+        def forward():
+            return model(x)
+
+        def loss_of(out):
+            return F.cross_entropy(out, y)
+    elif name == "gpt":
+        config = sm.GPTConfig()
+        model = sm.GPT(config)
+        idx = torch.randint(0, config.vocab_size, (2, 128))
+        targets = torch.roll(idx, -1, dims=1)
+
+        def forward():
+            return model(idx)
+
+        def loss_of(out):
+            return F.cross_entropy(out.flatten(0, 1), targets.flatten())
+    else:
+        raise ValueError(name)
+
+    if mode == "infer":
+        model.eval()
+
+        def step() -> None:
+            with torch.no_grad():
+                forward()
+        return model, step
+
+    model.train()
+    opt = torch.optim.SGD(model.parameters(), lr=1e-4)
+
+    def step() -> None:
+        loss_of(forward()).backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return model, step
+
+
+def timed_steps(kind: str, model: torch.nn.Module, step: Callable[[], None], active: int,
+                logdir: str) -> list[tuple[float, float]]:
+    """``(wall, thread CPU)`` seconds of each active step (step function only)."""
+    from torch.profiler import ProfilerActivity, schedule
+
+    times: list[tuple[float, float]] = []
+    total = 2 + active  # wait 1, warmup 1, active
+
+    def loop(prof) -> None:
+        for i in range(total):
+            t0, c0 = time.perf_counter(), time.thread_time()
+            step()
+            t1, c1 = time.perf_counter(), time.thread_time()
+            if i >= 2:
+                times.append((t1 - t0, c1 - c0))
+            if prof is not None:
+                prof.step()
+
+    if kind == "none":
+        loop(None)
+    elif kind == "torch":
+        with torch.profiler.profile(
+            activities=[ProfilerActivity.CPU],
+            schedule=schedule(wait=1, warmup=1, active=active, repeat=1),
+            on_trace_ready=lambda p: None,
+            record_shapes=True, with_flops=True, with_modules=True,
+        ) as prof:
+            loop(prof)
+    elif kind == "traceprof":
+        with capture.profile(model, logdir=logdir, wait=1, warmup=1, active=active) as prof:
+            loop(prof)
+        for path in prof.trace_paths:
+            os.remove(path)
+    else:
+        raise ValueError(kind)
+    return times
+
+
+def bench_model(name: str, mode: str, repeats: int, active: int, logdir: str) -> dict:
+    """Per clock (wall, cpu): median step time per kind and traceprof/torch ratios per repeat."""
+    model, step = make_step(name, mode)
+    kinds = ["none", "torch", "traceprof"]
+    for kind in kinds:  # warm up every path once (allocator, profiler init, hooks)
+        timed_steps(kind, model, step, 2, logdir)
+    samples: dict[str, list[tuple[float, float]]] = {k: [] for k in kinds}
+    ratios: dict[int, list[float]] = {0: [], 1: []}
+    for r in range(repeats):
+        order = kinds if r % 2 == 0 else kinds[::-1]
+        run = {kind: timed_steps(kind, model, step, active, logdir) for kind in order}
+        for kind in kinds:
+            samples[kind].extend(run[kind])
+        for clock in (0, 1):
+            ratios[clock].append(statistics.median(t[clock] for t in run["traceprof"])
+                                 / statistics.median(t[clock] for t in run["torch"]))
+    return {
+        "median": {(k, c): statistics.median(t[c] for t in v)
+                   for k, v in samples.items() for c in (0, 1)},
+        "ratios": ratios,
+        "calls": _calls_per_step(model, step),
+    }
+
+
+def _calls_per_step(model: torch.nn.Module, step: Callable[[], None]) -> int:
+    count = [0]
+
+    def hook(*_):
+        count[0] += 1
+
+    handles = [m.register_forward_pre_hook(hook) for m in model.modules()]
+    try:
+        step()
+    finally:
+        for h in handles:
+            h.remove()
+    return count[0]
+
+
+def bench_scope_kinds(n: int = 20000) -> dict[str, float]:
+    """Microseconds per scope (enter + exit) under an active CPU profiler."""
+    from torch.profiler import ProfilerActivity
+
+    from traceprof.capture.scopes import _OpsRecord
+
+    kinds: dict[str, Callable[[str], object]] = {"record_function (torch.profiler)":
+                                                 torch.profiler.record_function,
+                                                 "record_function ops (traceprof fallback)":
+                                                 _OpsRecord}
+    fast = getattr(torch._C._profiler, "_RecordFunctionFast", None)
+    if fast is not None:
+        kinds["_RecordFunctionFast (traceprof default)"] = fast
+    result: dict[str, float] = {}
+    name = "[traceprof:1]Linear: transformer.h.0.attn.c_attn"
+    with torch.profiler.profile(activities=[ProfilerActivity.CPU], record_shapes=True,
+                                with_flops=True, with_modules=True):
+        for label, make in kinds.items():
+            best = float("inf")
+            for _ in range(3):
+                t0 = time.perf_counter()
+                for _ in range(n):
+                    rec = make(name)
+                    rec.__enter__()
+                    rec.__exit__(None, None, None)
+                best = min(best, (time.perf_counter() - t0) / n * 1e6)
+            result[label] = best
+    return result
+
+
+def bench_call_cost(n_modules: int = 200, iters: int = 200) -> dict[str, float]:
+    """Microseconds per module call of a chain of ``nn.Identity``, best of ``iters`` forwards.
+
+    Isolates the per-call cost of the hooks (Python hook dispatch in ``Module.__call__`` plus one
+    scope) from the model's own work; best-of is robust to a busy machine.
+    """
+    from torch.profiler import ProfilerActivity, schedule
+
+    model = torch.nn.Sequential(*(torch.nn.Identity() for _ in range(n_modules)))
+    x = torch.zeros(1)
+    result: dict[str, float] = {}
+
+    def best(prof) -> float:
+        low = float("inf")
+        for _ in range(iters):
+            t0 = time.perf_counter()
+            model(x)
+            low = min(low, time.perf_counter() - t0)
+        if prof is not None:
+            prof.step()
+        return low / (n_modules + 1) * 1e6
+
+    result["no profiler"] = best(None)
+    with torch.profiler.profile(activities=[ProfilerActivity.CPU],
+                                schedule=schedule(wait=0, warmup=1, active=1),
+                                on_trace_ready=lambda p: None, record_shapes=True,
+                                with_flops=True, with_modules=True) as prof:
+        prof.step()  # into the active step
+        result["torch.profiler, no scopes"] = best(prof)
+    with tempfile.TemporaryDirectory(prefix="traceprof-bench-") as logdir:
+        with capture.profile(model, logdir=logdir, wait=0, warmup=1, active=1) as prof:
+            prof.step()
+            model(x)  # the first active call records shapes; not timed
+            result["traceprof.capture.profile"] = best(prof)
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--models", nargs="+", default=["resnet18", "gpt"],
+                        choices=("resnet18", "gpt"))
+    parser.add_argument("--modes", nargs="+", default=["train", "infer"],
+                        choices=("train", "infer"))
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--active", type=int, default=8)
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch intra-op threads (1 is steadier on a busy machine)")
+    args = parser.parse_args(argv)
+    warnings.filterwarnings("ignore", message=".*Profiler clears events.*")
+    torch.set_num_threads(args.threads)
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), {os.cpu_count()} CPUs,"
+          f" {args.repeats} repeats x {args.active} active steps per kind, kinds alternated")
+    print("median step time of the step function in ms, by wall clock and by the CPU time of the"
+          " calling thread\n(steadier on a shared machine; with 1 thread it holds forward and"
+          " backward); ratio = traceprof/torch,\nmedian over repeats [min..max];"
+          " us/call = extra per module call from the medians")
+    print(f"{'model':9} {'mode':5} {'calls':>5} {'clock':5} {'none':>8} {'torch':>8}"
+          f" {'traceprof':>9} {'ratio':>21} {'us/call':>7}")
+    with tempfile.TemporaryDirectory(prefix="traceprof-bench-") as logdir:
+        for name in args.models:
+            for mode in args.modes:
+                r = bench_model(name, mode, args.repeats, args.active, logdir)
+                med = r["median"]
+                for clock, label in ((0, "wall"), (1, "cpu")):
+                    ratios = r["ratios"][clock]
+                    per_call = (med["traceprof", clock] - med["torch", clock]) / r["calls"] * 1e6
+                    print(f"{name:9} {mode:5} {r['calls']:5d} {label:5} "
+                          f"{med['none', clock] * 1e3:8.2f} {med['torch', clock] * 1e3:8.2f} "
+                          f"{med['traceprof', clock] * 1e3:9.2f} {statistics.median(ratios):6.3f}"
+                          f" [{min(ratios):.3f}..{max(ratios):.3f}] {per_call:7.1f}", flush=True)
+    print("\ncost per module call, chain of nn.Identity, best of 200 forwards, us")
+    for label, us in bench_call_cost().items():
+        print(f"  {label:42} {us:6.2f}")
+    print("\ncost of one scope (enter + exit) under an active profiler, best of 3, us")
+    for label, us in bench_scope_kinds().items():
+        print(f"  {label:42} {us:6.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,156 @@
+#!/usr/bin/env python
+"""Capture the sample traces in sample_traces/ with traceprof.capture.
+
+For each sample model (LeNet-5, ResNet-18, a GPT-like decoder, a BERT-like encoder) it records
+a training run (forward, loss, backward, optimizer step; schedule wait=1, warmup=1, active=2)
+and an inference run (``torch.no_grad()``, same schedule), and writes
+``<model>_<train|infer>_<device>.pt.trace.json.gz`` where ``<device>`` is ``cpu`` or a short GPU
+name (``h100``, ``a100``, ``mi300x``...).
+
+    python scripts/capture_samples.py                 # all models, CUDA when available
+    python scripts/capture_samples.py --device cpu --models gpt bert
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import re
+import sys
+from typing import Any, Callable
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import traceprof.capture as capture  # noqa: E402
+from traceprof.capture import sample_models as sm  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def device_tag(device: torch.device) -> str:
+    """``cpu``, or the GPU's model in lower case (``NVIDIA H100 80GB HBM3`` -> ``h100``)."""
+    if device.type != "cuda":
+        return device.type
+    name = torch.cuda.get_device_name(device)
+    upper = name.upper()
+    match = re.search(r"\b((?:MI|[A-Z])\d{1,4}[A-Z]?)\b", upper) or re.search(
+        r"\b(RTX) ?(\d{4})", upper)
+    return "".join(g for g in match.groups() if g).lower() if match else "cuda"
+
+
+def sample(name: str, device: torch.device) -> tuple[torch.nn.Module, Callable[[], tuple],
+                                                     Callable[[Any, tuple], torch.Tensor]]:
+    """``(model, make_inputs, loss(output, inputs))`` for one sample model."""
+    gen = torch.Generator().manual_seed(0)
+
+    def on(t: torch.Tensor) -> torch.Tensor:
+        return t.to(device)
+
+    if name == "lenet5":
+        model = sm.LeNet5()
+        x, y = on(torch.randn(16, 1, 32, 32, generator=gen)), on(torch.randint(0, 10, (16,), generator=gen))
+        return model, lambda: (x,), lambda out, _: F.cross_entropy(out, y)
+    if name == "resnet18":
+        model = sm.ResNet18(num_classes=1000)
+        x, y = on(torch.randn(2, 3, 64, 64, generator=gen)), on(torch.randint(0, 1000, (2,), generator=gen))
+        return model, lambda: (x,), lambda out, _: F.cross_entropy(out, y)
+    if name == "gpt":
+        config = sm.GPTConfig()  # 4 layers, d_model 256, 4 heads, vocab 8192
+        model = sm.GPT(config)
+        idx = on(torch.randint(0, config.vocab_size, (2, 128), generator=gen))
+        targets = on(torch.roll(idx, -1, dims=1))
+        return (model, lambda: (idx,),
+                lambda out, _: F.cross_entropy(out.flatten(0, 1), targets.flatten()))
+    if name == "bert":
+        config = sm.BertConfig()  # 4 layers, hidden 256, 4 heads, vocab 8192
+        model = sm.BertEncoder(config)
+        ids = on(torch.randint(0, config.vocab_size, (2, 128), generator=gen))
+        mask = torch.ones(2, 128, dtype=torch.long)
+        mask[1, 96:] = 0  # padding in the second sequence
+        mask = on(mask)
+        labels = on(torch.tensor([0, 1]))
+        return (model, lambda: (ids, mask),
+                lambda out, _: F.cross_entropy(out["logits"], labels))
+    raise ValueError(f"unknown sample model {name!r}")
+
+
+MODELS = ("lenet5", "resnet18", "gpt", "bert")
+
+
+def call(model: torch.nn.Module, inputs: tuple) -> Any:
+    if isinstance(model, sm.BertEncoder):
+        ids, mask = inputs
+        return model(ids, attention_mask=mask)  # a keyword argument in the module table
+    return model(*inputs)
+
+
+def capture_one(name: str, mode: str, device: torch.device, out_dir: str) -> str:
+    torch.manual_seed(0)
+    model, make_inputs, loss_of = sample(name, device)
+    model.to(device)
+    steps = 4  # wait 1, warmup 1, active 2
+    if mode == "train":
+        model.train()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+        def step() -> None:
+            inputs = make_inputs()
+            loss = loss_of(call(model, inputs), inputs)
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+    else:
+        model.eval()
+
+        def step() -> None:
+            with torch.no_grad():
+                call(model, make_inputs())
+
+    final = os.path.join(out_dir, f"{name}_{mode}_{device_tag(device)}.pt.trace.json.gz")
+    # _trace_file: one file with this exact name instead of <worker>.<ms>.pt.trace.json.gz
+    with capture.profile(model, wait=1, warmup=1, active=2,
+                         _trace_file=os.path.relpath(final)) as prof:
+        for _ in range(steps):
+            step()
+            prof.step()
+    if prof.trace_paths != [os.path.relpath(final)]:
+        raise RuntimeError(f"expected one trace, got {prof.trace_paths}")
+    return final
+
+
+def summarize(path: str) -> str:
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        trace = json.load(f)
+    n_scopes = sum(1 for e in trace["traceEvents"]
+                   if e.get("ph") == "X" and e.get("name", "").startswith("[traceprof:"))
+    table = capture.decode_table(trace["traceprof"])
+    return (f"{os.path.relpath(path, ROOT)}: {os.path.getsize(path) / 1e6:.2f} MB, "
+            f"{len(trace['traceEvents'])} events, {n_scopes} scopes, "
+            f"{len(table['modules'])} modules, {table['modules'][0]['params_total']:,} params")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", default=os.path.join(ROOT, "sample_traces"))
+    parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
+    parser.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
+    parser.add_argument("--modes", nargs="+", default=["train", "infer"],
+                        choices=("train", "infer"))
+    args = parser.parse_args(argv)
+    if args.device == "auto":
+        args.device = "cuda" if torch.cuda.is_available() else "cpu"
+    device = torch.device(args.device)
+    os.makedirs(args.out, exist_ok=True)
+    for name in args.models:
+        for mode in args.modes:
+            print(summarize(capture_one(name, mode, device, args.out)), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,16 @@
+"""Capture PyTorch profiler traces that carry traceprof's module scopes and module table.
+
+``profile`` wraps a training or inference loop (``with profile(model, logdir=...) as prof:``
+... ``prof.step()``); ``profile_once`` profiles a single call. What they write into a trace is
+described in ``docs/trace-conventions.md``.
+
+This package is the only part of traceprof that uses torch, and it imports torch only when a
+session starts: importing ``traceprof.capture`` does not import torch.
+"""
+
+from __future__ import annotations
+
+from .module_table import decode_table
+from .session import profile, profile_once
+
+__all__ = ["profile", "profile_once", "decode_table"]

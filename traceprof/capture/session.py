@@ -1,0 +1,384 @@
+"""The capture session: ``torch.profiler.profile`` plus module scopes and the module table.
+
+This file imports no torch at module level; torch is imported when a session is entered.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import shutil
+import socket
+import sys
+import tempfile
+import time
+from typing import Any, Callable, Iterable, Sequence
+
+from .module_table import TABLE_KEY, build_table, describe_modules, encode_table
+
+__all__ = ["profile", "profile_once", "write_trace"]
+
+
+class profile:  # noqa: N801 - named like torch.profiler.profile, which it wraps
+    """Profile a training or inference loop; one scope per module call, one module table.
+
+    ::
+
+        with traceprof.capture.profile(model, logdir="runs/exp1") as prof:
+            for batch in loader:
+                train_step(batch)
+                prof.step()
+
+    Wraps ``torch.profiler.profile`` with ``activities`` CPU (+ CUDA when
+    ``torch.cuda.is_available()``), ``schedule=torch.profiler.schedule(wait, warmup, active,
+    repeat)``, ``record_shapes=True``, ``with_flops=True``, ``with_modules=True`` and the given
+    ``profile_memory`` and ``with_stack``. Each finished cycle is written as a gzipped Chrome
+    trace ``<worker_name>.<ms>.pt.trace.json.gz`` into ``logdir`` (TensorBoard's naming; written to
+    a temporary file and renamed, so a reader never sees half a file); ``trace_paths`` lists the
+    files written so far. ``profiler`` is the underlying ``torch.profiler.profile`` (``None`` when
+    this rank does not profile).
+
+    During warmup and active steps every call of every module of ``model`` opens one scope
+    ``[traceprof:1]<Class>: <qualified.name>`` (see ``docs/trace-conventions.md``). The first
+    call of each module in a cycle's active steps records its input and output shapes; the module
+    table (``named_modules()`` with parameter counts, ``extra_repr`` and those shapes) is added to
+    the trace's top level under ``"traceprof"`` during the last active step. All hooks are removed
+    when the ``with`` block ends, also when it ends with an exception.
+
+    Distributed runs: the rank and world size come from ``torch.distributed`` when it is
+    initialized, else from the ``RANK`` and ``WORLD_SIZE`` environment variables (torchrun's),
+    else 0 and 1; they go into the module table, and into the default worker name
+    ``<hostname>_<pid>.rank<R>of<W>`` when the run is distributed. With ``ranks=[0, ...]`` only
+    those ranks profile: on the others the session does nothing (``step()`` is a no-op, no hooks,
+    no files).
+
+    ``torch.compile``: a compiled model (``OptimizedModule``) is profiled through its original
+    module ``_orig_mod``; qualified names are those of ``_orig_mod`` (no ``_orig_mod.`` prefix).
+    The root scope is opened around the compiled call (by hooks on the wrapper, which run
+    eagerly), so all work of the compiled graphs — forward kernels and, through sequence numbers,
+    their backward — is attributed to the root module. Hooks on the submodules become no-ops
+    while Dynamo traces them (``torch.compiler.is_compiling()``), so compiled code has no
+    submodule scopes and keeps the same graphs; a submodule that runs eagerly (Dynamo fell back
+    to eager for its call) still gets its scope. The module table lists all submodules with their
+    parameters; shapes are recorded for the root only (and for submodules that ran eagerly).
+    Adding and removing hooks makes Dynamo recompile once when the session starts and once after
+    it ends (its guards check the hooks).
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        logdir: str | os.PathLike = "runs/traceprof",
+        wait: int = 1,
+        warmup: int = 1,
+        active: int = 3,
+        repeat: int = 1,
+        profile_memory: bool = False,
+        with_stack: bool = False,
+        ranks: Iterable[int] | None = None,
+        worker_name: str | None = None,
+        *,
+        _trace_file: str | os.PathLike | None = None,
+    ) -> None:
+        for label, value, least in (("wait", wait, 0), ("warmup", warmup, 0),
+                                    ("active", active, 1), ("repeat", repeat, 0)):
+            if not isinstance(value, int) or value < least:
+                raise ValueError(f"{label} must be an integer >= {least}, got {value!r}")
+        self.model = model
+        self.logdir = os.fspath(logdir)
+        self.wait, self.warmup, self.active, self.repeat = wait, warmup, active, repeat
+        self.profile_memory = profile_memory
+        self.with_stack = with_stack
+        self.ranks = None if ranks is None else frozenset(int(r) for r in ranks)
+        self.worker_name = worker_name
+        self.trace_paths: list[str] = []
+        self.rank: int | None = None
+        self.world_size: int | None = None
+        self.enabled = False  #: True between enter and exit on a rank that profiles
+        self.profiler: Any = None
+        self.scope_kind: str | None = None  #: "record_function_fast" or "record_function"
+        self._trace_file = None if _trace_file is None else os.fspath(_trace_file)
+        self._entered = False
+        self._hooks: Any = None
+        self._state: Any = None
+        self._rows: list[dict[str, Any]] = []
+        self._embedded = False
+        self._torch_version = ""
+
+    # -- context manager -------------------------------------------------------------------
+
+    def __enter__(self) -> "profile":
+        if self._entered:
+            raise RuntimeError("a traceprof.capture.profile session can be entered only once")
+        self._entered = True
+        import torch
+        from torch.profiler import ProfilerActivity, schedule
+
+        from .scopes import ScopeHooks, ScopeState
+
+        self._torch_version = str(torch.__version__)
+        self.rank, self.world_size, distributed = _distributed_info()
+        if self.ranks is not None and self.rank not in self.ranks:
+            return self
+        if self.worker_name is None:
+            self.worker_name = f"{socket.gethostname()}_{os.getpid()}"
+            if distributed:
+                self.worker_name += f".rank{self.rank}of{self.world_size}"
+
+        target, wrapper = _unwrap_compiled(self.model)
+        named = list(target.named_modules())
+        self._rows = describe_modules(named)
+        hooked = [(name, type(m).__name__, m) for name, m in named]
+        if wrapper is not None:  # root scope around the compiled call, submodules inside it
+            hooked = [("", type(target).__name__, wrapper)] + [h for h in hooked if h[0] != ""]
+
+        activities = [ProfilerActivity.CPU]
+        if torch.cuda.is_available():
+            activities.append(ProfilerActivity.CUDA)
+        self._state = ScopeState()
+        self._hooks = ScopeHooks(hooked, self._state)
+        self.scope_kind = self._hooks.kind
+        try:
+            self.profiler = torch.profiler.profile(
+                activities=activities,
+                schedule=schedule(wait=self.wait, warmup=self.warmup, active=self.active,
+                                  repeat=self.repeat),
+                on_trace_ready=self._on_trace_ready,
+                record_shapes=True,
+                with_flops=True,
+                with_modules=True,
+                profile_memory=self.profile_memory,
+                with_stack=self.with_stack,
+            )
+            self.profiler.__enter__()
+        except BaseException:
+            self._hooks.remove()
+            self.profiler = None
+            raise
+        self.enabled = True
+        self._sync_state()
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
+        if not self.enabled:
+            return False
+        self.enabled = False
+        try:
+            self._hooks.remove()  # also closes scopes left open (KeyboardInterrupt in forward)
+            if self._recording():
+                self._embed_table()
+        finally:
+            self.profiler.__exit__(exc_type, exc, tb)  # saves the trace when in an active step
+        return False
+
+    # -- loop API ------------------------------------------------------------------------------
+
+    def step(self) -> None:
+        """Mark the end of a step (call once per iteration, after the optimizer step)."""
+        if not self.enabled:
+            return
+        from torch.profiler import ProfilerAction
+
+        previous = self.profiler.current_action
+        if self._recording() and (self._state.dirty or not self._embedded):
+            self._embed_table()
+        self.profiler.step()
+        if previous == ProfilerAction.RECORD_AND_SAVE:  # a cycle ended: next one starts afresh
+            self._state.reset_calls()
+            self._embedded = False
+        self._sync_state()
+
+    # -- internals -----------------------------------------------------------------------------
+
+    def _recording(self) -> bool:
+        from torch.profiler import ProfilerAction
+
+        return self.profiler.current_action in (ProfilerAction.RECORD,
+                                                ProfilerAction.RECORD_AND_SAVE)
+
+    def _sync_state(self) -> None:
+        from torch.profiler import ProfilerAction
+
+        action = self.profiler.current_action
+        self._state.capture_on = self._recording()
+        self._state.scopes_on = action in (ProfilerAction.WARMUP, ProfilerAction.RECORD,
+                                           ProfilerAction.RECORD_AND_SAVE)
+
+    def module_table(self) -> dict[str, Any]:
+        """The module table as it would be embedded now (shapes of the current cycle)."""
+        calls = self._state.calls if self._state is not None else {}
+        return build_table(self._rows, calls, torch_version=self._torch_version,
+                           rank=self.rank if self.rank is not None else 0,
+                           world_size=self.world_size if self.world_size is not None else 1)
+
+    def _embed_table(self) -> None:
+        # add_metadata reaches the trace's top level only during warmup/active steps.
+        self.profiler.add_metadata(TABLE_KEY, encode_table(self.module_table()))
+        self._state.dirty = False
+        self._embedded = True
+
+    def _on_trace_ready(self, prof: Any) -> None:
+        if self._trace_file is not None:
+            path = self._trace_file
+        else:
+            path = _next_trace_path(self.logdir, self.worker_name or "worker")
+        write_trace(prof, path)
+        self.trace_paths.append(path)
+
+
+def profile_once(
+    model: Any,
+    *inputs: Any,
+    backward: bool = False,
+    loss_fn: Callable[[Any], Any] | None = None,
+    path: str | os.PathLike = "trace.pt.trace.json.gz",
+    **kw: Any,
+) -> str | None:
+    """Profile one call of ``model(*inputs)`` and write its trace to ``path``; return ``path``.
+
+    Runs one warmup call (profiler warming up, not recorded) and then one recorded call. With
+    ``backward=False`` both run under ``torch.no_grad()``; with ``backward=True`` each call also
+    runs the backward of ``loss_fn(output)`` (default: the sum of the output's floating-point
+    tensors). Gradients that the parameters had before are put back afterwards. ``kw`` goes to
+    :class:`profile` (``profile_memory``, ``with_stack``, ``ranks``, ``worker_name``). Returns
+    ``None`` on a rank that ``ranks`` leaves out. ``path`` ending in ``.gz`` is gzipped.
+    """
+    import torch
+
+    session = profile(model, wait=0, warmup=1, active=1, repeat=1, _trace_file=path, **kw)
+    params = list(model.parameters()) if backward else []
+    saved_grads = [p.grad for p in params]
+    for p in params:
+        p.grad = None
+
+    def run() -> None:
+        if not backward:
+            with torch.no_grad():
+                model(*inputs)
+            return
+        output = model(*inputs)
+        loss = loss_fn(output) if loss_fn is not None else _sum_tensors(output)
+        loss.backward()
+
+    try:
+        with session as prof:
+            for _ in range(2):
+                run()
+                prof.step()
+    finally:
+        for p, grad in zip(params, saved_grads):
+            p.grad = grad
+    return session.trace_paths[-1] if session.trace_paths else None
+
+
+def write_trace(prof: Any, path: str | os.PathLike, compresslevel: int = 6) -> str:
+    """Export ``prof``'s trace to ``path`` atomically (temporary file, then ``os.replace``).
+
+    ``path`` ending in ``.gz`` is gzipped. The trace's ``traceName`` (the file name Kineto was
+    given) is set to ``path`` rather than the temporary file's name. Returns ``path``.
+    """
+    path = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    base = os.path.basename(path)
+    fd, tmp_json = tempfile.mkstemp(prefix=f".{base}.", suffix=".json.tmp", dir=directory)
+    os.close(fd)
+    tmp_out: str | None = None
+    try:
+        prof.export_chrome_trace(tmp_json)  # no .gz suffix: torch writes plain JSON
+        fd, tmp_out = tempfile.mkstemp(prefix=f".{base}.", suffix=".tmp", dir=directory)
+        with os.fdopen(fd, "wb") as raw, open(tmp_json, "rb") as src:
+            if path.endswith(".gz"):
+                with gzip.GzipFile(filename=base[:-3], mode="wb", fileobj=raw,
+                                   compresslevel=compresslevel) as gz:
+                    _copy_renaming(src, gz, tmp_json, path)
+            else:
+                _copy_renaming(src, raw, tmp_json, path)
+        os.chmod(tmp_out, 0o644)
+        os.replace(tmp_out, path)
+        tmp_out = None
+    finally:
+        for leftover in (tmp_json, tmp_out):
+            if leftover is not None and os.path.exists(leftover):
+                os.remove(leftover)
+    return path
+
+
+def _copy_renaming(src: Any, dst: Any, old_name: str, new_name: str) -> None:
+    """Copy ``src`` to ``dst`` with ``"traceName": "<old_name>"`` turned into ``new_name``."""
+    if any(c in new_name for c in '"\\') or any(ord(c) < 32 for c in new_name):
+        shutil.copyfileobj(src, dst, 1 << 20)
+        return
+    old = f'"traceName": "{old_name}"'.encode()
+    new = f'"traceName": "{new_name}"'.encode()
+    keep = len(old) - 1
+    tail = b""
+    while True:
+        chunk = src.read(1 << 20)
+        if not chunk:
+            dst.write(tail)
+            return
+        data = (tail + chunk).replace(old, new)
+        if len(data) > keep:
+            dst.write(data[:-keep])
+            tail = data[-keep:]
+        else:
+            tail = data
+
+
+def _next_trace_path(logdir: str, worker_name: str) -> str:
+    """``<logdir>/<worker>.<ms>.pt.trace.json.gz``, the ms bumped past any existing file."""
+    ms = time.time_ns() // 1_000_000
+    while True:
+        path = os.path.join(logdir, f"{worker_name}.{ms}.pt.trace.json.gz")
+        if not os.path.exists(path):
+            return path
+        ms += 1
+
+
+def _distributed_info() -> tuple[int, int, bool]:
+    """``(rank, world_size, distributed)`` from torch.distributed, else torchrun's variables."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size(), True
+    try:
+        rank = int(os.environ.get("RANK", "0"))
+        world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    except ValueError:
+        return 0, 1, False
+    return rank, world_size, world_size > 1
+
+
+def _unwrap_compiled(model: Any) -> tuple[Any, Any]:
+    """``(module to describe, compiled wrapper or None)`` for ``torch.compile``'d models."""
+    eval_frame = sys.modules.get("torch._dynamo.eval_frame")
+    optimized = getattr(eval_frame, "OptimizedModule", None)
+    if optimized is None or not isinstance(model, optimized):
+        return model, None
+    target = model._orig_mod
+    while isinstance(target, optimized):  # compiled twice
+        target = target._orig_mod
+    return target, model
+
+
+def _sum_tensors(output: Any) -> Any:
+    """Sum of every floating-point tensor in ``output`` (nested tuples, lists, dicts)."""
+    import torch
+
+    total = None
+    stack: list[Any] = [output]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, torch.Tensor):
+            if value.is_floating_point() or value.is_complex():
+                part = value.sum() if not value.is_complex() else value.real.sum()
+                total = part if total is None else total + part
+        elif isinstance(value, dict):
+            stack.extend(value.values())
+        elif isinstance(value, Sequence) and not isinstance(value, (str, bytes)):
+            stack.extend(value)
+    if total is None:
+        raise ValueError("backward=True needs a floating-point tensor in the output, "
+                         "or a loss_fn")
+    return total
