@@ -500,9 +500,10 @@ def test_output_into_missing_directory_is_a_clean_error(tmp_path):
 
 # -- 3. property-based: truncation, byte mutations, random structures --------------------------
 
+# TRACEPROF_FUZZ_EXAMPLES=5000 for a longer hunt
 _FUZZ = settings(
     deadline=2000,
-    max_examples=150,
+    max_examples=int(os.environ.get("TRACEPROF_FUZZ_EXAMPLES", "150")),
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
     derandomize=False,
 )

@@ -409,3 +409,20 @@ def test_compiled_model_does_not_crash_and_gets_a_root_scope(tmp_path):
     assert rows[""]["inputs"] == [{"shape": [2, 8], "dtype": "float32"}]
     assert all_hooks_removed(compiled) and all_hooks_removed(model)
     compiled(x)  # still runs after the session
+
+
+def test_record_function_fallback_scopes_nest(tmp_path, monkeypatch):
+    """Without _RecordFunctionFast the record_function operators give the same scopes."""
+    from traceprof.capture import scopes as scopes_module
+
+    monkeypatch.setattr(scopes_module, "_record_factory",
+                        lambda: ("record_function", scopes_module._OpsRecord))
+    model = TwiceModel()
+    prof = run_session(model, lambda: model(torch.randn(2, 8)), tmp_path, active=1, steps=3)
+    assert prof.scope_kind == "record_function"
+    events = scopes(load(prof.trace_paths[0]))
+    assert {e["cat"] for e in events} == {"user_annotation"}
+    assert [scope_key(e)[1] for e in events] == ["", "shared", "act", "shared", "act", "head"]
+    root = events[0]
+    assert all(root["ts"] <= e["ts"] and e["ts"] + e["dur"] <= root["ts"] + root["dur"]
+               for e in events[1:])
