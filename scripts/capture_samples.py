@@ -9,6 +9,11 @@ name (``h100``, ``a100``, ``mi300x``...).
 
     python scripts/capture_samples.py                 # all models, CUDA when available
     python scripts/capture_samples.py --device cpu --models gpt bert
+    python scripts/capture_samples.py --threads 1     # how the committed CPU samples were made
+
+With torch's default of one intra-op thread per core, a busy machine stretches single ops
+by orders of magnitude (threads waiting for a descheduled peer); one thread keeps CPU samples
+sane on a shared machine.
 """
 
 from __future__ import annotations
@@ -141,7 +146,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
     parser.add_argument("--modes", nargs="+", default=["train", "infer"],
                         choices=("train", "infer"))
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch intra-op threads (default: torch's choice)")
     args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     if args.device == "auto":
         args.device = "cuda" if torch.cuda.is_available() else "cpu"
     device = torch.device(args.device)
