@@ -44,13 +44,7 @@ class Links:
 
     def nearest(self, mask: np.ndarray, include_self: bool = True) -> np.ndarray:
         """For every event, the innermost enclosing CPU slice where ``mask`` is true."""
-        out = np.full(len(self.parent), -1, np.int64)
-        for level in self.levels[1:]:
-            p = self.parent[level]
-            out[level] = np.where(mask[p], p, out[p])
-        if include_self:
-            out = np.where(mask, np.arange(len(mask)), out)
-        return out
+        return _nearest(self.parent, self.levels, mask, include_self)
 
     def outermost(self, skip: np.ndarray) -> np.ndarray:
         """For every CPU slice, its top-level ancestor (or itself), looking through ``skip``
@@ -88,26 +82,13 @@ def link(trace: Trace) -> Links:
     anchor = np.where(launch >= 0, launch, by_external)
 
     is_bwd_node = _backward_node_mask(trace)
-    links = Links(
-        parent=parent,
-        depth=depth,
-        nest_end=nest_end,
-        levels=levels,
-        gpu_work=gpu_work,
-        launch=launch,
-        anchor=anchor,
-        backward_node=np.zeros(0, np.int64),
-        backward_region=np.zeros(0, np.int64),
-        forward_op=np.zeros(0, np.int64),
-        nesting_conflicts=conflicts,
-    )
-    backward_node = links.nearest(is_bwd_node)
+    backward_node = _nearest(parent, levels, is_bwd_node)
     # work under the autograd engine's wrapper is backward even without a sequence number
     # (AccumulateGrad, DDP's gradient hooks)
     wrapper = (kind == Kind.CPU_OP) & _name_mask(
         trace, lambda s: s.startswith(schema.BACKWARD_WRAPPER_PREFIX)
     )
-    backward_region = links.nearest(is_bwd_node | wrapper)
+    backward_region = _nearest(parent, levels, is_bwd_node | wrapper)
     forward_op = _forward_ops(trace, is_bwd_node)
     return Links(
         parent=parent,
@@ -194,6 +175,16 @@ def _nest_sorted(s: np.ndarray, e: np.ndarray):
     cand = np.where(has, by_key[np.clip(pos, 0, m - 1)], 0)
     has &= d[cand] == d - 1
     return d, np.where(has, cand, 0), has
+
+
+def _nearest(parent, levels, mask: np.ndarray, include_self: bool = True) -> np.ndarray:
+    out = np.full(len(parent), -1, np.int64)
+    for level in levels[1:]:
+        p = parent[level]
+        out[level] = np.where(mask[p], p, out[p])
+    if include_self:
+        out = np.where(mask, np.arange(len(mask)), out)
+    return out
 
 
 def _levels(depth: np.ndarray) -> tuple[np.ndarray, ...]:

@@ -176,6 +176,12 @@ STEP_RE = re.compile(r"ProfilerStep#(\d{1,18})\Z")
 #: traceprof's own module scope, version 1 (docs/trace-conventions.md)
 TRACEPROF_SCOPE_RE = re.compile(r"\[traceprof:(\d+)\]([^:]*):[ ]?(.*)\Z", re.S)
 TRACEPROF_SCOPE_VERSION = 1
+
+
+def traceprof_scope_name(class_name: str, qualified_name: str) -> str:
+    """The name traceprof.capture gives a module call's scope (the root has the empty name)."""
+    return f"[traceprof:{TRACEPROF_SCOPE_VERSION}]{class_name}: {qualified_name}"
+
 #: PyTorch Lightning's module scope; the class may be dotted (module path + class)
 LIGHTNING_SCOPE_RE = re.compile(r"\[pl\]\[module\]([^:]*):[ ]?(.*)\Z", re.S)
 #: python_function module event of with_stack=True traces

@@ -31,14 +31,8 @@ from typing import Any, Callable
 
 import torch
 
+from ..schema import traceprof_scope_name as scope_name  # the spelling lives in schema.py
 from .module_table import describe_call
-
-SCOPE_PREFIX = "[traceprof:1]"
-
-
-def scope_name(class_name: str, qualified_name: str) -> str:
-    """``[traceprof:1]<Class>: <qualified.name>`` (the root has the empty name)."""
-    return f"{SCOPE_PREFIX}{class_name}: {qualified_name}"
 
 
 def _record_factory() -> tuple[str, Callable[[str], Any]]:
