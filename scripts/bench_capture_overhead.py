@@ -18,6 +18,7 @@ profiler.
 
     python scripts/bench_capture_overhead.py
     python scripts/bench_capture_overhead.py --models gpt --modes train --repeats 3
+    python scripts/bench_capture_overhead.py --size small    # per-call stress test
 """
 
 from __future__ import annotations
@@ -40,11 +41,23 @@ import traceprof.capture as capture  # noqa: E402
 from traceprof.capture import sample_models as sm  # noqa: E402
 
 
-def make_step(name: str, mode: str) -> tuple[torch.nn.Module, Callable[[], None]]:
+# Input sizes per ``--size``: "standard" is what the models are built for (ImageNet images, the
+# GPT-2 small configuration at batch 1); "small" shrinks the work per module call so that the
+# fixed cost of a scope weighs most: a stress test of the per-call overhead.
+SIZES = {
+    "standard": {"resnet18": (1, 224), "gpt": (1, 256)},
+    "small": {"resnet18": (2, 64), "gpt": (2, 128)},
+}
+
+
+def make_step(name: str, mode: str, size: str = "standard"
+              ) -> tuple[torch.nn.Module, Callable[[], None]]:
     torch.manual_seed(0)
+    batch, extent = SIZES[size][name]
     if name == "resnet18":
         model = sm.ResNet18(num_classes=1000)
-        x, y = torch.randn(2, 3, 64, 64), torch.randint(0, 1000, (2,))
+        x = torch.randn(batch, 3, extent, extent)
+        y = torch.randint(0, 1000, (batch,))
 
         def forward():
             return model(x)
@@ -52,9 +65,9 @@ def make_step(name: str, mode: str) -> tuple[torch.nn.Module, Callable[[], None]
         def loss_of(out):
             return F.cross_entropy(out, y)
     elif name == "gpt":
-        config = sm.GPTConfig()
+        config = sm.GPTConfig.gpt2_small() if size == "standard" else sm.GPTConfig()
         model = sm.GPT(config)
-        idx = torch.randint(0, config.vocab_size, (2, 128))
+        idx = torch.randint(0, config.vocab_size, (batch, extent))
         targets = torch.roll(idx, -1, dims=1)
 
         def forward():
@@ -121,9 +134,9 @@ def timed_steps(kind: str, model: torch.nn.Module, step: Callable[[], None], act
     return times
 
 
-def bench_model(name: str, mode: str, repeats: int, active: int, logdir: str) -> dict:
+def bench_model(name: str, mode: str, size: str, repeats: int, active: int, logdir: str) -> dict:
     """Per clock (wall, cpu): median step time per kind and traceprof/torch ratios per repeat."""
-    model, step = make_step(name, mode)
+    model, step = make_step(name, mode, size)
     kinds = ["none", "torch", "traceprof"]
     for kind in kinds:  # warm up every path once (allocator, profiler init, hooks)
         timed_steps(kind, model, step, 2, logdir)
@@ -233,6 +246,10 @@ def main(argv: list[str] | None = None) -> int:
                         choices=("resnet18", "gpt"))
     parser.add_argument("--modes", nargs="+", default=["train", "infer"],
                         choices=("train", "infer"))
+    parser.add_argument("--size", choices=tuple(SIZES), default="standard",
+                        help="standard: ResNet-18 on 1x3x224x224, GPT-2 small (124M) on 1x256"
+                             " tokens; small: ResNet-18 on 2x3x64x64, a 4-layer 256-wide GPT on"
+                             " 2x128 tokens (stresses the per-call cost)")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--active", type=int, default=8)
     parser.add_argument("--threads", type=int, default=1,
@@ -240,6 +257,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     warnings.filterwarnings("ignore", message=".*Profiler clears events.*")
     torch.set_num_threads(args.threads)
+    print(f"size {args.size}: {SIZES[args.size]} (batch, image side or tokens)")
     print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), {os.cpu_count()} CPUs,"
           f" {args.repeats} repeats x {args.active} active steps per kind, kinds alternated")
     print("median step time of the step function in ms, by wall clock and by the CPU time of the"
@@ -251,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="traceprof-bench-") as logdir:
         for name in args.models:
             for mode in args.modes:
-                r = bench_model(name, mode, args.repeats, args.active, logdir)
+                r = bench_model(name, mode, args.size, args.repeats, args.active, logdir)
                 med = r["median"]
                 for clock, label in ((0, "wall"), (1, "cpu")):
                     ratios = r["ratios"][clock]

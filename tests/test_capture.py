@@ -136,7 +136,8 @@ class TwiceModel(nn.Module):
 
 
 def test_import_does_not_import_torch():
-    code = "import sys, traceprof.capture; assert 'torch' not in sys.modules, 'torch imported'"
+    code = ("import sys, traceprof, traceprof.capture; assert 'torch' not in sys.modules;"
+            " assert traceprof.profile is traceprof.capture.profile")
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     subprocess.run([sys.executable, "-c", code], check=True, cwd=root)
 
@@ -395,10 +396,7 @@ def test_compiled_model_does_not_crash_and_gets_a_root_scope(tmp_path):
     model = TwiceModel()
     compiled = torch.compile(model)
     x = torch.randn(2, 8)
-    try:
-        compiled(x).sum().backward()
-    except Exception as exc:  # environment without a working compiler toolchain
-        pytest.skip(f"torch.compile does not work here: {type(exc).__name__}: {exc}")
+    compiled(x).sum().backward()  # compiled before the session: no recompilation inside it
     step = train_step_fn(compiled, lambda: (x,))
     prof = run_session(compiled, step, tmp_path)
     trace = load(prof.trace_paths[0])
@@ -426,3 +424,30 @@ def test_record_function_fallback_scopes_nest(tmp_path, monkeypatch):
     root = events[0]
     assert all(root["ts"] <= e["ts"] and e["ts"] + e["dur"] <= root["ts"] + root["dur"]
                for e in events[1:])
+
+
+def test_capture_doc_examples_run_and_analyze(tmp_path, monkeypatch):
+    """The Python examples of docs/capture.md run as written, and their traces analyze."""
+    import traceprof
+
+    doc = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                       "docs", "capture.md")
+    with open(doc, encoding="utf-8") as f:
+        blocks = re.findall(r"```python\n(.*?)```", f.read(), re.S)
+    assert len(blocks) == 2
+    monkeypatch.chdir(tmp_path)
+    namespaces = []
+    for i, block in enumerate(blocks):
+        namespace: dict = {}
+        exec(compile(block, f"{doc}:block{i}", "exec"), namespace)
+        namespaces.append(namespace)
+    (loop_trace,) = namespaces[0]["prof"].trace_paths
+    assert namespaces[1]["path"] == "lenet5.pt.trace.json.gz"
+    for path in (loop_trace, "lenet5.pt.trace.json.gz"):
+        profile = traceprof.analyze(path)
+        profile.self_check()
+        assert profile.source == "traceprof"
+    loop = traceprof.analyze(loop_trace)
+    assert loop.selection.count == 2
+    conv = loop.find("layer1.0.conv1")
+    assert conv.forward.total.cpu_us > 0 and conv.backward.total.cpu_us > 0

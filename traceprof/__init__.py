@@ -2,6 +2,7 @@
 
 from . import render
 from .api import analyze
+from .capture import profile, profile_once  # torch is imported only when a session starts
 from .errors import TraceprofError, TraceReadError
 from .hierarchy import Source
 from .profile import ModuleNode, ModuleProfile, NodeKind, PhaseTimes, StepSelection, Times
@@ -25,6 +26,8 @@ __all__ = [
     "analyze",
     "limit_depth",
     "load_trace",
+    "profile",
+    "profile_once",
     "sort_children",
     "top_children",
 ]

@@ -11,10 +11,10 @@ Scopes are ``torch._C._profiler._RecordFunctionFast`` records when torch has the
 they appear in the trace as ``cat: "cpu_op"``), else the operators behind
 ``torch.profiler.record_function`` (``cat: "user_annotation"``, 4-8 us; ``record_function``
 itself 5-10 us). Both nest by time like any other record function. With the Python hook calls,
-one module call costs about 2.3 us more than under the bare profiler in a tight chain of
-``nn.Identity``, and 10-25 us inside real models on CPU (ResNet-18 and GPT inference, 1 thread:
-+4-9% step time; training steps within noise). Most of that is Python hook dispatch, which any
-hook-based scope pays; see ``scripts/bench_capture_overhead.py``.
+one module call costs 2.3-3 us more than under the bare profiler in a tight chain of
+``nn.Identity``, and 15-25 us inside real models on CPU, where hooks that do nothing already cost
+about 10 us (Python code running cold between large kernels). Figures per model and input size:
+``docs/capture.md`` and ``scripts/bench_capture_overhead.py``.
 
 Open scopes are kept on a per-thread stack of ``(module, record)`` pairs. The closing hook pops
 the entry of its own module, so a hook of another library that raises before ours opened a scope
