@@ -451,3 +451,23 @@ def test_capture_doc_examples_run_and_analyze(tmp_path, monkeypatch):
     assert loop.selection.count == 2
     conv = loop.find("layer1.0.conv1")
     assert conv.forward.total.cpu_us > 0 and conv.backward.total.cpu_us > 0
+
+
+def test_resnet18_cpu_sample_attributes_every_conv_forward_and_backward():
+    """The committed CPU training sample: every Conv2d has forward and backward time, and less
+    than 5% of the backward CPU time is left outside modules."""
+    import traceprof
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    profile = traceprof.analyze(os.path.join(root, "sample_traces",
+                                             "resnet18_train_cpu.pt.trace.json.gz"))
+    profile.self_check()
+    convs = [n for n in profile.nodes if n.class_name == "Conv2d"]
+    assert len(convs) == 20  # 17 3x3 convolutions and 3 downsample projections
+    assert all(n.forward.total.cpu_us > 0 and n.backward.total.cpu_us > 0 for n in convs)
+    assert convs[0].qualified_name == "conv1" and convs[0].info.params_total == 9408
+    backward_in_modules = sum(profile.nodes[r].backward.total.cpu_us for r in profile.roots
+                              if profile.nodes[r].kind.value == "module")
+    backward_outside = profile.unattributed.backward.total.cpu_us
+    share_outside = backward_outside / (backward_in_modules + backward_outside)
+    assert 0 < share_outside < 0.05, share_outside
