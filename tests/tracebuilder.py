@@ -34,6 +34,14 @@ class TraceBuilder:
         self.events.append(ev)
         return ev
 
+    def shaped_op(self, name, ts, dur, dims, types, concrete=None, tid=1, seq=None, fwd_tid=None):
+        """An op recorded with record_shapes=True (``concrete=None``: no "Concrete Inputs",
+        as in 2021 traces)."""
+        args = {"Input Dims": dims, "Input type": types}
+        if concrete is not None:
+            args["Concrete Inputs"] = concrete
+        return self.op(name, ts, dur, tid=tid, seq=seq, fwd_tid=fwd_tid, **args)
+
     def annotation(self, name, ts, dur, tid=1):
         cat = "Operator" if self.era == "2021" else "user_annotation"
         return self.op(name, ts, dur, tid=tid, cat=cat)
@@ -48,6 +56,17 @@ class TraceBuilder:
         ev = {"ph": "X", "cat": "python_function", "name": f"nn.Module: {cls}_{n}",
               "pid": self.pid, "tid": tid, "ts": ts, "dur": dur,
               "args": {"Python id": len(self.events), "Python parent id": None}}
+        self.events.append(ev)
+        return ev
+
+    def memory(self, ts, nbytes, total=None, device_type=1, device_id=0, tid=1):
+        """A ``[memory]`` instant (profile_memory=True); ``total=None``: no "Total Allocated",
+        as in 2021 traces."""
+        args = {"Device Type": device_type, "Device Id": device_id, "Bytes": nbytes}
+        if total is not None:
+            args["Total Allocated"] = total
+        ev = {"ph": "i", "s": "t", "cat": "cpu_instant_event", "name": "[memory]",
+              "pid": self.pid, "tid": self._tid(tid), "ts": ts, "args": args}
         self.events.append(ev)
         return ev
 

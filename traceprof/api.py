@@ -6,6 +6,7 @@ import os
 
 from . import transforms
 from .attribution import analyze as _analyze
+from .flops import Registry
 from .hierarchy import Source
 from .profile import ModuleProfile
 from .reader import Progress
@@ -21,8 +22,11 @@ def analyze(
     top: int | None = None,
     sort: transforms.SortKey | str = transforms.SortKey.ORDER,
     progress: Progress | None = None,
+    formulas: Registry | None = None,
 ) -> ModuleProfile:
-    """Per-module forward/backward GPU and CPU time of a trace (a :class:`Trace` or a path).
+    """Per-module forward/backward GPU and CPU time, FLOPs and bytes of a trace (a
+    :class:`Trace` or a path). ``formulas``: the FLOP formulas (default:
+    ``traceprof.flops.REGISTRY``; ``REGISTRY.only(...)`` narrows it to some op families).
 
     >>> profile = analyze("sample_traces/resnet18_train_cpu.pt.trace.json.gz")  # doctest: +SKIP
     >>> profile.to_dataframe()  # doctest: +SKIP
@@ -31,7 +35,7 @@ def analyze(
         trace = load_trace(trace, progress)
     if progress:
         progress("attributing")
-    profile = _analyze(trace, step=step, hierarchy=hierarchy)
+    profile = _analyze(trace, step=step, hierarchy=hierarchy, formulas=formulas)
     if sort != transforms.SortKey.ORDER:
         profile = transforms.sort_children(profile, sort)
     if top is not None:

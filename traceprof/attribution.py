@@ -11,32 +11,44 @@ event belongs to
 
 Steps: each item belongs to the ``ProfilerStep#N`` whose CPU interval holds its launch (or its
 own start when it has no launch). Numbers are the mean over the selected steps.
+
+FLOPs and bytes are those of the counted ops (:mod:`traceprof.flops`), attributed like every
+other CPU event: a backward op goes to the module of the forward op that created it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections import defaultdict
+from dataclasses import dataclass, fields
 
 import numpy as np
 
-from . import schema
+from . import hardware, schema
 from .errors import OptionError
+from .flops import FAMILIES, Family, OpCosts, Registry, count_ops
 from .hierarchy import Hierarchy, Source, build_hierarchy
 from .link import Links, link
+from .memory import enclosing_slice, memory_by_node
 from .profile import (
     UNATTRIBUTED_NAME,
+    FlopSummary,
     LinkStats,
     ModuleNode,
     ModuleProfile,
     NodeKind,
+    Peak,
     PhaseTimes,
     StepSelection,
     Times,
+    UnsupportedOp,
 )
 from .schema import Kind
 from .trace import Trace
 
-_METRICS = ("gpu_busy_us", "gpu_work_us", "cpu_us", "kernels")
+_METRICS = tuple(f.name for f in fields(Times))
+#: warning for traces whose ops carry no shapes
+NO_SHAPES_WARNING = ("trace recorded without shapes (record_shapes=False): "
+                     "FLOPs, bytes and throughput are not computed")
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,17 +73,20 @@ def analyze(
     *,
     step: int | None = None,
     hierarchy: Source | str | None = None,
+    formulas: Registry | None = None,
 ) -> ModuleProfile:
-    """Attribute the trace's GPU and CPU time to its module tree.
+    """Attribute the trace's GPU and CPU time, FLOPs and bytes to its module tree.
 
     ``step``: a ``ProfilerStep`` number to analyze alone; by default the mean over the complete
     steps. ``hierarchy``: force a source of module information (see :class:`Source`).
+    ``formulas``: the FLOP formulas to use (default: ``traceprof.flops.REGISTRY``).
     """
     links = link(trace)
     tree = build_hierarchy(trace, links, hierarchy)
     steps = find_steps(trace, links)
     selected, selection_warnings = _select(steps, step)
-    return _attribute(trace, links, tree, steps, selected, selection_warnings)
+    costs = count_ops(trace, links, formulas, exclude=tree.scope_mask)
+    return _attribute(trace, links, tree, steps, selected, selection_warnings, costs)
 
 
 def find_steps(trace: Trace, links: Links) -> Steps:
@@ -124,7 +139,8 @@ def _select(steps: Steps, step: int | None) -> tuple[np.ndarray, list[str]]:
     return pos, warnings
 
 
-def _attribute(trace, links, tree: Hierarchy, steps: Steps, selected, warnings) -> ModuleProfile:
+def _attribute(trace, links, tree: Hierarchy, steps: Steps, selected, warnings,
+               costs: OpCosts) -> ModuleProfile:
     ev = trace.events
     n_events = len(ev)
     whole_trace = len(selected) == 0
@@ -170,6 +186,14 @@ def _attribute(trace, links, tree: Hierarchy, steps: Steps, selected, warnings) 
     busy = _shared_busy_time(ev, work)
     is_kernel = (ev.kind[work] == Kind.KERNEL).astype(np.float64)
 
+    # --- counted ops (FLOPs, bytes) and unsupported ops in the selection
+    op_keep = in_selection(ev.ts[costs.counted])
+    ops = costs.counted[op_keep]
+    op_node, op_bwd = _classify(ops, links, tree, scope_of)
+    unsupported_keep = in_selection(ev.ts[costs.unsupported])
+    unsupported = costs.unsupported[unsupported_keep]
+    un_node, un_bwd = _classify(unsupported, links, tree, scope_of)
+
     # --- the "not in any module" groups, by top-level op or annotation name
     n_mod = len(tree.nodes)
     bucket = n_mod
@@ -193,6 +217,20 @@ def _attribute(trace, links, tree: Hierarchy, steps: Steps, selected, warnings) 
 
     cpu_node[cpu_node < 0] = group_of(cpu[cpu_node < 0])
     gpu_node[gpu_node < 0] = group_of(anchor[gpu_node < 0])
+    op_node[op_node < 0] = group_of(ops[op_node < 0])
+    un_node[un_node < 0] = group_of(unsupported[un_node < 0])
+    # --- [memory] events: the innermost CPU slice around each, then like CPU time
+    memory = trace.memory
+    mem_keep = np.zeros(0, bool)
+    mem_node = mem_bwd = np.zeros(0, np.int64)
+    if memory is not None and len(memory):
+        mem_keep = in_selection(ev.ts[memory.event])
+        around = enclosing_slice(trace, links.nest_end, links.parent,
+                                 np.flatnonzero(links.depth >= 0), memory.event[mem_keep])
+        mem_node, mem_bwd = _classify(around, links, tree, scope_of)
+        outside = (mem_node < 0) & (around >= 0)
+        mem_node[outside] = group_of(around[outside])
+        mem_node[mem_node < 0] = bucket  # no slice around it at all
     n_nodes = n_mod + 1 + len(group_names)
 
     def sums(node, bwd, weights) -> np.ndarray:
@@ -207,6 +245,11 @@ def _attribute(trace, links, tree: Hierarchy, steps: Steps, selected, warnings) 
         "gpu_work_us": sums(gpu_node, gpu_bwd, ev.dur[work]),
         "cpu_us": sums(cpu_node, cpu_bwd, cpu_excl),
         "kernels": sums(gpu_node, gpu_bwd, is_kernel),
+        "flops": sums(op_node, op_bwd, costs.flops[op_keep]),
+        "macs": sums(op_node, op_bwd, costs.macs[op_keep]),
+        "bytes_read": sums(op_node, op_bwd, costs.bytes_read[op_keep]),
+        "bytes_written": sums(op_node, op_bwd, costs.bytes_written[op_keep]),
+        "unsupported_ops": sums(un_node, un_bwd, np.ones(len(unsupported))),
     }
 
     # calls: forward scope events in the selection, per step
@@ -234,6 +277,7 @@ def _attribute(trace, links, tree: Hierarchy, steps: Steps, selected, warnings) 
     module_roots = [hn.id for hn in sorted(tree.nodes, key=lambda h: h.first_ts) if hn.parent < 0]
     names_of_groups = {v: k for k, v in group_names.items()}
     table = trace.metadata.module_table
+    memory_use = memory_by_node(trace, mem_keep, mem_node, mem_bwd, parent, n_steps)
 
     def phase_times(i: int, phase: int) -> PhaseTimes:
         return PhaseTimes(
@@ -283,6 +327,7 @@ def _attribute(trace, links, tree: Hierarchy, steps: Steps, selected, warnings) 
                 forward=phase_times(old, 0),
                 backward=phase_times(old, 1),
                 info=info,
+                memory=memory_use[old],
             )
         )
 
@@ -302,6 +347,11 @@ def _attribute(trace, links, tree: Hierarchy, steps: Steps, selected, warnings) 
         gpu_work_us=float(ev.dur[work].sum() / n_steps),
         cpu_us=float(cpu_excl.sum() / n_steps),
         kernels=float(is_kernel.sum() / n_steps),
+        flops=float(costs.flops[op_keep].sum() / n_steps),
+        macs=float(costs.macs[op_keep].sum() / n_steps),
+        bytes_read=float(costs.bytes_read[op_keep].sum() / n_steps),
+        bytes_written=float(costs.bytes_written[op_keep].sum() / n_steps),
+        unsupported_ops=float(len(unsupported) / n_steps),
     )
     bwd_nodes = np.flatnonzero(links.backward_node == np.arange(n_events))
     stats = LinkStats(
@@ -316,6 +366,13 @@ def _attribute(trace, links, tree: Hierarchy, steps: Steps, selected, warnings) 
         nesting_conflicts=links.nesting_conflicts,
     )
     all_warnings = list(trace.metadata.warnings) + list(tree.warnings) + warnings
+    if not costs.has_shapes:
+        all_warnings.append(NO_SHAPES_WARNING)
+    has_gpu = stats.kernels + stats.memcpys + stats.memsets > 0
+    flop_summary = _flop_summary(
+        trace, links, costs, op_keep, unsupported_keep, anchor, busy, n_steps, has_gpu,
+        selection.gpu_busy_us if has_gpu else selection.cpu_us,
+    )
     return ModuleProfile(
         metadata=trace.metadata,
         source=tree.source.value,
@@ -326,7 +383,71 @@ def _attribute(trace, links, tree: Hierarchy, steps: Steps, selected, warnings) 
         stats=stats,
         module_nodes=n_mod,
         warnings=tuple(all_warnings),
+        flops=flop_summary,
     )
+
+
+def _flop_summary(trace, links, costs: OpCosts, op_keep, unsupported_keep, anchor, busy,
+                  n_steps: int, has_gpu: bool, step_time_us: float) -> FlopSummary:
+    """FLOPs by precision, the device's peak for the main one, and the unsupported ops with
+    their calls and time per step. ``anchor`` and ``busy``: the selected GPU work items'
+    anchors and busy-time shares."""
+    if not costs.has_shapes:
+        return FlopSummary(has_shapes=False)
+    ev = trace.events
+    peaks = _device_peaks(trace) if has_gpu else None
+    # precision of each op: its dtype's, except fp32 convolutions on GPUs with TF32 units, which
+    # cuDNN runs in TF32 by default (torch.backends.cudnn.allow_tf32)
+    conv = FAMILIES.index(Family.CONV)
+    pair = costs.dtype[op_keep].astype(np.int64) * len(FAMILIES) + costs.family[op_keep]
+    pairs, inverse = np.unique(pair, return_inverse=True)
+    flops_of_pair = np.bincount(inverse.ravel(), weights=costs.flops[op_keep], minlength=len(pairs))
+    by_precision: dict[str, float] = defaultdict(float)
+    for code, flops in zip(pairs.tolist(), flops_of_pair.tolist()):
+        dtype, family = costs.dtypes[code // len(FAMILIES)], code % len(FAMILIES)
+        precision = hardware.PRECISION_OF_DTYPE.get(dtype, dtype)
+        if precision == "fp32" and family == conv and peaks and peaks.peak("tf32"):
+            precision = "tf32"
+        by_precision[precision] += flops / n_steps
+    ranked = tuple(sorted(((k, v) for k, v in by_precision.items() if v > 0),
+                          key=lambda kv: -kv[1]))
+    peak = None
+    if peaks is not None:
+        precision = ranked[0][0] if ranked else "fp32"
+        peak = Peak(peaks.name, precision, peaks.peak(precision), peaks.bytes_per_s, peaks.source)
+
+    # unsupported ops: calls, and the GPU time of the work launched inside them (CPU time of
+    # the ops themselves on CPU-only traces)
+    events = costs.unsupported[unsupported_keep]
+    labels = costs.unsupported_label[unsupported_keep]
+    n_labels = len(costs.labels)
+    calls = np.bincount(labels, minlength=n_labels)
+    if has_gpu:
+        label_of_event = np.full(len(ev), -1, np.int64)
+        label_of_event[events] = labels
+        around = links.nearest(label_of_event >= 0)
+        inside = np.where(anchor >= 0, around[np.maximum(anchor, 0)], -1)
+        has = inside >= 0
+        time = np.bincount(label_of_event[inside[has]], weights=busy[has], minlength=n_labels)
+    else:
+        time = np.bincount(labels, weights=(links.nest_end - ev.ts)[events], minlength=n_labels)
+    listed = [
+        UnsupportedOp(
+            name=costs.labels[k], calls=float(calls[k] / n_steps), time_us=float(time[k] / n_steps),
+            share_of_step=float(time[k] / n_steps / step_time_us) if step_time_us > 0 else 0.0,
+        )
+        for k in range(n_labels) if calls[k]
+    ]
+    listed.sort(key=lambda u: (-u.time_us, -u.calls, u.name))
+    return FlopSummary(True, ranked, peak, tuple(listed))
+
+
+def _device_peaks(trace) -> hardware.DevicePeaks | None:
+    for device in trace.metadata.devices:
+        found = hardware.find_peaks(device.name, device.memory_bytes)
+        if found is not None:
+            return found
+    return None
 
 
 def _classify(events: np.ndarray, links: Links, tree: Hierarchy, scope_of: np.ndarray):

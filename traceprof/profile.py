@@ -8,6 +8,10 @@ streams) counts ``1/k`` of its duration for each. So busy times add up: a node's
 own time plus its children's totals, and the roots plus the "not in any module" bucket give the
 union of all GPU work intervals of the selection. ``gpu_work_us`` is the plain sum of the work
 items' durations (kernels, memcpy, memset).
+
+FLOPs, MACs and bytes are per step too, computed from the ops' shapes (docs/flops.md); they add
+up like times. Achieved FLOP/s, MFU and bandwidth use are derived from them on demand
+(:meth:`ModuleProfile.throughput`), never stored.
 """
 
 from __future__ import annotations
@@ -17,15 +21,23 @@ import math
 from dataclasses import dataclass, field, fields
 from typing import Iterator
 
+from .memory import MemoryUse
 from .trace import ModuleInfo, TraceMetadata
 
 
 @dataclass(frozen=True, slots=True)
 class Times:
+    """Additive per-step quantities of a node: times, counts, FLOPs and bytes."""
+
     gpu_busy_us: float = 0.0
     gpu_work_us: float = 0.0
     cpu_us: float = 0.0
     kernels: float = 0.0
+    flops: float = 0.0  # floating-point operations of the counted ops (a multiply-add is 2)
+    macs: float = 0.0  # multiply-accumulates (matrix products, convolutions, attention)
+    bytes_read: float = 0.0  # every input of every counted op read once (a lower bound)
+    bytes_written: float = 0.0  # every output written once
+    unsupported_ops: float = 0.0  # calls of ops without a FLOP formula (docs/flops.md)
 
     def __add__(self, other: "Times") -> "Times":
         return Times(*(getattr(self, f.name) + getattr(other, f.name) for f in fields(Times)))
@@ -70,6 +82,7 @@ class ModuleNode:
     forward: PhaseTimes
     backward: PhaseTimes
     info: ModuleInfo | None = None
+    memory: tuple[MemoryUse, ...] = ()  # per device, from [memory] events (profile_memory=True)
 
     @property
     def total(self) -> Times:
@@ -93,6 +106,59 @@ class StepSelection:
     gpu_work_us: float
     cpu_us: float
     kernels: float
+    flops: float = 0.0
+    macs: float = 0.0
+    bytes_read: float = 0.0
+    bytes_written: float = 0.0
+    unsupported_ops: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class UnsupportedOp:
+    """Ops of one name without a FLOP formula (docs/flops.md), per step."""
+
+    name: str
+    calls: float
+    time_us: float  # GPU busy time of the work they launched (CPU time on CPU-only traces)
+    share_of_step: float  # of the step's GPU busy time (CPU time on CPU-only traces)
+
+
+@dataclass(frozen=True, slots=True)
+class Peak:
+    """The device's peak for the precision that carries most of the FLOPs."""
+
+    device: str  # the peaks-table entry (traceprof.hardware), e.g. "H100 SXM"
+    precision: str  # "bf16", "fp16", "tf32", "fp32", "fp8", ...
+    flop_per_s: float | None  # None: the device has no peak for this precision
+    bytes_per_s: float
+    source: str
+
+
+@dataclass(frozen=True, slots=True)
+class FlopSummary:
+    has_shapes: bool  # False: the trace was recorded without shapes, no FLOPs were computed
+    flops_by_precision: tuple[tuple[str, float], ...] = ()  # per step, largest first
+    peak: Peak | None = None  # None on CPU-only traces and unknown devices
+    unsupported: tuple[UnsupportedOp, ...] = ()  # largest time first
+
+    @property
+    def precision(self) -> str | None:
+        return self.flops_by_precision[0][0] if self.flops_by_precision else None
+
+
+NO_FLOPS = FlopSummary(has_shapes=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Throughput:
+    """Achieved rates over a time (GPU busy time; CPU time on CPU-only traces). None where the
+    time is 0 or the peak is unknown."""
+
+    flop_per_s: float | None
+    bytes_per_s: float | None
+    mfu: float | None  # fraction of the peak FLOP/s of the profile's precision
+    bandwidth_use: float | None  # fraction of the peak memory bandwidth
+    flops_per_byte: float | None  # arithmetic intensity
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +185,20 @@ class ModuleProfile:
     stats: LinkStats
     module_nodes: int  # module nodes in the full tree (before any depth or top-N transform)
     warnings: tuple[str, ...] = field(default=())
+    flops: FlopSummary = NO_FLOPS
+
+    @property
+    def memory_device(self) -> str | None:
+        """The device whose memory the flat outputs report: the first accelerator with
+        ``[memory]`` events, else ``"cpu"``; None when the trace has no memory events."""
+        seen = [m.device for n in self.nodes for m in n.memory]
+        accelerators = [d for d in seen if d != "cpu"]
+        return accelerators[0] if accelerators else (seen[0] if seen else None)
+
+    def memory_of(self, node: ModuleNode, device: str | None = None) -> MemoryUse | None:
+        """``node``'s memory use on ``device`` (default: :attr:`memory_device`), or None."""
+        device = device or self.memory_device
+        return next((m for m in node.memory if m.device == device), None)
 
     @property
     def has_gpu(self) -> bool:
@@ -158,6 +238,20 @@ class ModuleProfile:
             denom, num = self.selection.cpu_us, node.total.cpu_us
         return num / denom if denom > 0 else 0.0
 
+    def throughput(self, t: Times | StepSelection) -> Throughput:
+        """Achieved FLOP/s and bytes/s of ``t`` (a node's times, or the step's) over its GPU busy
+        time (CPU time on CPU-only traces), and their fractions of the device's peaks."""
+        time_us = t.gpu_busy_us if self.has_gpu else t.cpu_us
+        moved = t.bytes_read + t.bytes_written
+        if time_us <= 0 or not self.flops.has_shapes:
+            return Throughput(None, None, None, None, t.flops / moved if moved else None)
+        flop_rate = t.flops / (time_us * 1e-6)
+        byte_rate = moved / (time_us * 1e-6)
+        peak = self.flops.peak if self.has_gpu else None
+        mfu = flop_rate / peak.flop_per_s if peak and peak.flop_per_s else None
+        bandwidth = byte_rate / peak.bytes_per_s if peak and peak.bytes_per_s else None
+        return Throughput(flop_rate, byte_rate, mfu, bandwidth, t.flops / moved if moved else None)
+
     def self_check(self, rel_tol: float = 1e-6) -> None:
         """Assert the invariants: totals = own + children, roots add up to the step."""
 
@@ -184,6 +278,11 @@ class ModuleProfile:
             ("gpu_work_us", sel.gpu_work_us),
             ("cpu_us", sel.cpu_us),
             ("kernels", sel.kernels),
+            ("flops", sel.flops),
+            ("macs", sel.macs),
+            ("bytes_read", sel.bytes_read),
+            ("bytes_written", sel.bytes_written),
+            ("unsupported_ops", sel.unsupported_ops),
         ):
             got = getattr(roots, name)
             assert close(got, want), f"roots {name} {got} != selection {want}"
@@ -194,5 +293,10 @@ class ModuleProfile:
 
         import pandas as pd
 
+        from .render.records import MEMORY_FIELDS, RATE_FIELDS
+
         rows = profile_rows(self)
-        return pd.DataFrame(rows).astype({"calls": "float64", "depth": "int64"})
+        rates = {f"{phase}_{key}": "float64" for phase in ("forward", "backward") for key in RATE_FIELDS}
+        memory = {f"{phase}_{key}": "float64" for phase in ("forward", "backward")
+                  for key in MEMORY_FIELDS}
+        return pd.DataFrame(rows).astype({"calls": "float64", "depth": "int64", **rates, **memory})

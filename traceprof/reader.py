@@ -211,7 +211,7 @@ def _coerce_event(item: Any):
                 values[attr] = _as_raw(v)
             elif attr in ("label", "labels"):
                 values[attr] = v if isinstance(v, str) else None
-            elif attr in ("python_id", "python_parent_id"):
+            elif attr in schema.OPTIONAL_INT_ARGS:
                 values[attr] = _as_int(v)
             else:
                 i = _as_int(v)

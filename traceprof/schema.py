@@ -106,6 +106,12 @@ _ARG_FIELDS: tuple[tuple[str, str, Any], ...] = (
     ("label", "name", Optional[str]),  # thread_name / process_name metadata
     ("labels", "labels", Optional[str]),  # process_labels metadata ("GPU 0", "CPU")
     ("sort_index", "sort_index", _INT),
+    # [memory] instant events (profile_memory=True); "Bytes" is negative for a free, so its
+    # absence is None rather than -1
+    ("mem_bytes", "Bytes", Optional[_I64]),
+    ("total_allocated", "Total Allocated", _INT),
+    ("device_type", "Device Type", _INT),
+    ("device_id", "Device Id", _INT),
 )
 
 _EVENT_FIELDS: tuple[tuple[str, str, Any, Any], ...] = (
@@ -139,6 +145,18 @@ def _make_structs() -> tuple[type, type]:
 RawArgs, RawEvent = _make_structs()
 #: canonical argument attribute -> raw spelling, for the reader's lenient path
 ARG_SPELLINGS: dict[str, str] = {attr: raw for attr, raw, _ in _ARG_FIELDS}
+#: arguments whose absence is None (not -1)
+OPTIONAL_INT_ARGS = frozenset(attr for attr, _, typ in _ARG_FIELDS if typ == Optional[_I64])
+
+# ---------------------------------------------------------------------------------------------
+# Memory events (profile_memory=True): instants named "[memory]" on the allocating thread.
+
+MEMORY_EVENT_NAME = "[memory]"
+#: c10::DeviceType codes written as "Device Type" -> device names
+DEVICE_TYPE_NAMES: dict[int, str] = {
+    0: "cpu", 1: "cuda", 2: "mkldnn", 6: "hip", 8: "maia", 9: "xla", 12: "xpu", 13: "mps",
+    14: "meta", 15: "hpu", 16: "ve", 18: "ipu", 19: "mtia", 20: "privateuseone",
+}
 
 # ---------------------------------------------------------------------------------------------
 # Top-level keys.
@@ -199,3 +217,76 @@ LAUNCH_NAME_RE = re.compile(r".*Launch", re.I)
 def step_number(name: str) -> int | None:
     m = STEP_RE.match(name)
     return int(m.group(1)) if m else None
+
+
+# ---------------------------------------------------------------------------------------------
+# torch-tb-profiler 0.4.3 (TensorBoard's "PyTorch Profiler" tab). What its parser reads, from its
+# source (torch_tb_profiler/profiler/trace.py, data.py, event_parser.py, module_op.py); the
+# tb-profiler-compatible trace copy (traceprof/tensorboard/tb_profiler.py) writes these spellings.
+
+#: the only launch category it knows (matched lower-cased); it predates cuda_runtime/cuda_driver
+TBP_RUNTIME_CATEGORY = "Runtime"
+#: categories traceprof reads as launches (Kind.RUNTIME) that torch-tb-profiler would drop
+TBP_RENAMED_RUNTIME_CATEGORIES = frozenset(
+    cat for cat, kind in _CATEGORY_KINDS.items() if kind is Kind.RUNTIME and cat != "runtime"
+)
+#: GPU-side copies of user annotations: it reads them as CPU annotations, so a mirrored
+#: "ProfilerStep#N" becomes a second, overlapping step (and an empty step divides by zero).
+#: The copy moves them to a category it ignores; trace viewers still show them.
+GPU_USER_ANNOTATION_CATEGORY = "gpu_user_annotation"
+TBP_IGNORED_GPU_ANNOTATION_CATEGORY = "gpu_annotation"
+#: its Module view is built only from python_function events named "nn.Module: ..." that carry
+#: a "Python module id" (Lightning scopes need "Framework": "pytorch-lightning" at the top level)
+PYTHON_FUNCTION_CATEGORY = "python_function"
+NN_MODULE_NAME_PREFIX = "nn.Module: "
+PYTHON_MODULE_ID_ARG = "Python module id"
+#: it loads runs from files named <worker>[.<span>].pt.trace.json[.gz]
+TBP_TRACE_FILE_SUFFIX = ".pt.trace.json.gz"
+#: ... and takes <worker> from the file name like this
+TBP_WORKER_FILE_RE = re.compile(r"(.*?)(\.\d+)?\.pt\.trace\.json(?:\.gz)?\Z", re.I)
+
+
+# ---------------------------------------------------------------------------------------------
+# Values of the shape arguments ("Input Dims", "Input type", "Concrete Inputs"; record_shapes=True).
+# traceprof.flops reads them only through these names.
+
+#: "Input type" spellings of tensor element types (C++ type names, as the profiler writes them)
+#: -> canonical dtype names
+DTYPE_SPELLINGS: dict[str, str] = {
+    "double": "fp64",
+    "float": "fp32",
+    "c10::Half": "fp16",
+    "c10::BFloat16": "bf16",
+    "c10::Float8_e4m3fn": "fp8_e4m3",
+    "c10::Float8_e4m3fnuz": "fp8_e4m3",
+    "c10::Float8_e5m2": "fp8_e5m2",
+    "c10::Float8_e5m2fnuz": "fp8_e5m2",
+    "c10::Float8_e8m0fnu": "fp8_e8m0",
+    "c10::Float4_e2m1fn_x2": "fp4x2",
+    "long int": "int64",
+    "long": "int64",
+    "int": "int32",
+    "short int": "int16",
+    "short": "int16",
+    "signed char": "int8",
+    "unsigned char": "uint8",
+    "bool": "bool",
+    "c10::complex<float>": "complex64",
+    "c10::complex<double>": "complex128",
+    "c10::complex<c10::Half>": "complex32",
+    "c10::qint8": "int8",
+    "c10::quint8": "uint8",
+    "c10::qint32": "int32",
+}
+#: "Input type" of a list of tensors (its "Input Dims" entry is a list of shapes; older
+#: PyTorch versions leave it empty)
+TENSOR_LIST_TYPE = "TensorList"
+#: "Concrete Inputs" spellings of booleans
+CONCRETE_TRUE = "True"
+CONCRETE_FALSE = "False"
+#: c10::ScalarType codes, as "Concrete Inputs" writes ScalarType arguments (out_dtype=...)
+SCALAR_TYPE_CODES: dict[int, str] = {
+    0: "uint8", 1: "int8", 2: "int16", 3: "int32", 4: "int64", 5: "fp16", 6: "fp32", 7: "fp64",
+    8: "complex32", 9: "complex64", 10: "complex128", 11: "bool", 12: "int8", 13: "uint8",
+    14: "int32", 15: "bf16", 23: "fp8_e5m2", 24: "fp8_e4m3", 25: "fp8_e5m2", 26: "fp8_e4m3",
+}

@@ -114,11 +114,26 @@ class EventTable:
 
 
 @dataclass(frozen=True, slots=True)
+class MemoryEvents:
+    """The ``[memory]`` instants of a trace (``profile_memory=True``), one row each."""
+
+    event: np.ndarray  # int64 index into the EventTable
+    bytes: np.ndarray  # int64, > 0 allocated, < 0 freed
+    total_allocated: np.ndarray  # int64 allocator total after the event, -1 when not written
+    device: np.ndarray  # int32 -> devices
+    devices: tuple[str, ...]  # "cuda:0", "cpu"
+
+    def __len__(self) -> int:
+        return len(self.event)
+
+
+@dataclass(frozen=True, slots=True)
 class Trace:
     metadata: TraceMetadata
     events: EventTable
     python_ids: np.ndarray = field(repr=False)  # int64 "Python id" (python_function), -1
     python_parent_ids: np.ndarray = field(repr=False)  # int64 "Python parent id", -1
+    memory: MemoryEvents | None = field(default=None, repr=False)
 
 
 def load_trace(path: str | os.PathLike, progress: Progress | None = None) -> Trace:
@@ -198,10 +213,28 @@ def build_trace(doc: RawDocument) -> Trace:
     if n and not np.isfinite(ts[kind != Kind.OTHER]).all():
         doc.warnings.append("events without a timestamp ignored")
     metadata = _metadata(doc)
-    return Trace(metadata, events, python_ids, python_parent_ids)
+    memory = _memory_events(evs, kind, name, names)
+    return Trace(metadata, events, python_ids, python_parent_ids, memory)
 
 
 # ---------------------------------------------------------------------------------------------
+
+
+def _memory_events(evs: list, kind: np.ndarray, name: np.ndarray, names: list) -> MemoryEvents:
+    """Columns of the ``[memory]`` instants (Python loops over those events only)."""
+    code = names.index(schema.MEMORY_EVENT_NAME) if schema.MEMORY_EVENT_NAME in names else -1
+    idx = np.flatnonzero((kind == Kind.INSTANT) & (name == code)) if code >= 0 else np.zeros(0, int)
+    args = [evs[i].args for i in idx.tolist()]
+    nbytes = np.array([a.mem_bytes if a.mem_bytes is not None else 0 for a in args], np.int64)
+    total = np.array([a.total_allocated for a in args], np.int64)
+    labels = [_device_label(a.device_type, a.device_id) for a in args]
+    device, devices = _factorize(labels)
+    return MemoryEvents(idx.astype(np.int64), nbytes, total, device, tuple(devices))
+
+
+def _device_label(device_type: int, device_id: int) -> str:
+    name = schema.DEVICE_TYPE_NAMES.get(device_type, f"device{device_type}")
+    return f"{name}:{device_id}" if device_id >= 0 and device_type != 0 else name
 
 
 def _factorize(values: list) -> tuple[np.ndarray, list]:

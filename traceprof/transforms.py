@@ -19,6 +19,7 @@ class SortKey(str, enum.Enum):
     CPU = "cpu"
     KERNELS = "kernels"
     CALLS = "calls"
+    FLOPS = "flops"  # forward + backward FLOPs
     NAME = "name"
 
 
@@ -29,6 +30,7 @@ _KEYS: dict[SortKey, Callable[[ModuleNode], object]] = {
     SortKey.CPU: lambda n: -n.total.cpu_us,
     SortKey.KERNELS: lambda n: -n.total.kernels,
     SortKey.CALLS: lambda n: -n.calls,
+    SortKey.FLOPS: lambda n: -n.total.flops,
     SortKey.NAME: lambda n: n.name,
 }
 

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from ..profile import ModuleProfile
-from . import units
+from . import RenderOptions, units
 
 
-def header_lines(profile: ModuleProfile) -> list[str]:
+def header_lines(profile: ModuleProfile, opts: RenderOptions | None = None) -> list[str]:
+    opts = opts or RenderOptions()
     md = profile.metadata
     sel = profile.selection
     device = ", ".join(sorted({d.name for d in md.devices if d.name})) or "CPU only"
@@ -29,6 +30,78 @@ def header_lines(profile: ModuleProfile) -> list[str]:
             f" (sum of GPU work {units.duration(sel.gpu_work_us)}), {units.count(sel.kernels)} kernels"
         )
     lines.append(f"per step:  {per}")
+    lines.extend(flop_lines(profile, opts))
+    lines.extend(memory_lines(profile))
     for w in profile.warnings:
         lines.append(f"warning:   {w}")
     return lines
+
+
+def flop_lines(profile: ModuleProfile, opts: RenderOptions) -> list[str]:
+    """FLOPs per step, achieved throughput against the device's peak, unsupported ops."""
+    summary = profile.flops
+    if not summary.has_shapes:
+        return []
+    sel = profile.selection
+    fwd = sum(profile.nodes[r].forward.total.flops for r in profile.roots)
+    bwd = sum(profile.nodes[r].backward.total.flops for r in profile.roots)
+    # prose: quantities keep their units with --raw too
+    lines = [
+        f"flops:     {units.flops(sel.flops)} per step (fwd {units.flops(fwd)}, "
+        f"bwd {units.flops(bwd)}), {units.si(sel.macs, 'MAC')}; "
+        f"{units.byte_count(sel.bytes_read)} read, {units.byte_count(sel.bytes_written)} "
+        "written (each op's inputs and outputs once)"
+    ]
+    rates = profile.throughput(sel)
+    over = "GPU busy time" if profile.has_gpu else "CPU time"
+    achieved = f"achieved:  {units.flop_rate(rates.flop_per_s)} over {over}"
+    peak = summary.peak
+    if peak is not None:
+        if peak.flop_per_s:
+            achieved += (f", MFU {units.fraction(rates.mfu)} of the {peak.device} {peak.precision} "
+                         f"peak {units.flop_rate(peak.flop_per_s)}")
+        else:
+            achieved += f" (no {peak.precision} peak known for the {peak.device})"
+        achieved += (f"; {units.byte_rate(rates.bytes_per_s)}, {units.fraction(rates.bandwidth_use)} "
+                     f"of {units.byte_rate(peak.bytes_per_s)}")
+    elif profile.has_gpu:
+        achieved += "; no peak known for this device"
+    lines.append(achieved)
+    if summary.unsupported:
+        calls = sum(u.calls for u in summary.unsupported)
+        share = sum(u.share_of_step for u in summary.unsupported)
+        hint = "" if opts.unsupported_ops else "; --unsupported-ops lists them"
+        lines.append(
+            f"unsupported: {len(summary.unsupported)} kind{'s' if len(summary.unsupported) != 1 else ''}"
+            " of op without a FLOP formula "
+            f"({units.count(calls)} calls per step, {units.percent(share)} of the step's {over}){hint}"
+        )
+        if opts.unsupported_ops:
+            lines.extend(unsupported_lines(profile, opts))
+    return lines
+
+
+def unsupported_lines(profile: ModuleProfile, opts: RenderOptions) -> list[str]:
+    listed = profile.flops.unsupported
+    width = max(len(u.name) for u in listed)
+    return [
+        f"  {u.name.ljust(width)}  {units.count(u.calls):>7} calls  "
+        f"{units.duration(u.time_us, opts.raw_numbers):>10}  {units.percent(u.share_of_step):>6}"
+        for u in listed
+    ]
+
+
+def memory_lines(profile: ModuleProfile) -> list[str]:
+    """Memory allocated and freed per step on the reported device, from [memory] events."""
+    device = profile.memory_device
+    if device is None:
+        return []
+    uses = [u for u in (profile.memory_of(profile.nodes[r]) for r in profile.roots) if u]
+    allocated = sum(u.forward.allocated_bytes + u.backward.allocated_bytes for u in uses)
+    freed = sum(u.forward.freed_bytes + u.backward.freed_bytes for u in uses)
+    peaks = [p for u in uses for p in (u.forward.peak_bytes, u.backward.peak_bytes) if p is not None]
+    line = (f"memory:    {device}, {units.byte_count(allocated)} allocated and "
+            f"{units.byte_count(freed)} freed per step")
+    if peaks:
+        line += f", peak allocated {units.byte_count(max(peaks))}"
+    return [line + " ([memory] events; mem +allocated -freed per node)"]

@@ -27,15 +27,28 @@ def profile_document(profile: ModuleProfile) -> dict:
         "hierarchy": {"source": profile.source, "description": profile.source_description},
         "steps": dataclasses.asdict(profile.selection),
         "stats": dataclasses.asdict(profile.stats),
+        "flops": flops_section(profile),
         "warnings": list(profile.warnings),
         "roots": list(profile.roots),
         "nodes": [
-            {**node_record(profile, n), "children": list(n.children), "path": list(n.path)}
+            {**node_record(profile, n), "children": list(n.children), "path": list(n.path),
+             "memory": [dataclasses.asdict(m) for m in n.memory]}
             for n in profile.walk()
         ],
     }
 
 
-@register("json", (".json",), "JSON document, schema traceprof.profile/1")
+def flops_section(profile: ModuleProfile) -> dict:
+    summary = profile.flops
+    return {
+        "has_shapes": summary.has_shapes,
+        "flops_by_precision": dict(summary.flops_by_precision),
+        "peak": dataclasses.asdict(summary.peak) if summary.peak else None,
+        "achieved": dataclasses.asdict(profile.throughput(profile.selection)),
+        "unsupported": [dataclasses.asdict(u) for u in summary.unsupported],
+    }
+
+
+@register("json", (".json",), "JSON document, schema traceprof.profile/2")
 def render_json(profile: ModuleProfile, opts: RenderOptions) -> str:
     return msgspec.json.format(msgspec.json.encode(profile_document(profile)), indent=1).decode() + "\n"

@@ -10,7 +10,11 @@ from dataclasses import fields
 from ..profile import ModuleNode, ModuleProfile, Times
 
 #: version of the JSON document written by ``--format json`` (docs/output-formats.md)
-JSON_SCHEMA = "traceprof.profile/1"
+JSON_SCHEMA = "traceprof.profile/2"
+#: derived per-node rates (ModuleProfile.throughput), per pass, after the additive fields
+RATE_FIELDS = ("flop_per_s", "mfu", "bytes_per_s", "bandwidth_use")
+#: memory per pass on ModuleProfile.memory_device (None: no [memory] events there)
+MEMORY_FIELDS = ("allocated_bytes", "freed_bytes", "peak_bytes")
 
 
 def times_record(t: Times) -> dict[str, float]:
@@ -35,6 +39,15 @@ def node_record(profile: ModuleProfile, node: ModuleNode) -> dict:
         for scope, t in (("total", p.total), ("own", p.own)):
             for key, value in times_record(t).items():
                 rec[f"{phase}_{scope}_{key}"] = value
+    for phase in ("forward", "backward"):
+        rates = profile.throughput(getattr(node, phase).total)
+        for key in RATE_FIELDS:
+            rec[f"{phase}_{key}"] = getattr(rates, key)
+    rec["memory_device"] = profile.memory_device
+    use = profile.memory_of(node)
+    for phase in ("forward", "backward"):
+        for key in MEMORY_FIELDS:
+            rec[f"{phase}_{key}"] = getattr(getattr(use, phase), key) if use else None
     rec["params_total"] = info.params_total if info else None
     rec["params"] = info.params if info else None
     rec["input_shapes"] = info.inputs if info else None
@@ -55,5 +68,6 @@ def profile_rows(profile: ModuleProfile) -> list[dict]:
         rec["params_total"] = rec["params_total"] if rec["params_total"] is not None else -1
         rec["params"] = rec["params"] if rec["params"] is not None else -1
         rec["extra_repr"] = rec["extra_repr"] or ""
+        rec["memory_device"] = rec["memory_device"] or ""
         rows.append(rec)
     return rows

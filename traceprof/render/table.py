@@ -39,6 +39,18 @@ def _columns(profile: ModuleProfile, opts: RenderOptions):
     ]
     if not profile.has_gpu:
         cols.append(("CPU %", lambda n: units.percent(profile.share_of_step(n))))
+    if profile.flops.has_shapes:
+        raw = opts.raw_numbers
+        cols += [
+            ("Fwd FLOPs", lambda n: units.flops(n.forward.total.flops, raw)),
+            ("Bwd FLOPs", lambda n: units.flops(n.backward.total.flops, raw)),
+            ("FLOP/s", lambda n: units.flop_rate(profile.throughput(n.total).flop_per_s)
+             if n.total.flops else "--"),
+        ]
+        peak = profile.flops.peak
+        if profile.has_gpu and peak is not None and peak.flop_per_s:
+            cols.append(("MFU", lambda n: units.fraction(profile.throughput(n.total).mfu)
+                         if n.total.flops else "--"))
     if any(n.info is not None for n in profile.nodes):
         cols += [
             ("Param #", lambda n: f"{n.info.params_total:,}" if n.info and n.info.params_total is not None else "--"),
@@ -61,7 +73,7 @@ def render_table(profile: ModuleProfile, opts: RenderOptions) -> str:
         return (label.ljust(first) + "  " + "  ".join(v.rjust(w) for v, w in zip(values, widths))).rstrip()
 
     rule = "=" * (first + 2 + sum(widths) + 2 * (len(widths) - 1))
-    out = header_lines(profile) + [rule, row("Layer (type:depth-idx)", [h for h, _ in cols]), rule]
+    out = header_lines(profile, opts) + [rule, row("Layer (type:depth-idx)", [h for h, _ in cols]), rule]
     for node, values in zip(nodes, cells):
         if node.kind is NodeKind.UNATTRIBUTED:
             out.append(rule)
@@ -73,6 +85,8 @@ def render_table(profile: ModuleProfile, opts: RenderOptions) -> str:
         out.append(f"GPU busy time per step: {units.duration(sel.gpu_busy_us)}")
         out.append(f"Kernels per step: {units.count(sel.kernels)}")
     out.append(f"CPU time per step: {units.duration(sel.cpu_us)}")
+    if profile.flops.has_shapes:
+        out.append(f"FLOPs per step: {units.flops(sel.flops, opts.raw_numbers)}")
     table = profile.metadata.module_table
     if table is not None and "" in table.modules and table.modules[""].params_total is not None:
         root = table.modules[""]

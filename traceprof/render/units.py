@@ -60,3 +60,47 @@ def shape(spec: Any) -> str:
             return inner[0]
         return "(" + ", ".join(inner) + ")" if inner else "--"
     return "--"
+
+
+_SI = ((1e18, "E"), (1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"))
+
+
+def si(value: float | None, unit: str, raw: bool = False) -> str:
+    """A quantity with an SI prefix and three significant digits: ``5.77 TFLOP``,
+    ``127 TFLOP/s``, ``27.6 GB``; ``--`` for None. ``raw``: the plain number."""
+    if value is None:
+        return "--"
+    if raw:
+        return f"{value:.0f}" if abs(value) >= 1 or value == 0 else f"{value:.6g}"
+    if value == 0:
+        return "0"
+    a = abs(value)
+    prefix, div = "", 1.0
+    for d, p in _SI:
+        if a >= d * 0.9995:
+            prefix, div = p, d
+            break
+    x = value / div
+    digits = f"{x:.0f}" if abs(x) >= 99.95 else f"{x:.1f}" if abs(x) >= 9.995 else f"{x:.2f}"
+    return f"{digits} {prefix}{unit}"
+
+
+def flops(value: float | None, raw: bool = False) -> str:
+    return si(value, "FLOP", raw)
+
+
+def flop_rate(value: float | None) -> str:
+    return si(value, "FLOP/s")
+
+
+def byte_count(value: float | None, raw: bool = False) -> str:
+    return si(value, "B", raw)
+
+
+def byte_rate(value: float | None) -> str:
+    return si(value, "B/s")
+
+
+def fraction(value: float | None) -> str:
+    """A fraction as a percentage, ``--`` when unknown."""
+    return "--" if value is None else percent(value)

@@ -1,0 +1,480 @@
+"""FLOP formulas, one op at a time, against hand-computed values; the counting rule; unsupported
+ops; peaks and MFU. Traces are built in code (tests/tracebuilder.py)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+import traceprof
+from traceprof.flops import MATRIX_FAMILIES, REGISTRY, Family, OpArgs, Registry, count_ops
+from traceprof.flops.attention import attention_pairs
+from traceprof.flops.count import NOT_UNDERSTOOD
+from traceprof.hardware import PEAKS, find_peaks
+from traceprof.link import link
+
+from .tracebuilder import TraceBuilder
+
+F, H, B, L = "float", "c10::Half", "c10::BFloat16", "long int"
+S, SL, TL = "Scalar", "ScalarList", "TensorList"
+
+
+# name, Input Dims, Input type, Concrete Inputs, expected (flops, macs, bytes_read, bytes_written);
+# None: not checked. Every figure is worked out by hand in the comment.
+OPS = [
+    # 2*64*16*32; reads (64*32 + 32*16)*4, writes 64*16*4
+    ("mm", "aten::mm", [[64, 32], [32, 16]], [F, F], ["", ""], (65536, 32768, 10240, 4096)),
+    # the bias is read, not counted as FLOPs; bf16: 2 bytes
+    ("addmm bf16", "aten::addmm", [[16], [64, 32], [32, 16], [], []], [B, B, B, S, S],
+     ["", "", "", "1", "1"], (65536, 32768, (16 + 2048 + 512) * 2, 64 * 16 * 2)),
+    ("bmm", "aten::bmm", [[4, 8, 16], [4, 16, 32]], [F, F], ["", ""], (2 * 4 * 8 * 32 * 16, 4 * 8 * 32 * 16, None, 4 * 8 * 32 * 4)),
+    ("baddbmm", "aten::baddbmm", [[4, 8, 32], [4, 8, 16], [4, 16, 32], [], []], [F, F, F, S, S],
+     ["", "", "", "1", "1"], (32768, 16384, None, None)),
+    # [2,3,8,16] @ [16,4]: 6 batches of 8x16 @ 16x4
+    ("matmul nd@2d", "aten::matmul", [[2, 3, 8, 16], [16, 4]], [F, F], ["", ""], (2 * 6 * 8 * 4 * 16, None, None, 2 * 3 * 8 * 4 * 4)),
+    # broadcast batch (5,1) x (3,) -> (5,3)
+    ("matmul broadcast", "aten::matmul", [[5, 1, 8, 16], [3, 16, 4]], [F, F], ["", ""], (2 * 15 * 8 * 4 * 16, None, None, 15 * 8 * 4 * 4)),
+    ("matmul dot", "aten::matmul", [[16], [16]], [F, F], ["", ""], (32, 16, None, 4)),
+    ("matmul mat@vec", "aten::matmul", [[8, 16], [16]], [F, F], ["", ""], (256, 128, None, 32)),
+    # 20 rows of 32 -> 64
+    ("linear", "aten::linear", [[2, 10, 32], [64, 32], [64]], [F, F, F], ["", "", ""], (81920, 40960, (640 + 2048 + 64) * 4, 2 * 10 * 64 * 4)),
+    # fp8 operands, bf16 output (out_dtype 15)
+    ("_scaled_mm", "aten::_scaled_mm", [[64, 32], [32, 16], [], [], [], [], [], []],
+     ["c10::Float8_e4m3fn", "c10::Float8_e4m3fn", F, F, "", "", S, S], ["", "", "", "", "", "", "15", "False"],
+     (65536, 32768, 64 * 32 + 32 * 16 + 8, 64 * 16 * 2)),
+    # out 16x16: 2 * 16*16 * 8 * 3 * 9 MACs
+    ("conv2d", "aten::conv2d", [[2, 3, 32, 32], [8, 3, 3, 3], [8], [], [], [], []], [F, F, F, SL, SL, SL, S],
+     ["", "", "", "[2, 2]", "[1, 1]", "[1, 1]", "1"], (2 * 110592, 110592, None, 2 * 8 * 16 * 16 * 4)),
+    # depthwise: weight [8, 1, 3, 3], 8 groups: 2 * 256 * 8 * 1 * 9 MACs
+    ("conv2d depthwise", "aten::conv2d", [[2, 8, 16, 16], [8, 1, 3, 3], [], [], [], [], []], [F, F, "", SL, SL, SL, S],
+     ["", "", "", "[1, 1]", "[1, 1]", "[1, 1]", "8"], (2 * 36864, 36864, None, 2 * 8 * 256 * 4)),
+    # dilation 2, no padding: out (20 - 4 - 1) + 1 = 16
+    ("conv2d dilated", "aten::conv2d", [[1, 4, 20, 20], [4, 4, 3, 3], [], [], [], [], []], [F, F, "", SL, SL, SL, S],
+     ["", "", "", "[1, 1]", "[0, 0]", "[2, 2]", "1"], (2 * 256 * 4 * 4 * 9, None, None, 4 * 256 * 4)),
+    # conv1d, 2 groups, stride 2: out (50 + 4 - 4 - 1) // 2 + 1 = 25; 2 * 25 * 6 * 2 * 5 MACs
+    ("conv1d grouped", "aten::conv1d", [[2, 4, 50], [6, 2, 5], [], [], [], [], []], [F, F, "", SL, SL, SL, S],
+     ["", "", "", "[2]", "[2]", "[1]", "2"], (6000, 3000, None, 2 * 6 * 25 * 4)),
+    # conv3d: out 6x6x6
+    ("conv3d", "aten::conv3d", [[1, 2, 8, 8, 8], [4, 2, 3, 3, 3], [], [], [], [], []], [F, F, "", SL, SL, SL, S],
+     ["", "", "", "[1, 1, 1]", "[0, 0, 0]", "[1, 1, 1]", "1"], (2 * 216 * 4 * 2 * 27, None, None, 4 * 216 * 4)),
+    # transposed, 2 groups: weight [C_in 16, C_out/g 4, 4, 4]; MACs over the *input* 8x8:
+    # 2 * 64 * 16 * 4 * 16; output (8-1)*2 - 2 + 3 + 1 = 16 -> [2, 8, 16, 16]
+    ("conv_transpose2d grouped", "aten::conv_transpose2d", [[2, 16, 8, 8], [16, 4, 4, 4], [8], [], [], [], [], []],
+     [F, F, F, SL, SL, SL, S, SL], ["", "", "", "[2, 2]", "[1, 1]", "[0, 0]", "2", "[1, 1]"],
+     (2 * 131072, 131072, None, 2 * 8 * 16 * 16 * 4)),
+    ("convolution transposed", "aten::convolution", [[2, 16, 8, 8], [16, 4, 4, 4], [8], [], [], [], [], [], []],
+     [F, F, F, SL, SL, SL, S, SL, S], ["", "", "", "[2, 2]", "[1, 1]", "[1, 1]", "True", "[0, 0]", "2"],
+     (2 * 131072, 131072, None, 2 * 8 * 16 * 16 * 4)),
+    ("conv2d padding=same", "aten::conv2d", [[1, 3, 10, 10], [4, 3, 3, 3], [], [], [], [], []], [F, F, "", SL, "", SL, S],
+     ["", "", "", "[1, 1]", "same", "[1, 1]", "1"], (2 * 100 * 4 * 3 * 9, None, None, 4 * 100 * 4)),
+    # input and weight gradients: twice the forward's 110592 MACs; bias gradient [8] written
+    ("convolution_backward", "aten::convolution_backward",
+     [[2, 8, 16, 16], [2, 3, 32, 32], [8, 3, 3, 3], [], [], [], [], [], [], [], []],
+     [F, F, F, SL, SL, SL, SL, S, SL, S, SL],
+     ["", "", "", "[8]", "[2, 2]", "[1, 1]", "[1, 1]", "False", "[0, 0]", "1", "[True, True, True]"],
+     (4 * 110592, 2 * 110592, None, (2 * 3 * 32 * 32 + 8 * 3 * 9 + 8) * 4)),
+    ("convolution_backward weight only", "aten::convolution_backward",
+     [[2, 8, 16, 16], [2, 3, 32, 32], [8, 3, 3, 3], [], [], [], [], [], [], [], []],
+     [F, F, F, SL, SL, SL, SL, S, SL, S, SL],
+     ["", "", "", "[0]", "[2, 2]", "[1, 1]", "[1, 1]", "False", "[0, 0]", "1", "[False, True, False]"],
+     (2 * 110592, 110592, None, 8 * 3 * 9 * 4)),
+    # depthwise backward: each gradient costs the forward's 36864 MACs (not 8x more)
+    ("convolution_backward depthwise", "aten::convolution_backward",
+     [[2, 8, 16, 16], [2, 8, 16, 16], [8, 1, 3, 3], [], [], [], [], [], [], [], []],
+     [F, F, F, SL, SL, SL, SL, S, SL, S, SL],
+     ["", "", "", "[0]", "[1, 1]", "[1, 1]", "[1, 1]", "False", "[0, 0]", "8", "[True, True, False]"],
+     (4 * 36864, 2 * 36864, None, None)),
+    # attention: 2*4 heads * 128*128 pairs * (64 + 64) MACs
+    ("sdpa flash", "aten::_scaled_dot_product_flash_attention", [[2, 4, 128, 64]] * 3 + [[], [], [], []],
+     [B, B, B, S, S, S, S], ["", "", "", "0.", "False", "False", "0.125"],
+     (2 * 16777216, 16777216, 3 * 2 * 4 * 128 * 64 * 2, 2 * 4 * 128 * 64 * 2)),
+    # causal: 128*129/2 pairs per head
+    ("sdpa flash causal", "aten::_scaled_dot_product_flash_attention", [[2, 4, 128, 64]] * 3 + [[], [], [], []],
+     [B, B, B, S, S, S, S], ["", "", "", "0.", "True", "False", "0.125"], (2 * 8 * 8256 * 128, 8 * 8256 * 128, None, None)),
+    # grouped-query attention: 8 query heads, 2 key/value heads; 16*16 pairs, d 32
+    ("sdpa efficient GQA", "aten::_scaled_dot_product_efficient_attention",
+     [[1, 8, 16, 32], [1, 2, 16, 32], [1, 2, 16, 32], [], [], [], [], []], [H, H, H, "", S, S, S, S],
+     ["", "", "", "", "False", "0.", "False", ""], (2 * 8 * 256 * 64, 8 * 256 * 64, None, 8 * 16 * 32 * 2)),
+    ("cudnn attention", "aten::_scaled_dot_product_cudnn_attention", [[1, 2, 16, 32]] * 3 + [[], [], [], [], []],
+     [B, B, B, "", S, S, S, S, S], ["", "", "", "", "False", "0.", "True", "False", ""], (2 * 2 * 136 * 64, 2 * 136 * 64, None, None)),
+    ("cpu flash", "aten::_scaled_dot_product_flash_attention_for_cpu", [[2, 4, 128, 64]] * 3 + [[], [], [], []],
+     [F, F, F, S, S, "", ""], ["", "", "", "0.", "True", "", ""], (2 * 8 * 8256 * 128, None, None, None)),
+    # _flash_attention_forward takes [b, s, h, d]
+    ("flash forward bshd", "aten::_flash_attention_forward", [[2, 128, 4, 64]] * 3 + [[]] * 12,
+     [B, B, B, "", "", S, S, S, S, S, S, "", "", "", ""],
+     ["", "", "", "", "", "128", "128", "0.", "True", "False", "0.125", "", "", "", ""], (2 * 8 * 8256 * 128, None, None, None)),
+    # custom_mask_type 2: bottom-right causal, 4 queries x 10 keys: 7 + 8 + 9 + 10 pairs
+    ("efficient forward bottom-right", "aten::_efficient_attention_forward", [[1, 4, 1, 8], [1, 10, 1, 8], [1, 10, 1, 8]] + [[]] * 9,
+     [H, H, H, "", "", "", "", "", S, S, S, ""], ["", "", "", "", "", "", "", "", "0.", "2", "False", ""],
+     (2 * 34 * 16, 34 * 16, None, None)),
+    # backward: 2*4 heads * 128*128 pairs * (3*64 + 2*64) MACs; writes dq, dk, dv
+    ("sdpa flash backward", "aten::_scaled_dot_product_flash_attention_backward",
+     [[2, 4, 128, 64]] * 5 + [[2, 4, 128], [], [], [], [], [], [], [], [], []],
+     [B] * 5 + [F, "", "", S, S, S, S, L, L, S], [""] * 8 + ["128", "128", "0.", "False", "", "", "0.125"],
+     (2 * 8 * 16384 * 320, 8 * 16384 * 320, None, 3 * 2 * 4 * 128 * 64 * 2)),
+    ("cpu flash backward causal", "aten::_scaled_dot_product_flash_attention_for_cpu_backward",
+     [[2, 4, 128, 64]] * 5 + [[2, 4, 128], [], [], [], []], [F] * 6 + [S, S, "", ""],
+     [""] * 6 + ["0.", "True", "", ""], (2 * 8 * 8256 * 320, None, None, None)),
+    # layer norm with weight: 5 FLOPs per element (DeepSpeed); backward twice that
+    ("layer_norm", "aten::layer_norm", [[8, 16, 32], [], [32], [32], [], []], [F, SL, F, F, S, S],
+     ["", "[32]", "", "", "1e-05", "True"], (5 * 4096, 0, (4096 + 64) * 4, 4096 * 4)),
+    ("layer_norm no affine", "aten::native_layer_norm", [[8, 16, 32], [], [], [], []], [F, SL, "", "", S],
+     ["", "[32]", "", "", "1e-05"], (4 * 4096, 0, None, None)),
+    ("layer_norm backward", "aten::native_layer_norm_backward",
+     [[8, 32], [8, 32], [], [8, 1], [8, 1], [32], [32], []], [F, F, SL, F, F, F, F, SL],
+     ["", "", "[32]", "", "", "", "", "[True, True, True]"], (2 * 5 * 256, 0, None, (256 + 32 + 32) * 4)),
+    ("rms_norm", "aten::rms_norm", [[4, 64], [], [64], []], [B, SL, B, ""], ["", "[64]", "", ""], (4 * 256, 0, (256 + 64) * 2, 256 * 2)),
+    ("group_norm", "aten::group_norm", [[2, 8, 4, 4], [], [8], [8], [], []], [F, S, F, F, S, S],
+     ["", "4", "", "", "1e-05", "True"], (5 * 256, 0, None, None)),
+    ("batch_norm train", "aten::batch_norm", [[2, 8, 4, 4], [8], [8], [8], [8], [], [], [], []],
+     [F, F, F, F, F, S, S, S, S], ["", "", "", "", "", "True", "0.1", "1e-05", "True"], (5 * 256, 0, None, None)),
+    ("batch_norm eval", "aten::batch_norm", [[2, 8, 4, 4], [8], [8], [8], [8], [], [], [], []],
+     [F, F, F, F, F, S, S, S, S], ["", "", "", "", "", "False", "0.1", "1e-05", "True"], (2 * 256, 0, None, None)),
+    ("batch_norm backward", "aten::native_batch_norm_backward",
+     [[2, 8, 4, 4], [2, 8, 4, 4], [8], [8], [8], [8], [8], [], [], []], [F] * 7 + [S, S, SL],
+     [""] * 7 + ["True", "1e-05", "[True, True, True]"], (10 * 256, 0, None, (256 + 16) * 4)),
+    ("softmax", "aten::_softmax", [[4, 10], [], []], [F, S, S], ["", "-1", "False"], (40, 0, 160, 160)),
+    ("softmax backward", "aten::_softmax_backward_data", [[4, 10], [4, 10], [], []], [F, F, S, S],
+     ["", "", "-1", "6"], (80, 0, 320, 160)),
+    ("relu", "aten::relu", [[1000]], [F], [""], (1000, 0, 4000, 4000)),
+    ("gelu_backward", "aten::gelu_backward", [[10, 100], [10, 100], []], [F, F, ""], ["", "", ""], (1000, 0, 8000, 4000)),
+    # broadcast [4,1,8] + [3,1] -> [4,3,8]
+    ("add broadcast", "aten::add", [[4, 1, 8], [3, 1], []], [F, F, S], ["", "", "1"], (96, 0, (32 + 3) * 4, 96 * 4)),
+    ("add_ in place", "aten::add_", [[4, 3, 8], [8], []], [F, F, S], ["", "", "1"], (96, 0, None, 96 * 4)),
+    # integer arithmetic (a step counter) moves bytes but is no floating-point operation
+    ("add_ int64", "aten::add_", [[], [], []], [L, L, S], ["", "", "1"], (0, 0, 16, 8)),
+    ("addcmul_", "aten::addcmul_", [[10], [10], [10], []], [F, F, F, S], ["", "", "", "0.5"], (30, 0, 120, 40)),
+    # a Python number arrives as a 0-d double tensor: read (8 bytes), but the output stays fp16
+    ("mul by scalar", "aten::mul", [[6, 7], []], [H, "double"], ["", ""], (42, 0, 84 + 8, 84)),
+    ("mul scalar first", "aten::mul", [[], [6, 7]], ["double", H], ["", ""], (42, 0, 84 + 8, 84)),
+    ("where", "aten::where", [[8], [8], [8]], ["bool", F, F], ["", "", ""], (0, 0, 8 + 64, 32)),
+    ("sum over dims", "aten::sum", [[4, 5, 6], [], [], []], [F, SL, S, ""], ["", "[1, 2]", "False", ""], (120, 0, 480, 16)),
+    ("mean keepdim", "aten::mean", [[4, 5, 6], [], [], []], [F, SL, S, ""], ["", "[-1]", "True", ""], (120, 0, 480, 80)),
+    ("var", "aten::var", [[4, 5], [], [], []], [F, SL, S, S], ["", "[1]", "1", "False"], (60, 0, None, 16)),
+    # embedding: no FLOPs; reads 64 indices and the 64 rows it picks, writes them
+    ("embedding", "aten::embedding", [[1000, 64], [4, 16], [], [], []], [F, L, S, S, S],
+     ["", "", "-1", "False", "False"], (0, 0, 64 * 8 + 64 * 64 * 4, 64 * 64 * 4)),
+    ("embedding backward", "aten::embedding_dense_backward", [[64, 64], [64], [], [], []], [F, L, S, S, S],
+     ["", "", "1000", "-1", "False"], (4096, 0, 64 * 64 * 4 + 64 * 8, 1000 * 64 * 4)),
+    ("mse_loss", "aten::mse_loss", [[8, 10], [8, 10], []], [F, F, S], ["", "", "1"], (240, 0, 640, 4)),
+    ("nll_loss", "aten::nll_loss_forward", [[8, 10], [8], [], [], []], [F, L, "", S, S], ["", "", "", "1", "-100"],
+     (8, 0, 8 * 8 + 8 * 4, 8)),
+    ("nll_loss backward", "aten::nll_loss_backward", [[], [8, 10], [8], [], [], [], []], [F, F, L, "", S, S, F],
+     ["", "", "", "", "1", "-100", ""], (8, 0, None, 320)),
+    # pooling: one FLOP per input element (DeepSpeed); output 16x16 (+ int64 indices)
+    ("max_pool2d", "aten::max_pool2d_with_indices", [[1, 3, 32, 32], [], [], [], [], []], [F, SL, SL, SL, SL, S],
+     ["", "[2, 2]", "[]", "[0, 0]", "[1, 1]", "False"], (3072, 0, 3072 * 4, 768 * 4 + 768 * 8)),
+    ("max_pool2d 3x3/2 pad 1 ceil", "aten::max_pool2d", [[1, 1, 9, 9], [], [], [], [], []], [F, SL, SL, SL, SL, S],
+     ["", "[3, 3]", "[2, 2]", "[1, 1]", "[1, 1]", "True"], (81, 0, None, 25 * 4)),
+    ("avg_pool2d", "aten::avg_pool2d", [[2, 6, 28, 28], [], [], [], [], [], []], [F, SL, SL, SL, S, S, ""],
+     ["", "[2, 2]", "[2, 2]", "[0, 0]", "False", "True", ""], (2 * 6 * 784, 0, None, 2 * 6 * 196 * 4)),
+    ("adaptive_avg_pool2d", "aten::adaptive_avg_pool2d", [[2, 512, 7, 7], []], [F, SL], ["", "[1, 1]"], (2 * 512 * 49, 0, None, 1024 * 4)),
+    ("pool backward", "aten::max_pool2d_with_indices_backward", [[1, 3, 16, 16], [1, 3, 32, 32], [], [], [], [], [], [1, 3, 16, 16]],
+     [F, F, SL, SL, SL, SL, S, L], ["", "", "[2, 2]", "[2, 2]", "[0, 0]", "[1, 1]", "False", ""], (3072, 0, None, 3072 * 4)),
+    # optimizers: tensor lists are fp32
+    ("_foreach_add_ list", "aten::_foreach_add_", [[[10], [20]], [[10], [20]], []], [TL, TL, S], ["", "", "1."],
+     (30, 0, 240, 120)),
+    ("_foreach_addcdiv_", "aten::_foreach_addcdiv_", [[[10], [20]]] * 3 + [[]], [TL, TL, TL, SL], ["", "", "", "[-0.01, -0.01]"],
+     (90, 0, 360, 120)),
+    ("_foreach_sqrt", "aten::_foreach_sqrt", [[[10], [20]]], [TL], [""], (30, 0, 120, 120)),
+    # AdamW with weight decay: 13 + 2 FLOPs per parameter element; reads params, grads, m, v
+    ("_fused_adamw_", "aten::_fused_adamw_", [[[100], [50]]] * 4 + [[], [[], []]] + [[]] * 9,
+     [TL] * 6 + [S] * 7 + ["", ""], [""] * 6 + ["0.001", "0.9", "0.999", "0.01", "1e-08", "False", "False", "", ""],
+     (150 * 15, 0, 4 * 150 * 4, 3 * 150 * 4)),
+    # SGD with momentum, no weight decay: 2 + 3
+    ("_fused_sgd_", "aten::_fused_sgd_", [[[100], [50]]] * 3 + [[]] * 9, [TL] * 3 + [S] * 7 + ["", ""],
+     [""] * 3 + ["0.", "0.9", "0.01", "0.", "False", "False", "False", "", ""], (150 * 5, 0, 3 * 150 * 4, 2 * 150 * 4)),
+    ("copy_", "aten::copy_", [[4, 8], [4, 8], []], [B, F, S], ["", "", "False"], (0, 0, 128, 64)),
+    ("fill_", "aten::fill_", [[4, 8], []], [F, S], ["", "0."], (0, 0, 0, 128)),
+    ("cat", "aten::cat", [[[2, 3], [2, 5]], []], [TL, S], ["", "1"], (0, 0, 64, 64)),
+    ("index_select", "aten::index_select", [[100, 8], [], [5]], [F, S, L], ["", "0", ""], (0, 0, 40 + 160, 160)),
+]
+
+
+@pytest.fixture
+def trace_of(tmp_path):
+    """Write a TraceBuilder trace and load it."""
+
+    def load(builder: TraceBuilder):
+        return traceprof.load_trace(builder.write(tmp_path / "t.json"))
+
+    return load
+
+
+@pytest.fixture(scope="module")
+def single_op_costs(tmp_path_factory):
+    """Every row of OPS as one top-level op of one trace; the cost counted for each."""
+    b = TraceBuilder()
+    for i, (_, name, dims, types, concrete, _) in enumerate(OPS):
+        b.shaped_op(name, 10.0 * i, 5.0, dims, types, concrete)
+    trace = traceprof.load_trace(b.write(tmp_path_factory.mktemp("ops") / "ops.json"))
+    costs = count_ops(trace, link(trace))
+    by_row = {}
+    for k, event in enumerate(costs.counted.tolist()):
+        row = int(trace.events.ts[event] // 10)
+        by_row[row] = (costs.flops[k], costs.macs[k], costs.bytes_read[k], costs.bytes_written[k])
+    return by_row, costs
+
+
+@pytest.mark.parametrize("row", range(len(OPS)), ids=[r[0] for r in OPS])
+def test_single_op_flops_macs_and_bytes(single_op_costs, row):
+    by_row, costs = single_op_costs
+    label, name, *_, expected = OPS[row]
+    assert row in by_row, f"{name} was not counted (unsupported: {costs.labels})"
+    for what, want, got in zip(("flops", "macs", "bytes read", "bytes written"), expected, by_row[row]):
+        if want is not None:
+            assert got == want, f"{label}: {what} {got} != {want}"
+
+
+def test_every_row_counted_and_nothing_unsupported(single_op_costs):
+    by_row, costs = single_op_costs
+    assert sorted(by_row) == list(range(len(OPS)))
+    assert len(costs.unsupported) == 0
+
+
+def test_attention_pairs_match_a_brute_force_count():
+    for s_q in range(1, 7):
+        for s_k in range(1, 7):
+            assert attention_pairs(s_q, s_k, 0) == s_q * s_k
+            assert attention_pairs(s_q, s_k, 1) == sum(min(i + 1, s_k) for i in range(s_q))
+            assert attention_pairs(s_q, s_k, 2) == sum(max(0, min(s_k, i + s_k - s_q + 1)) for i in range(s_q))
+
+
+# --- the counting rule -----------------------------------------------------------------------
+
+
+def test_nested_ops_are_counted_once_at_the_outermost_op_with_a_formula(trace_of):
+    b = TraceBuilder()
+    # aten::linear -> aten::t, aten::addmm: the linear is counted, its addmm is not
+    b.shaped_op("aten::linear", 0, 100, [[4, 8], [16, 8], [16]], [F, F, F], ["", "", ""])
+    b.shaped_op("aten::t", 10, 5, [[16, 8]], [F], [""])
+    b.shaped_op("aten::addmm", 20, 50, [[16], [4, 8], [8, 16], [], []], [F, F, F, S, S], ["", "", "", "1", "1"])
+    # a wrapper without a formula (einsum) is looked through: its bmm is counted
+    b.shaped_op("aten::einsum", 200, 100, [[], [[2, 3, 4], [2, 4, 5]], []], ["", TL, ""], ["", "", ""])
+    b.shaped_op("aten::bmm", 210, 50, [[2, 3, 4], [2, 4, 5]], [F, F], ["", ""])
+    # a no-cost wrapper (aten::to) is looked through: its copy_ is counted
+    b.shaped_op("aten::to", 400, 100, [[4, 4], [], [], [], []], [F, S, S, S, ""], ["", "15", "False", "False", ""])
+    b.shaped_op("aten::copy_", 410, 50, [[4, 4], [4, 4], []], [B, F, S], ["", "", "False"])
+    trace = trace_of(b)
+    costs = count_ops(trace, link(trace))
+    names = [trace.events.names[trace.events.name[e]] for e in costs.counted.tolist()]
+    assert names == ["aten::linear", "aten::bmm", "aten::copy_"]
+    assert costs.flops.tolist() == [2 * 4 * 16 * 8, 2 * 2 * 3 * 5 * 4, 0]
+    assert costs.bytes_written[2] == 16 * 2
+    assert len(costs.unsupported) == 0
+
+
+def test_an_op_without_formula_is_listed_unsupported_with_calls_and_time(analyze_built):
+    b = TraceBuilder()
+    b.step(1, 0, 1000)
+    b.scope("", "Net", 10, 900)
+    b.scope("fc", "Linear", 20, 100)
+    b.shaped_op("aten::mm", 30, 50, [[4, 8], [8, 16]], [F, F], ["", ""], seq=1)
+    b.launch(40, 100, 30)
+    b.scope("custom", "Custom", 200, 100)
+    b.shaped_op("mylib::fancy_op", 210, 60, [[4, 16]], [F], [""], seq=2)
+    b.launch(220, 300, 10)
+    # an op whose formula does not understand its arguments (a 3-D mm) is unsupported too
+    b.shaped_op("aten::mm", 400, 50, [[2, 4, 8], [8, 16]], [F, F], ["", ""], seq=3)
+    b.launch(410, 500, 10)
+    p = analyze_built(b)
+    assert p.find("fc").forward.total.flops == 2 * 4 * 16 * 8
+    assert p.find("custom").forward.total.flops == 0
+    assert p.find("custom").forward.total.unsupported_ops == 1
+    listed = {u.name: u for u in p.flops.unsupported}
+    assert set(listed) == {"mylib::fancy_op", "aten::mm" + NOT_UNDERSTOOD}
+    fancy = listed["mylib::fancy_op"]
+    assert fancy.calls == 1 and fancy.time_us == pytest.approx(10)
+    assert fancy.share_of_step == pytest.approx(10 / 50)
+    assert p.selection.unsupported_ops == 2
+    text = traceprof.render.render(p, "tree", traceprof.render.RenderOptions(unsupported_ops=True))
+    assert "2 kinds of op without a FLOP formula" in text
+    assert "mylib::fancy_op" in text and "20.0%" in text
+    assert "--unsupported-ops lists them" in traceprof.render.render(p, "tree")
+
+
+def test_an_event_launching_gpu_work_itself_is_an_op(analyze_built):
+    """A compiled graph's CompiledFunction launches its kernels without aten ops inside."""
+    b = TraceBuilder()
+    b.step(1, 0, 1000)
+    b.op("CompiledFunction", 10, 100)
+    b.launch(20, 200, 40)
+    b.op("ProfilerStepHelper", 300, 10)  # an event without work or shapes is not an op
+    b.shaped_op("aten::relu", 400, 10, [[8]], [F], [""])
+    p = analyze_built(b)
+    assert [u.name for u in p.flops.unsupported] == ["CompiledFunction"]
+    assert p.flops.unsupported[0].share_of_step == pytest.approx(1.0)
+
+
+def test_backward_ops_go_to_the_module_of_their_forward_op(analyze_built):
+    b = TraceBuilder()
+    b.step(1, 0, 1000)
+    b.scope("", "Net", 10, 300)
+    b.scope("fc", "Linear", 20, 100)
+    b.shaped_op("aten::mm", 30, 50, [[4, 8], [8, 16]], [F, F], ["", ""], seq=11)
+    b.op("autograd::engine::evaluate_function: MmBackward0", 600, 100, tid=2, seq=11, fwd_tid=1)
+    b.op("MmBackward0", 601, 90, tid=2, seq=11, fwd_tid=1)
+    b.shaped_op("aten::mm", 610, 20, [[4, 16], [16, 8]], [F, F], ["", ""], tid=2)  # grad input
+    b.shaped_op("aten::mm", 640, 20, [[8, 4], [4, 16]], [F, F], ["", ""], tid=2)  # grad weight
+    p = analyze_built(b)
+    fc = p.find("fc")
+    assert fc.forward.total.flops == 1024
+    assert fc.backward.total.flops == 2048
+    assert fc.backward.own.macs == 1024
+    assert p.unattributed.total.flops == 0
+    assert p.selection.flops == 3072
+
+
+def test_a_trace_without_shapes_says_so(analyze_built):
+    b = TraceBuilder()
+    b.step(1, 0, 1000)
+    b.op("aten::mm", 10, 50)
+    b.launch(20, 100, 30)
+    p = analyze_built(b)
+    assert not p.flops.has_shapes
+    assert any("without shapes" in w for w in p.warnings)
+    assert p.selection.flops == 0 and p.flops.unsupported == ()
+    text = traceprof.render.render(p, "tree")
+    assert "warning:   trace recorded without shapes" in text
+    assert "FLOP" not in text.split("warning:")[0]
+    assert p.throughput(p.selection).flop_per_s is None
+
+
+# --- peaks, achieved FLOP/s, MFU -------------------------------------------------------------
+
+
+def test_mfu_is_achieved_flops_over_the_peak_of_the_dtype_used(analyze_built):
+    b = TraceBuilder()
+    b.top["deviceProperties"] = [{"id": 0, "name": "NVIDIA H100 80GB HBM3", "totalGlobalMem": 85018279936}]
+    b.step(1, 0, 1000)
+    b.scope("", "Net", 10, 900)
+    b.scope("proj", "Linear", 20, 100)
+    # bf16 [4096, 4096] @ [4096, 4096]: 137.4 GFLOP in one 200 us kernel
+    b.shaped_op("aten::mm", 30, 50, [[4096, 4096], [4096, 4096]], [B, B], ["", ""])
+    b.launch(40, 100, 200)
+    b.scope("small", "Linear", 200, 100)
+    b.shaped_op("aten::mm", 210, 50, [[64, 64], [64, 64]], ["float", "float"], ["", ""])
+    b.launch(220, 400, 100)
+    p = analyze_built(b)
+    flops = 2 * 4096**3
+    peak = p.flops.peak
+    assert (peak.device, peak.precision, peak.flop_per_s) == ("H100 SXM", "bf16", 989.5e12)
+    assert dict(p.flops.flops_by_precision) == {"bf16": flops, "fp32": 2 * 64**3}
+    rates = p.throughput(p.find("proj").total)
+    assert rates.flop_per_s == pytest.approx(flops / 200e-6)
+    assert rates.mfu == pytest.approx(flops / 200e-6 / 989.5e12)
+    moved = 2 * 4096 * 4096 * 2 + 4096 * 4096 * 2
+    assert rates.bytes_per_s == pytest.approx(moved / 200e-6)
+    assert rates.bandwidth_use == pytest.approx(moved / 200e-6 / 3.35e12)
+    assert rates.flops_per_byte == pytest.approx(flops / moved)
+    step = p.throughput(p.selection)
+    assert step.flop_per_s == pytest.approx((flops + 2 * 64**3) / 300e-6)
+    text = traceprof.render.render(p, "tree")
+    assert "MFU" in text and "H100 SXM bf16 peak 990 TFLOP/s" in text
+    table = traceprof.render.render(p, "table")
+    assert "MFU" in next(line for line in table.splitlines() if line.startswith("Layer (type"))
+
+
+def test_fp32_convolutions_count_at_the_tf32_peak_on_gpus_that_have_it(analyze_built):
+    b = TraceBuilder()
+    b.top["deviceProperties"] = [{"id": 0, "name": "NVIDIA A100-SXM4-80GB", "totalGlobalMem": 84990623744}]
+    b.step(1, 0, 1000)
+    b.shaped_op("aten::conv2d", 10, 50, [[8, 64, 32, 32], [64, 64, 3, 3], [], [], [], [], []],
+                [F, F, "", SL, SL, SL, S], ["", "", "", "[1, 1]", "[1, 1]", "[1, 1]", "1"])
+    b.launch(20, 100, 50)
+    p = analyze_built(b)
+    assert p.flops.peak.precision == "tf32"
+    assert p.flops.peak.flop_per_s == 156e12
+    assert p.flops.peak.bytes_per_s == 2039e9
+
+
+def test_cpu_traces_get_achieved_flops_but_no_mfu(analyze_built):
+    b = TraceBuilder()
+    b.top["deviceProperties"] = []
+    b.step(1, 0, 1000)
+    b.scope("", "Net", 0, 500)
+    b.shaped_op("aten::mm", 100, 400, [[100, 100], [100, 100]], [F, F], ["", ""])
+    p = analyze_built(b)
+    rates = p.throughput(p.find("").total)
+    assert rates.flop_per_s == pytest.approx(2e6 / 500e-6)  # over Net's CPU time
+    assert rates.mfu is None and rates.bandwidth_use is None
+    assert p.flops.peak is None
+    assert "over CPU time" in traceprof.render.render(p, "tree")
+
+
+def test_device_names_find_their_peaks():
+    cases = {
+        ("NVIDIA H100 80GB HBM3", None): "H100 SXM",
+        ("NVIDIA H100 PCIe", None): "H100 PCIe",
+        ("NVIDIA H100 NVL", None): "H100 NVL",
+        ("NVIDIA H200", None): "H200 SXM",
+        ("NVIDIA B200", None): "B200",
+        ("NVIDIA A100-SXM4-80GB", 84990623744): "A100 80GB SXM",
+        ("NVIDIA A100-PG509-200", 42297524224): "A100 40GB",
+        ("Tesla V100-DGXS-32GB", None): "V100 SXM2",
+        ("Tesla V100-PCIE-16GB", None): "V100 PCIe",
+        ("AMD Instinct MI250X", None): "MI250X",
+        ("AMD Instinct MI300X", None): "MI300X",
+    }
+    for (name, memory), want in cases.items():
+        assert find_peaks(name, memory).name == want, name
+    assert find_peaks("AMD Radeon Graphics") is None and find_peaks("") is None
+    for entry in PEAKS:
+        assert entry.source and entry.bytes_per_s > 0
+        # matrix-unit peaks are never below the vector fp32 peak
+        for precision in ("bf16", "fp16", "fp8"):
+            if precision in entry.flop_per_s and "fp32" in entry.flop_per_s:
+                assert entry.flop_per_s[precision] > entry.flop_per_s["fp32"], entry.name
+
+
+# --- the registry ----------------------------------------------------------------------------
+
+
+def test_registry_narrows_to_families_and_refuses_duplicates():
+    matrix = REGISTRY.only(*MATRIX_FAMILIES)
+    assert "aten::mm" in matrix and "aten::convolution_backward" in matrix
+    assert "aten::layer_norm" not in matrix and "aten::relu" not in matrix
+    assert matrix.get("aten::view").family is Family.NO_COST
+    assert matrix.get("c10d::allreduce_").family is Family.NO_COST
+    r = Registry()
+    r.formula("aten::x", family=Family.POINTWISE)(lambda a: None)
+    with pytest.raises(ValueError):
+        r.no_cost("aten::x")
+    assert REGISTRY.get("aten::definitely_not_an_op") is None
+
+
+def test_arguments_missing_from_the_trace_are_not_guessed():
+    """A 2021 trace has no Concrete Inputs: a convolution's stride is unknown, so the op is not
+    understood rather than taken as stride 1."""
+    conv = REGISTRY.get("aten::conv2d").formula
+    args = OpArgs("aten::conv2d", [[1, 3, 8, 8], [4, 3, 3, 3], [], [], [], [], []],
+                  [F, F, "", "GenericList", "GenericList", "GenericList", "Int"], [])
+    with pytest.raises(ValueError):
+        conv(args)
+    ok = OpArgs("aten::conv2d", [[1, 3, 8, 8], [4, 3, 3, 3], [], [], [], [], []],
+                [F, F, "", SL, SL, SL, S], ["", "", "", "[1, 1]", "[0, 0]", "[1, 1]", "1"])
+    assert conv(ok).macs == 36 * 4 * 27
+
+
+def test_cli_lists_unsupported_ops_and_sorts_by_flops(tmp_path):
+    b = TraceBuilder()
+    b.step(1, 0, 1000)
+    b.scope("", "Net", 10, 900)
+    b.scope("a", "A", 20, 100)
+    b.shaped_op("aten::mm", 30, 50, [[4, 8], [8, 16]], [F, F], ["", ""])
+    b.launch(40, 100, 30)
+    b.scope("b", "B", 200, 100)
+    b.shaped_op("aten::mm", 210, 50, [[40, 8], [8, 16]], [F, F], ["", ""])
+    b.launch(220, 300, 10)
+    b.shaped_op("mylib::op", 400, 50, [[4]], [F], [""])
+    b.launch(410, 500, 10)
+    path = b.write(tmp_path / "t.json")
+    proc = subprocess.run([sys.executable, "-m", "traceprof", "analyze", str(path), "--unsupported-ops",
+                           "--sort", "flops"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "unsupported: 1 kind of op without a FLOP formula" in out
+    assert "  mylib::op" in out and "20.0%" in out
+    assert out.index("(b): B(") < out.index("(a): A(")

@@ -1,0 +1,182 @@
+"""Which op events are counted, and what each costs.
+
+**Counting rule.** Ops nest (``aten::linear`` runs ``aten::t`` and ``aten::addmm``;
+``aten::conv2d`` runs ``aten::convolution``, ``aten::_convolution``, a backend op). An op is
+counted when it has a formula that understands its arguments and no op around it (on its
+thread) has one: the *outermost op with a formula*. Ops inside a counted op are covered by it.
+Ops registered as having no cost (views, ``aten::to``, ``aten::scaled_dot_product_attention``,
+autograd wrappers are not ops at all) are looked through: their children are counted.
+
+**Unsupported ops.** An op without a formula (or whose arguments its formula does not
+understand) that no counted op covers and that has no counted or unsupported op inside it is
+*unsupported*: the innermost place where FLOPs are missing. "Op" means a dispatcher op
+(``namespace::name``) or any other CPU op event that launches GPU work itself (a compiled
+graph's ``CompiledFunction``).
+
+Each distinct (name, Input Dims, Input type, Concrete Inputs) combination is decoded and
+evaluated once; everything else is numpy over the event columns.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..link import Links
+from ..schema import Kind
+from ..trace import Trace
+from .registry import FAMILIES, MATRIX_FAMILIES, REGISTRY, Registry
+from .shapes import FLOATING, UNKNOWN_DTYPE, ArgumentError, OpArgs, OpCost
+
+#: dispatcher op names (``aten::mm``, ``c10d::allreduce_``), not autograd's own events
+_OP_NAME = re.compile(r"(?!autograd::|torch::)[A-Za-z_]\w*::\w+\Z")
+NOT_UNDERSTOOD = " (arguments not understood)"
+
+_OTHER, _FORMULA, _NO_COST, _UNKNOWN_OP = 0, 1, 2, 3
+
+
+@dataclass(frozen=True, slots=True)
+class OpCosts:
+    """The counted ops of a trace (per-op arrays aligned with ``counted``) and the unsupported
+    ones. No per-event Python object."""
+
+    has_shapes: bool  # the trace's ops carry Input Dims (record_shapes=True)
+    counted: np.ndarray  # int64 event indices of counted ops
+    flops: np.ndarray  # float64, per counted op
+    macs: np.ndarray
+    bytes_read: np.ndarray
+    bytes_written: np.ndarray
+    dtype: np.ndarray  # int32 codes into dtypes
+    family: np.ndarray  # int32 codes into FAMILIES
+    dtypes: tuple[str, ...]
+    unsupported: np.ndarray  # int64 event indices of unsupported ops
+    unsupported_label: np.ndarray  # int32 codes into labels
+    labels: tuple[str, ...]
+
+    @classmethod
+    def empty(cls, has_shapes: bool) -> "OpCosts":
+        z = np.zeros(0)
+        i = np.zeros(0, np.int64)
+        c = np.zeros(0, np.int32)
+        return cls(has_shapes, i, z, z, z, z, c, c, (), i, c, ())
+
+
+def count_ops(trace: Trace, links: Links, registry: Registry | None = None,
+              exclude: np.ndarray | None = None) -> OpCosts:
+    """Cost of every counted op of ``trace`` and the unsupported ops. ``exclude``: events that
+    are not ops even if they are CPU op events (module scopes recorded as ops)."""
+    registry = REGISTRY if registry is None else registry
+    ev = trace.events
+    n = len(ev)
+    is_op = ev.kind == Kind.CPU_OP
+    if exclude is not None:
+        is_op &= ~exclude
+    if not n or not np.any(ev.input_dims[is_op] >= 0):
+        return OpCosts.empty(has_shapes=False)
+
+    entries = [registry.get(name) for name in ev.names]
+    name_class = np.array([_classify_name(name, e) for name, e in zip(ev.names, entries)], np.int8)
+    cls = np.where(is_op, name_class[ev.name], _OTHER)
+
+    candidates = np.flatnonzero(cls == _FORMULA)
+    key, first = _distinct_calls(ev, candidates)
+    costs = [_evaluate(trace, entries, int(candidates[i])) for i in first]
+    ok_key = np.array([c is not None for c in costs], bool)
+    ok = np.zeros(n, bool)
+    ok[candidates] = ok_key[key]
+
+    covered = links.nearest(ok, include_self=False) >= 0
+    counted = np.flatnonzero(ok & ~covered)
+
+    launchers = links.parent[links.launch[links.launch >= 0]]
+    launches_work = np.zeros(n, bool)
+    launches_work[launchers[launchers >= 0]] = True
+    is_op_name = np.array([bool(_OP_NAME.match(s)) for s in ev.names], bool)[ev.name]
+    unknown = is_op & ~ok & (cls != _NO_COST) & (is_op_name | launches_work | (cls == _FORMULA))
+    inside = _has_descendant(links, ok | unknown)
+    unsupported = np.flatnonzero(unknown & ~covered & ~inside)
+
+    # per counted op: its distinct call's cost
+    pos = np.searchsorted(candidates, counted)
+    call = key[pos]
+    dtypes: dict[str, int] = {}
+    per_call = np.array(
+        [(c.flops, c.macs, c.bytes_read, c.bytes_written) if c else (0.0,) * 4 for c in costs],
+        np.float64,
+    ).reshape(-1, 4)
+    dtype_of_call = np.array([dtypes.setdefault(c.dtype, len(dtypes)) if c else -1 for c in costs],
+                             np.int32)
+    family_of_call = np.array(
+        [FAMILIES.index(entries[ev.name[candidates[i]]].family) for i in first], np.int32
+    )
+    # label: the op's name, marked when a formula exists but did not understand the arguments
+    name_of = ev.name[unsupported].astype(np.int64) * 2 + (cls[unsupported] == _FORMULA)
+    distinct, label_of = np.unique(name_of, return_inverse=True)
+    labels = [ev.names[k // 2] + (NOT_UNDERSTOOD if k % 2 else "") for k in distinct.tolist()]
+    return OpCosts(
+        has_shapes=True,
+        counted=counted,
+        flops=per_call[call, 0],
+        macs=per_call[call, 1],
+        bytes_read=per_call[call, 2],
+        bytes_written=per_call[call, 3],
+        dtype=dtype_of_call[call],
+        family=family_of_call[call],
+        dtypes=tuple(dtypes),
+        unsupported=unsupported,
+        unsupported_label=label_of.ravel().astype(np.int32),
+        labels=tuple(labels),
+    )
+
+
+def _classify_name(name: str, entry) -> int:
+    if entry is not None:
+        return _FORMULA if entry.has_cost else _NO_COST
+    return _UNKNOWN_OP if _OP_NAME.match(name) else _OTHER
+
+
+def _distinct_calls(ev, events: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For each event, the index of its distinct (name, dims, types, concrete) call, and for
+    each distinct call the position of its first event."""
+    if len(events) == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    key = ev.name[events].astype(np.int64)
+    for column in (ev.input_dims, ev.input_types, ev.concrete_inputs):
+        _, key = np.unique(key, return_inverse=True)
+        key = key.ravel().astype(np.int64) << 32 | (column[events].astype(np.int64) + 1)
+    _, first, key = np.unique(key, return_index=True, return_inverse=True)
+    return key.ravel(), first
+
+
+def _evaluate(trace: Trace, entries, event: int) -> OpCost | None:
+    ev = trace.events
+    texts = ev.texts
+
+    def text(code: int) -> bytes | None:
+        return texts[code] if code >= 0 else None
+
+    name = ev.names[ev.name[event]]
+    entry = entries[ev.name[event]]
+    try:
+        args = OpArgs.decode(name, text(ev.input_dims[event]), text(ev.input_types[event]),
+                             text(ev.concrete_inputs[event]))
+        cost = entry.formula(args)
+    except (ArgumentError, ValueError, IndexError, TypeError, KeyError, ZeroDivisionError):
+        return None
+    if not all(np.isfinite((cost.flops, cost.macs, cost.bytes_read, cost.bytes_written))):
+        return None
+    if entry.family not in MATRIX_FAMILIES and cost.dtype not in FLOATING | {UNKNOWN_DTYPE}:
+        # integer counters and boolean masks: bytes, but no floating-point operations
+        return OpCost(0.0, 0.0, cost.bytes_read, cost.bytes_written, cost.dtype)
+    return cost
+
+
+def _has_descendant(links: Links, mark: np.ndarray) -> np.ndarray:
+    """Per event: some CPU slice nested inside it (at any depth) is marked."""
+    inside = np.zeros(len(mark), bool)
+    for level in reversed(links.levels[1:]):
+        up = level[mark[level] | inside[level]]
+        inside[links.parent[up]] = True
+    return inside

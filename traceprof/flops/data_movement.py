@@ -1,0 +1,173 @@
+"""Data movement (copies, fills, concatenation, gathers, scatters), embeddings, and the ops
+that cost nothing themselves (views, allocation, wrappers, communication).
+
+Copies and gathers count no FLOPs, only bytes: every tensor read once, every output written
+once. An embedding lookup reads the indices and the rows it gathers (not the whole table) and
+writes them; its backward adds each gradient row into the table (one FLOP per element).
+"""
+
+from __future__ import annotations
+
+from math import prod
+
+from .registry import REGISTRY, Family
+from .shapes import LIST_DTYPE, ArgumentError, OpArgs, OpCost, nbytes
+
+_R = REGISTRY
+
+
+@_R.formula("aten::copy_", "aten::_copy_from", "aten::_copy_from_and_resize", family=Family.MEMORY)
+def copy(a: OpArgs) -> OpCost:
+    """copy_(self, src): reads src, writes self."""
+    dst, src = a.shape(0), a.shape(1)
+    return a.cost(flops=0, reads=nbytes(src, a.dtype(1)), writes=[(dst, a.dtype(0))])
+
+
+@_R.formula("aten::fill_", "aten::zero_", "aten::fill", family=Family.MEMORY)
+def fill(a: OpArgs) -> OpCost:
+    x = a.shape(0)
+    return a.cost(flops=0, reads=0.0, writes=[(x, a.dtype(0))])
+
+
+@_R.formula("aten::cat", "aten::_cat", "aten::concat", "aten::concatenate", "aten::stack",
+            "aten::hstack", "aten::vstack", family=Family.MEMORY)
+def concatenate(a: OpArgs) -> OpCost:
+    """cat(tensors, dim): list elements are taken as fp32 (traces give no list dtype)."""
+    shapes = a.tensor_list(0)
+    total = sum(prod(s) for s in shapes)
+    return a.cost(flops=0, writes=[((total,), LIST_DTYPE)], dtype=LIST_DTYPE)
+
+
+@_R.formula("aten::index_select", family=Family.MEMORY)
+def index_select(a: OpArgs) -> OpCost:
+    """index_select(self, dim, index): reads the index and the selected slices."""
+    x, idx = a.shape(0), a.shape(2)
+    dim = a.integer(1) % max(len(x), 1)
+    out = x[:dim] + (prod(idx),) + x[dim + 1:] if x else ()
+    reads = nbytes(idx, a.dtype(2)) + nbytes(out, a.dtype(0))
+    return a.cost(flops=0, reads=reads, writes=[(out, a.dtype(0))], dtype=a.dtype(0))
+
+
+@_R.formula("aten::gather", family=Family.MEMORY)
+def gather(a: OpArgs) -> OpCost:
+    """gather(self, dim, index): the output has the index's shape."""
+    idx = a.shape(2)
+    reads = nbytes(idx, a.dtype(2)) + nbytes(idx, a.dtype(0))
+    return a.cost(flops=0, reads=reads, writes=[(idx, a.dtype(0))], dtype=a.dtype(0))
+
+
+@_R.formula("aten::scatter", "aten::scatter_", "aten::scatter_add", "aten::scatter_add_",
+            "aten::scatter_reduce", "aten::scatter_reduce_", "aten::index_add", "aten::index_add_",
+            "aten::index_copy", "aten::index_copy_", family=Family.MEMORY)
+def scatter(a: OpArgs) -> OpCost:
+    """scatter*(self, dim, index, src ...) / index_add(self, dim, index, source): reads the index
+    and the source, writes as many elements (one add each for the accumulating forms)."""
+    idx = a.shape(2)
+    src = a.shape(3) if a.is_tensor(3) else idx
+    adds = prod(src) if ("add" in a.name or "reduce" in a.name) else 0
+    reads = nbytes(idx, a.dtype(2)) + (nbytes(src, a.dtype(3)) if a.is_tensor(3) else 0)
+    return a.cost(flops=adds, reads=reads, writes=[(src, a.dtype(0))], dtype=a.dtype(0))
+
+
+@_R.formula("aten::index_put_", "aten::index_put", "aten::_index_put_impl_", family=Family.MEMORY)
+def index_put(a: OpArgs) -> OpCost:
+    """index_put_(self, indices, values, accumulate): writes the values (the index tensors are
+    a list whose shapes traces do not record)."""
+    values = a.shape(2)
+    adds = prod(values) if a.flag(3, False) else 0
+    return a.cost(flops=adds, reads=nbytes(values, a.dtype(2)), writes=[(values, a.dtype(0))],
+                  dtype=a.dtype(0))
+
+
+@_R.formula("aten::tril", "aten::tril_", "aten::triu", "aten::triu_", "aten::flip", "aten::roll",
+            "aten::masked_select", family=Family.MEMORY)
+def rewrite(a: OpArgs) -> OpCost:
+    x = a.shape(0)
+    return a.cost(flops=0, writes=[(x, a.dtype(0))])
+
+
+@_R.formula("aten::repeat", family=Family.MEMORY)
+def repeat(a: OpArgs) -> OpCost:
+    """repeat(self, repeats)"""
+    x, reps = a.shape(0), a.ints(1)
+    if len(reps) < len(x):
+        raise ArgumentError(f"{a.name}: {len(reps)} repeats for {len(x)} dimensions")
+    out = tuple(r * s for r, s in zip(reps, (1,) * (len(reps) - len(x)) + x))
+    return a.cost(flops=0, writes=[(out, a.dtype(0))])
+
+
+# --- embeddings
+
+
+@_R.formula("aten::embedding", family=Family.EMBEDDING)
+def embedding(a: OpArgs) -> OpCost:
+    """embedding(weight, indices, ...): no FLOPs; reads the indices and the rows they pick."""
+    w, idx = a.shape(0), a.shape(1)
+    if not w:
+        raise ArgumentError(f"{a.name}: 0-d weight")
+    out = idx + w[1:]
+    dtype = a.dtype(0)
+    reads = nbytes(idx, a.dtype(1)) + nbytes(out, dtype)
+    return a.cost(flops=0, reads=reads, writes=[(out, dtype)], dtype=dtype)
+
+
+@_R.formula("aten::embedding_dense_backward", family=Family.EMBEDDING)
+def embedding_dense_backward(a: OpArgs) -> OpCost:
+    """embedding_dense_backward(grad_output, indices, num_weights, padding_idx, scale): each
+    gradient row is added into a zeroed [num_weights, dim] gradient."""
+    g = a.shape(0)
+    rows = a.integer(2)
+    return a.cost(flops=prod(g), writes=[((rows,) + g[-1:], a.dtype(0))])
+
+
+@_R.formula("aten::_embedding_bag", "aten::_embedding_bag_forward_only", family=Family.EMBEDDING)
+def embedding_bag(a: OpArgs) -> OpCost:
+    """_embedding_bag(weight, indices, offsets, scale_grad_by_freq, mode, sparse,
+    per_sample_weights, include_last_offset, ...): sums (or averages) the picked rows per bag."""
+    w, idx, offsets = a.shape(0), a.shape(1), a.shape(2)
+    dim = prod(w[1:])
+    bags = prod(offsets) - (1 if a.flag(7, False) else 0) if offsets else 1
+    picked = prod(idx) * dim
+    dtype = a.dtype(0)
+    reads = nbytes(idx, a.dtype(1)) + nbytes(offsets, a.dtype(2)) + picked * nbytes((1,), dtype)
+    return a.cost(flops=picked, reads=reads, writes=[((bags, dim), dtype)], dtype=dtype)
+
+
+@_R.formula("aten::_embedding_bag_dense_backward", family=Family.EMBEDDING)
+def embedding_bag_backward(a: OpArgs) -> OpCost:
+    """_embedding_bag_dense_backward(grad, indices, offset2bag, bag_size, maximum_indices,
+    num_weights, ...)"""
+    g, idx = a.shape(0), a.shape(1)
+    dim = g[-1] if g else 1
+    return a.cost(flops=prod(idx) * dim, writes=[((a.integer(5), dim), a.dtype(0))])
+
+
+# --- ops without a cost of their own
+
+_R.no_cost(*(f"aten::{n}" for n in (
+    # views and metadata
+    "view", "_unsafe_view", "view_as", "reshape", "reshape_as", "_reshape_alias", "flatten",
+    "unflatten", "squeeze", "squeeze_", "unsqueeze", "unsqueeze_", "t", "t_", "transpose",
+    "transpose_", "permute", "movedim", "moveaxis", "swapaxes", "swapdims", "numpy_T", "expand",
+    "expand_as", "as_strided", "as_strided_", "slice", "select", "narrow", "split",
+    "split_with_sizes", "tensor_split", "unsafe_split", "chunk", "unbind", "unfold", "diagonal",
+    "alias", "detach", "detach_", "lift", "lift_fresh", "lift_fresh_copy", "broadcast_tensors",
+    "meshgrid", "conj", "_conj", "resolve_conj", "resolve_neg", "_neg_view", "view_as_real",
+    "view_as_complex", "real", "imag", "_has_compatible_shallow_copy_type", "set_", "align_as",
+    "result_type", "size", "stride", "numel", "dim", "is_nonzero", "is_same_size", "is_pinned",
+    "is_contiguous", "is_floating_point", "is_complex", "item",
+    "_local_scalar_dense", "record_stream", "unflatten_dense_tensors", "_nested_tensor_from_mask", "type_as",
+    # allocation (what they write is done by fill_/copy_ inside, or left uninitialised)
+    "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "resize_",
+    "resize_as_", "zeros", "zeros_like", "ones", "ones_like", "full", "full_like", "new_zeros",
+    "new_ones", "new_full", "scalar_tensor", "tensor", "arange", "linspace", "randn", "rand",
+    "randint", "randperm", "randn_like", "rand_like", "randint_like", "normal", "eye",
+    # wrappers whose work is done by the ops inside them
+    "to", "_to_copy", "contiguous", "clone", "copy", "pad", "constant_pad_nd", "embedding_backward",
+    "embedding_bag", "_embedding_bag_backward", "_autocast_to_reduced_precision",
+    "_autocast_to_full_precision",
+)))
+# collective communication: no FLOPs counted (its GPU time is not a gap in FLOP coverage)
+_R.no_cost_namespace("c10d", "_c10d_functional", "c10d_functional", "_dtensor", "profiler")
+_R.no_cost_prefix("nccl:", "gloo:", "mpi:", "ucc:", "xccl:")
+_R.no_cost("record_param_comms")

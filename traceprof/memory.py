@@ -1,0 +1,153 @@
+"""Memory per module from ``[memory]`` events (traces taken with ``profile_memory=True``).
+
+Each ``[memory]`` instant is an allocation (``Bytes`` > 0) or a free (``Bytes`` < 0) made on the
+thread it is recorded on, on one device, with the allocator's total after it (``Total
+Allocated``; traces before 2022 lack it). An event belongs to the innermost CPU slice around it
+on its thread, and through that slice to a module and a pass exactly as CPU time does
+(``attribution._classify``): a backward op's memory goes to the module of the forward op that
+created it.
+
+Per node, pass and device: bytes allocated and bytes freed inside the node and everything below
+it (per step), and the peak, the highest allocator total seen at any of those events (all steps
+of the selection). The peak is read at allocations and frees only, so it is the peak of the
+device's total while the module ran, as far as the module's own events show it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+import numpy as np
+
+from .trace import Trace
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryPhase:
+    allocated_bytes: float = 0.0  # per step, node and everything below it
+    freed_bytes: float = 0.0  # per step
+    peak_bytes: int | None = None  # highest allocator total at the node's events; None: unknown
+    events: float = 0.0  # [memory] events per step
+
+    @property
+    def net_bytes(self) -> float:
+        return self.allocated_bytes - self.freed_bytes
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryUse:
+    """Memory one node allocated and freed on one device, forward and backward."""
+
+    device: str  # "cuda:0", "cpu"
+    forward: MemoryPhase
+    backward: MemoryPhase
+
+
+def enclosing_slice(trace: Trace, nest_end: np.ndarray, parent: np.ndarray, cpu: np.ndarray,
+                    events: np.ndarray) -> np.ndarray:
+    """For each event (an instant), the innermost CPU slice of ``cpu`` around it on its thread
+    (``ts`` within ``[start, end]``), or -1."""
+    ev = trace.events
+    out = np.full(len(events), -1, np.int64)
+    if not len(events) or not len(cpu):
+        return out
+    for thread in np.unique(ev.thread[events]).tolist():
+        mine = events[ev.thread[events] == thread]
+        slices = cpu[ev.thread[cpu] == thread]
+        if not len(slices):
+            continue
+        slices = slices[np.argsort(ev.ts[slices], kind="stable")]
+        t = ev.ts[mine]
+        pos = np.searchsorted(ev.ts[slices], t, side="right") - 1
+        cand = np.where(pos >= 0, slices[np.maximum(pos, 0)], -1)
+        # climb out of slices that ended before the event; each step goes one level up
+        while True:
+            ended = (cand >= 0) & (nest_end[np.maximum(cand, 0)] < t)
+            if not ended.any():
+                break
+            cand[ended] = parent[cand[ended]]
+        out[np.flatnonzero(ev.thread[events] == thread)] = cand
+    return out
+
+
+def memory_by_node(
+    trace: Trace,
+    keep: np.ndarray,
+    node: np.ndarray,
+    backward: np.ndarray,
+    parent: np.ndarray,
+    n_steps: int,
+) -> list[tuple[MemoryUse, ...]]:
+    """Per node (index of ``parent``), its memory use per device, devices with events only.
+
+    ``keep``: which memory events are in the selection; ``node``/``backward``: the node and
+    pass of each kept event (as for CPU time); ``parent``: the node tree.
+    """
+    mem = trace.memory
+    n_nodes = len(parent)
+    empty: list[tuple[MemoryUse, ...]] = [() for _ in range(n_nodes)]
+    if mem is None or not len(mem):
+        return empty
+    if not keep.any():
+        return empty
+    nbytes = mem.bytes[keep].astype(np.float64)
+    total = mem.total_allocated[keep]
+    device = mem.device[keep]
+    has_total = bool((total >= 0).any())
+    order = _children_first(parent)
+
+    per_device: list[tuple[str, np.ndarray]] = []  # (label, [phase, metric, node])
+    for d, label in enumerate(mem.devices):
+        on = device == d
+        if not on.any():
+            continue
+        table = np.zeros((2, 4, n_nodes))  # allocated, freed, peak, events
+        table[:, 2, :] = -1
+        for phase in (0, 1):
+            m = on & (backward == bool(phase))
+            nd = node[m]
+            b = nbytes[m]
+            table[phase, 0] = np.bincount(nd, weights=np.maximum(b, 0), minlength=n_nodes)[:n_nodes]
+            table[phase, 1] = np.bincount(nd, weights=np.maximum(-b, 0), minlength=n_nodes)[:n_nodes]
+            table[phase, 3] = np.bincount(nd, minlength=n_nodes)[:n_nodes]
+            np.maximum.at(table[phase, 2], nd, total[m].astype(np.float64))
+        for i in order:  # children before parents: sums and maxima of subtrees
+            p = parent[i]
+            if p >= 0:
+                table[:, (0, 1, 3), p] += table[:, (0, 1, 3), i]
+                table[:, 2, p] = np.maximum(table[:, 2, p], table[:, 2, i])
+        per_device.append((label, table))
+
+    result: list[tuple[MemoryUse, ...]] = []
+    for i in range(n_nodes):
+        uses = []
+        for label, table in per_device:
+            if table[:, 3, i].sum() == 0:
+                continue
+            phases = [
+                MemoryPhase(
+                    allocated_bytes=float(table[ph, 0, i]) / n_steps,
+                    freed_bytes=float(table[ph, 1, i]) / n_steps,
+                    peak_bytes=int(table[ph, 2, i]) if has_total and table[ph, 2, i] >= 0 else None,
+                    events=float(table[ph, 3, i]) / n_steps,
+                )
+                for ph in (0, 1)
+            ]
+            uses.append(MemoryUse(label, phases[0], phases[1]))
+        result.append(tuple(uses))
+    return result
+
+
+def _children_first(parent: np.ndarray) -> list[int]:
+    """Node indices ordered so that every node comes before its parent."""
+    depth = np.full(len(parent), -1, np.int64)
+    for i in range(len(parent)):
+        path = []
+        j = i
+        while j >= 0 and depth[j] < 0:
+            path.append(j)
+            j = int(parent[j])
+        base = depth[j] if j >= 0 else -1
+        for k in reversed(path):
+            base += 1
+            depth[k] = base
+    return np.argsort(-depth, kind="stable").tolist()
