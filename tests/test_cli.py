@@ -29,7 +29,7 @@ def test_default_is_the_tree_on_stdout():
 
 
 def test_output_format_follows_the_file_extension(tmp_path):
-    for name, check in (("p.json", lambda t: json.loads(t)["schema"] == "traceprof.profile/1"),
+    for name, check in (("p.json", lambda t: json.loads(t)["schema"] == "traceprof.profile/2"),
                         ("p.csv", lambda t: t.startswith("id,parent,depth")),
                         ("p.txt", lambda t: "traceprof module profile" in t)):
         target = tmp_path / name
@@ -69,3 +69,17 @@ def test_help_lists_the_options():
     out = run("analyze", "--help").stdout
     for opt in ("--format", "--depth", "--top", "--sort", "--step", "--output", "--hierarchy"):
         assert opt in out
+
+
+def test_output_files_are_readable_by_others_like_any_new_file(tmp_path):
+    import os
+
+    target = tmp_path / "p.json"
+    old = os.umask(0o022)
+    try:
+        from traceprof.output import write_atomic
+
+        write_atomic(str(target), "{}")
+    finally:
+        os.umask(old)
+    assert target.stat().st_mode & 0o777 == 0o644

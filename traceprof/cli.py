@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 
 import click
@@ -43,7 +44,8 @@ def main() -> None:
 @click.option("-f", "--format", "fmt", type=click.Choice(sorted(render.REGISTRY)), default=None,
               help="Output format [default: from -o's extension, else tree].")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=str), default=None,
-              help="Write to FILE (atomically) instead of standard output.")
+              help="Write to FILE (atomically) instead of standard output; the format follows "
+                   "its extension (.txt, .table, .json, .csv, .html).")
 @click.option("--depth", type=int, default=None, help="Show nodes down to this depth (0 = roots).")
 @click.option("--top", type=int, default=None, help="Keep the N largest children of each node.")
 @click.option("--sort", type=click.Choice([k.value for k in SortKey]), default="order",
@@ -52,8 +54,15 @@ def main() -> None:
               help="Analyze this ProfilerStep alone [default: mean of the complete steps].")
 @click.option("--hierarchy", type=click.Choice(_SOURCES), default="auto", show_default=True,
               help="Where the module tree comes from.")
-@click.option("--raw", is_flag=True, help="Times as plain microseconds.")
-def analyze(trace, fmt, output, depth, top, sort, step, hierarchy, raw):
+@click.option("--raw", is_flag=True,
+              help="Times as plain microseconds, FLOPs and bytes as plain numbers.")
+@click.option("--unsupported-ops", is_flag=True,
+              help="List the ops without a FLOP formula, with calls and share of time.")
+@click.option("--tensorboard", "tensorboard_logdir", metavar="LOGDIR", default=None,
+              type=click.Path(file_okay=False, path_type=str),
+              help="Also write TRACE as a new run into this TensorBoard log directory.")
+def analyze(trace, fmt, output, depth, top, sort, step, hierarchy, raw, unsupported_ops,
+            tensorboard_logdir):
     """Per-module forward and backward GPU time of TRACE (.json or .json.gz)."""
     try:
         if fmt is None:
@@ -63,17 +72,68 @@ def analyze(trace, fmt, output, depth, top, sort, step, hierarchy, raw):
             trace, step=step, hierarchy=hierarchy, depth=depth, top=top, sort=sort,
             progress=_progress_reporter(trace),
         )
-        text = render.render(profile, fmt, render.RenderOptions(raw_numbers=raw))
+        options = render.RenderOptions(raw_numbers=raw, unsupported_ops=unsupported_ops)
+        text = render.render(profile, fmt, options)
         if sys.stderr.isatty():
             click.echo("\r\033[K", err=True, nl=False)
         if output:
             write_atomic(output, text)
         else:
             click.echo(text, nl=False)
+        if tensorboard_logdir:
+            _write_tensorboard([trace], tensorboard_logdir, hierarchy=hierarchy, err=True)
     except TraceprofError as e:
         _fail(e.message, e.exit_code)
     except MemoryError:
         _fail(f"{trace}: out of memory while analyzing", 5)
+    except KeyboardInterrupt:
+        _fail("interrupted", 130)
+
+
+def _write_tensorboard(traces, logdir: str, err: bool = False, **options):
+    from .tensorboard import write_logdir
+
+    for run in write_logdir(traces, logdir, progress=_progress_reporter(traces[0]), **options):
+        if sys.stderr.isatty():
+            click.echo("\r\033[K", err=True, nl=False)
+        click.echo(f"traceprof: wrote TensorBoard run {run.name} ({run.trace_path}) to {logdir}",
+                   err=err)
+
+
+@main.command("tensorboard")
+@click.argument("traces", nargs=-1, required=True, type=click.Path(path_type=str))
+@click.option("--logdir", required=True, type=click.Path(file_okay=False, path_type=str),
+              help="TensorBoard log directory to add the runs to (created when missing).")
+@click.option("--name", default=None,
+              help="Run name for one trace; parent of the runs for several [default: file names].")
+@click.option("--hierarchy", type=click.Choice(_SOURCES), default="auto", show_default=True,
+              help="Where the module tree comes from.")
+@click.option("--peak-tflops", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Peak TFLOP/s of one device, for the MFU scalar (when the profile has FLOPs).")
+@click.option("--serve", is_flag=True, help="Then start TensorBoard on 127.0.0.1 for LOGDIR.")
+@click.option("--port", type=click.IntRange(1, 65535), default=None,
+              help="Port for --serve [default: 6006 or the next free one].")
+def tensorboard_command(traces, logdir, name, hierarchy, peak_tflops, serve, port):
+    """Write TRACES (files or directories) as runs of a TensorBoard log directory.
+
+    One run per trace: the traceprof tab (module tree, icicle), a copy of the trace for the
+    PyTorch Profiler tab (torch-tb-profiler), scalars and a text summary. Existing runs are
+    never overwritten. Needs the extra: pip install 'traceprof[tensorboard]'.
+    """
+    try:
+        _write_tensorboard(list(traces), logdir, name=name, hierarchy=hierarchy,
+                           peak_flops=peak_tflops * 1e12 if peak_tflops else None)
+        if serve:
+            from .tensorboard import serve as serve_logdir
+
+            click.echo("traceprof: starting TensorBoard on 127.0.0.1; open the traceprof tab "
+                       "(Ctrl-C stops it)")
+            sys.exit(serve_logdir(logdir, port))
+        click.echo(f"view them: tensorboard --logdir {shlex.quote(logdir)} --host 127.0.0.1")
+    except TraceprofError as e:
+        _fail(e.message, e.exit_code)
+    except MemoryError:
+        _fail("out of memory while analyzing", 5)
     except KeyboardInterrupt:
         _fail("interrupted", 130)
 

@@ -38,3 +38,9 @@ class OutputError(TraceprofError):
     """The result cannot be written where the user asked."""
 
     exit_code = 4
+
+
+class MissingDependencyError(TraceprofError):
+    """An optional dependency is not installed (for example the ``tensorboard`` extra)."""
+
+    exit_code = 6

@@ -13,6 +13,7 @@ from ..profile import ModuleProfile
 @dataclass(frozen=True, slots=True)
 class RenderOptions:
     raw_numbers: bool = False  # microseconds as plain numbers instead of "1.23 ms"
+    unsupported_ops: bool = False  # list the ops without a FLOP formula (tree and table)
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,4 +58,4 @@ def render(profile: ModuleProfile, fmt: str, options: RenderOptions | None = Non
 
 
 # registration happens on import
-from . import csv_format, json_format, table, tree  # noqa: E402,F401
+from . import csv_format, html, json_format, table, tree  # noqa: E402,F401

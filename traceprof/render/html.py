@@ -1,0 +1,102 @@
+"""HTML report: one self-contained page with the module tree as an icicle chart (forward and
+backward side by side) over the module table, with a filter box.
+
+The page reuses the TensorBoard plugin's frontend (traceprof/tensorboard/static/index.js and
+style.css, package data), inlined at render time, and embeds the JSON document of
+``--format json`` (``profile_document``); ``renderReport`` in index.js shows it. Nothing is loaded
+from the network: no external scripts, styles or fonts, and a Content-Security-Policy that allows
+only the page's own script (by its hash) and inline styles.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import html
+import os
+from importlib import resources
+
+import msgspec
+
+from ..profile import ModuleProfile
+from . import RenderOptions, register
+from .json_format import profile_document
+
+_STATIC = ("tensorboard", "static")
+# text that would end or disturb a <script> element if it appeared in the inlined frontend
+_FORBIDDEN_IN_SCRIPT = ("</script", "<!--", "<script")
+_JSON_ESCAPES = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026",
+                 "\u2028": "\\u2028", "\u2029": "\\u2029"}
+
+
+def static_text(name: str) -> str:
+    """A file of the shared frontend (``index.js``, ``style.css``), from the package data."""
+    return resources.files("traceprof").joinpath(*_STATIC, name).read_text(encoding="utf-8")
+
+
+def script_json(value) -> str:
+    """``value`` as JSON that is safe inside a ``<script>`` element: ``<``, ``>`` and ``&`` (and
+    the JavaScript line separators) as ``\\uXXXX`` escapes, which JSON.parse reads back as they
+    were. ``</script>`` or ``<!--`` in a module name cannot end the element."""
+    text = msgspec.json.encode(value).decode("utf-8")
+    for char, escape in _JSON_ESCAPES.items():
+        text = text.replace(char, escape)
+    return text
+
+
+def report_script() -> str:
+    """The page's one script: the shared frontend, then the call that shows the embedded profile."""
+    code = static_text("index.js")
+    lowered = code.lower()
+    for bad in _FORBIDDEN_IN_SCRIPT:
+        if bad in lowered:  # a change to index.js that the report cannot inline as it is
+            raise RuntimeError(f"index.js contains {bad!r}; it cannot be inlined in a <script>")
+    return (f"\n{code}\n"
+            "const data = (id) => JSON.parse(document.getElementById(id).textContent);\n"
+            "renderReport(data('traceprof-profile'), data('traceprof-report'));\n")
+
+
+def _content_security_policy(script: str) -> str:
+    digest = base64.b64encode(hashlib.sha256(script.encode("utf-8")).digest()).decode("ascii")
+    return ("default-src 'none'; "
+            f"script-src 'sha256-{digest}'; "
+            "style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'")
+
+
+def report_html(profile: ModuleProfile) -> str:
+    from .. import __version__
+
+    doc = profile_document(profile)
+    path = profile.metadata.path or ""
+    name = os.path.basename(path) or "trace"
+    page = {"title": name,
+            "footer": f"traceprof {__version__} · {doc['schema']} · {path}"}
+    script = report_script()
+    style = static_text("style.css")
+    return f"""<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<meta http-equiv="Content-Security-Policy" content="{html.escape(_content_security_policy(script))}">
+<meta name="generator" content="traceprof {html.escape(__version__)}">
+<title>traceprof · {html.escape(name)}</title>
+<style>
+{style}</style>
+</head>
+<body class="tp-body">
+<noscript><div class="tp-message">This report draws its chart and table with JavaScript; enable
+it to see them. The profile is in the element #traceprof-profile (traceprof's JSON document,
+docs/output-formats.md).</div></noscript>
+<script type="application/json" id="traceprof-profile">{script_json(doc)}</script>
+<script type="application/json" id="traceprof-report">{script_json(page)}</script>
+<script type="module">{script}</script>
+</body>
+</html>
+"""
+
+
+@register("html", (".html", ".htm"),
+          "self-contained HTML report: icicle chart (forward | backward) and module table")
+def render_html(profile: ModuleProfile, opts: RenderOptions) -> str:
+    return report_html(profile)

@@ -1,0 +1,269 @@
+"""Write a TensorBoard log directory: one run per trace (docs/tensorboard.md, layout.py).
+
+Each run gets traceprof's JSON profiles (the traceprof tab), a torch-tb-profiler-compatible copy of
+the trace (the PyTorch Profiler tab) and an event file with scalars and a text summary
+(TensorBoard's Scalars and Text tabs). Input traces are only read. A run directory is created
+fresh (``mkdir``, which fails rather than reuse an existing directory); when the name is taken,
+``-2``, ``-3``, ... is appended, so writing into an existing logdir adds runs and never clobbers.
+Every file is written atomically, and the run index ``run.json`` last.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import re
+import time
+from dataclasses import asdict, dataclass
+from typing import Sequence
+
+import msgspec
+
+from .. import render, schema
+from ..api import analyze
+from ..errors import OutputError, TraceReadError
+from ..output import write_atomic, write_atomic_bytes
+from ..reader import Progress
+from ..trace import load_trace
+from . import events, layout
+from .tb_profiler import CopyStats, tb_profiler_copy
+
+#: per-step profiles written per run (the first complete steps); the mean covers all of them
+MAX_STEP_PROFILES = 32
+
+_TRACE_SUFFIXES = (".json", ".json.gz")
+_UNSAFE = re.compile(r"[^A-Za-z0-9._+=@,-]+")
+
+
+@dataclass(frozen=True, slots=True)
+class RunInfo:
+    """One run written into a logdir."""
+
+    name: str  # run name: its directory relative to the logdir, with '/'
+    path: str  # the run directory
+    trace_path: str  # the input trace
+    steps: tuple[int, ...]  # ProfilerSteps the mean profile covers
+    step_profiles: tuple[int, ...]  # steps with a profile of their own
+    tb_profiler_copy: str  # file name of the torch-tb-profiler copy inside the run directory
+    copy_stats: CopyStats
+
+
+def collect_traces(inputs: Sequence[str | os.PathLike]) -> list[str]:
+    """Trace files named by ``inputs``: files as given; directories searched recursively.
+
+    In a directory, ``*.pt.trace.json[.gz]`` files are taken when there are any (the names the
+    PyTorch profiler's trace handler writes), else every ``*.json[.gz]`` file. Runs written by
+    traceprof (directories holding ``plugins/traceprof/run.json``) are skipped.
+    """
+    found: list[str] = []
+    for item in inputs:
+        path = os.fspath(item)
+        if os.path.isdir(path):
+            files = _trace_files_in(path)
+            if not files:
+                raise TraceReadError(path, "no .json or .json.gz trace files in this directory")
+            found.extend(files)
+        elif os.path.exists(path):
+            found.append(path)
+        else:
+            raise TraceReadError(path, "no such file or directory")
+    seen: set[str] = set()
+    unique = []
+    for f in found:
+        key = os.path.realpath(f)
+        if key not in seen:
+            seen.add(key)
+            unique.append(f)
+    return unique
+
+
+def _trace_files_in(directory: str) -> list[str]:
+    files: list[str] = []
+    for root, dirs, names in os.walk(directory):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        if layout.is_run_dir(root):
+            dirs[:] = []
+            continue
+        files.extend(
+            os.path.join(root, n) for n in sorted(names)
+            if not n.startswith(".") and n.lower().endswith(_TRACE_SUFFIXES)
+        )
+    profiler_files = [f for f in files if schema.TBP_WORKER_FILE_RE.match(os.path.basename(f))]
+    return profiler_files or files
+
+
+def default_run_name(trace_path: str) -> str:
+    """The run name of a trace: its file name without ``.json``/``.json.gz``/``.pt.trace``."""
+    base = os.path.basename(os.fspath(trace_path))
+    for suffix in (".gz", ".json", ".pt.trace"):
+        if base.lower().endswith(suffix):
+            base = base[: -len(suffix)]
+    return _safe_component(base)
+
+
+def _safe_component(text: str) -> str:
+    text = _UNSAFE.sub("_", text).lstrip(".")
+    return text or "run"
+
+
+def _split_name(name: str) -> list[str]:
+    parts = [p for p in name.replace("\\", "/").split("/") if p]
+    if not parts or any(p in (".", "..") for p in parts):
+        raise OutputError(f"{name!r}: not a usable run name")
+    return [_safe_component(p) for p in parts]
+
+
+def reserve_run_dir(logdir: str, name: str) -> tuple[str, str]:
+    """Create a new, empty run directory; ``(run name, directory)``. Never reuses a directory."""
+    parts = _split_name(name)
+    parent = os.path.join(logdir, *parts[:-1])
+    try:
+        os.makedirs(parent, exist_ok=True)
+    except OSError as e:
+        raise OutputError(f"{parent}: cannot create the directory ({e.strerror or e})") from None
+    for i in itertools.count(1):
+        leaf = parts[-1] if i == 1 else f"{parts[-1]}-{i}"
+        path = os.path.join(parent, leaf)
+        try:
+            os.mkdir(path)
+        except FileExistsError:
+            continue
+        except OSError as e:
+            raise OutputError(
+                f"{path}: cannot create the run directory ({e.strerror or e})") from None
+        return "/".join(parts[:-1] + [leaf]), path
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _worker_name(trace_path: str, stem: str, rank: int | None, world_size: int | None) -> str:
+    base = os.path.basename(trace_path)
+    m = schema.TBP_WORKER_FILE_RE.match(base)
+    worker = m.group(1) if m and m.group(1) else stem
+    if rank is not None and (world_size or 0) > 1 and not m:
+        worker = f"{worker}_rank{rank}"
+    # no dots: torch-tb-profiler would read ".<digits>" as a span
+    return _safe_component(worker).replace(".", "_")
+
+
+def write_logdir(
+    inputs: Sequence[str | os.PathLike],
+    logdir: str | os.PathLike,
+    *,
+    name: str | None = None,
+    hierarchy: str | None = None,
+    peak_flops: float | None = None,
+    max_step_profiles: int = MAX_STEP_PROFILES,
+    progress: Progress | None = None,
+) -> list[RunInfo]:
+    """Write one run per trace named by ``inputs`` (files or directories) into ``logdir``.
+
+    ``name`` names the run of a single trace, or is the parent of the runs of several traces
+    (``NAME/<file name>``). ``peak_flops`` (FLOP/s of one device) enables the MFU scalar.
+    """
+    traces = collect_traces(inputs)
+    events.require_tensorboard()
+    logdir = os.fspath(logdir)
+    try:
+        os.makedirs(logdir, exist_ok=True)
+    except OSError as e:
+        raise OutputError(
+            f"{logdir}: cannot create the log directory ({e.strerror or e})") from None
+    runs = []
+    for path in traces:
+        if name is None:
+            run_name = default_run_name(path)
+        elif len(traces) == 1:
+            run_name = name
+        else:
+            run_name = f"{name}/{default_run_name(path)}"
+        runs.append(write_run(path, logdir, run_name, hierarchy=hierarchy, peak_flops=peak_flops,
+                              max_step_profiles=max_step_profiles, progress=progress))
+    return runs
+
+
+def _json_bytes(obj) -> bytes:
+    return msgspec.json.format(msgspec.json.encode(obj), indent=1) + b"\n"
+
+
+def write_run(
+    trace_path: str,
+    logdir: str,
+    run_name: str,
+    *,
+    hierarchy: str | None = None,
+    peak_flops: float | None = None,
+    max_step_profiles: int = MAX_STEP_PROFILES,
+    progress: Progress | None = None,
+) -> RunInfo:
+    """Analyze one trace and write it as a new run (named ``run_name`` or a free variant)."""
+    events.require_tensorboard()
+    trace = load_trace(trace_path, progress)
+    if progress:
+        progress(f"{trace_path}: attributing")
+    profile = analyze(trace, hierarchy=hierarchy)
+    numbers = profile.selection.numbers
+    step_profiles = []
+    if len(numbers) > 1:
+        for n in numbers[:max_step_profiles]:
+            if progress:
+                progress(f"{trace_path}: step {n}")
+            step_profiles.append((n, analyze(trace, step=n, hierarchy=hierarchy)))
+    mean_text = render.render(profile, "json")
+    mean_doc = msgspec.json.decode(mean_text)
+    step_texts = [(n, render.render(p, "json")) for n, p in step_profiles]
+    if step_texts:
+        step_docs = [(n, msgspec.json.decode(t)) for n, t in step_texts]
+    else:
+        step_docs = [(numbers[0] if numbers else 0, mean_doc)]
+    if progress:
+        progress(f"{trace_path}: copying for torch-tb-profiler")
+    copy_bytes, copy_stats = tb_profiler_copy(trace_path)
+
+    run_name, run_dir = reserve_run_dir(logdir, run_name)
+    if progress:
+        progress(f"{trace_path}: writing run {run_name}")
+    md = profile.metadata
+    worker = _worker_name(trace_path, default_run_name(trace_path), md.rank, md.world_size)
+    copy_name = worker + schema.TBP_TRACE_FILE_SUFFIX
+    write_atomic_bytes(os.path.join(run_dir, copy_name), copy_bytes)
+
+    plugin_dir = os.path.join(run_dir, layout.PLUGIN_DIR)
+    try:
+        os.makedirs(plugin_dir, exist_ok=True)
+    except OSError as e:
+        raise OutputError(
+            f"{plugin_dir}: cannot create the directory ({e.strerror or e})") from None
+    write_atomic(os.path.join(plugin_dir, layout.MEAN_PROFILE), mean_text)
+    for n, text in step_texts:
+        write_atomic(os.path.join(plugin_dir, layout.step_profile_name(n)), text)
+
+    points = events.scalars(mean_doc, step_docs, peak_flops)
+    events.write_event_file(run_dir, points, step_docs[0][0], render.render(profile, "tree"))
+
+    from .. import __version__
+
+    index = {
+        "schema": layout.RUN_SCHEMA,
+        "run": run_name,
+        "traceprof_version": __version__,
+        "created_unix_s": time.time(),
+        "trace": {
+            "path": os.path.abspath(trace_path),
+            "size_bytes": md.size_bytes,
+            "devices": sorted({d.name for d in md.devices if d.name}),
+            "rank": md.rank,
+            "world_size": md.world_size,
+        },
+        "hierarchy": {"source": profile.source, "description": profile.source_description},
+        "has_gpu": profile.has_gpu,
+        "mean_of_steps": list(numbers),
+        "profiles": {"mean": layout.MEAN_PROFILE},
+        "steps": [{"step": n, "profile": layout.step_profile_name(n)} for n, _ in step_texts],
+        "steps_without_profile": list(numbers[len(step_texts):]) if step_texts else [],
+        "scalars": sorted({p.tag for p in points}),
+        "peak_flops": peak_flops,
+        "tb_profiler": {"trace_copy": copy_name, "worker": worker, **asdict(copy_stats)},
+    }
+    write_atomic_bytes(layout.run_index_path(run_dir), _json_bytes(index))
+    return RunInfo(run_name, run_dir, os.fspath(trace_path), tuple(numbers),
+                   tuple(n for n, _ in step_texts), copy_name, copy_stats)

@@ -1,0 +1,726 @@
+// traceprof frontend: module tree, icicle chart, run and step selectors. Two hosts use it:
+// - the TensorBoard plugin: TensorBoard loads this ES module in an iframe whose <base> is
+//   /data/plugin/traceprof/ and calls render(), which reads the runs and profiles from the
+//   plugin's routes (tensorboardSource);
+// - the HTML report (traceprof/render/html.py): this file and style.css are inlined into one
+//   page with the profile embedded, and renderReport(doc) shows it (inlineSource), no network.
+// Self-contained (no libraries). The data is traceprof's JSON profile (docs/output-formats.md);
+// fields added to it later (FLOPs, ...) appear as extra columns. Number formatting mirrors
+// traceprof/render/units.py.
+
+const SVG_NS = 'http://www.w3.org/2000/svg';
+const TIME_FIELDS = new Set(['gpu_busy_us', 'gpu_work_us', 'cpu_us', 'kernels']);
+const KNOWN_NODE_FIELDS = new Set([
+  'id', 'parent', 'depth', 'kind', 'name', 'class_name', 'qualified_name', 'calls',
+  'share_of_step', 'params_total', 'params', 'input_shapes', 'output_shapes', 'extra_repr',
+  'children', 'path',
+]);
+const METRICS = {
+  gpu_busy_us: 'GPU busy time',
+  gpu_work_us: 'GPU work (sum of kernel time)',
+  cpu_us: 'CPU time',
+};
+const PALETTE = ['#8fb9e0', '#f2b880', '#9dd3a8', '#e9a3a3', '#c3b1e1', '#d9c2a0', '#f4c2dc',
+  '#b5c7d3', '#dfe39a', '#9fd8d8'];
+const ROW_HEIGHT = 22;
+const MAX_ICICLE_LEVELS = 12;
+const SPLIT_GAP = 16;        // px between the forward and the backward icicle
+const MIN_PASS_WIDTH = 220;  // px: the narrowest a pass's icicle gets
+
+// ---- formatting (the rules of traceprof/render/units.py) -------------------------------------
+
+export function duration(us) {
+  const a = Math.abs(us);
+  if (!a) return '0';
+  if (a < 1000) return `${us.toFixed(1)} us`;
+  if (a < 1e6) return `${(us / 1000).toFixed(2)} ms`;
+  return `${(us / 1e6).toFixed(2)} s`;
+}
+
+export function percent(fraction) {
+  if (!fraction) return '0%';
+  if (Math.abs(fraction) < 0.001) return '<0.1%';
+  return `${(fraction * 100).toFixed(1)}%`;
+}
+
+export function count(value) {
+  if (value === null || value === undefined) return '--';
+  if (Number.isInteger(value)) return value.toLocaleString('en-US');
+  return value.toLocaleString('en-US', {minimumFractionDigits: 1, maximumFractionDigits: 1});
+}
+
+export function bigNumber(value, unit = '') {
+  if (value === null || value === undefined) return '--';
+  for (const [div, suffix] of [[1e15, ' P'], [1e12, ' T'], [1e9, ' G'], [1e6, ' M'], [1e3, ' k']]) {
+    if (Math.abs(value) >= div) return `${(value / div).toFixed(2)}${suffix}${unit}`;
+  }
+  return `${Math.round(value)}${unit ? ' ' + unit : ''}`;
+}
+
+export function shape(spec) {
+  if (spec === null || spec === undefined) return '--';
+  if (Array.isArray(spec)) {
+    const inner = spec.filter((s) => s !== null && s !== undefined).map(shape);
+    if (inner.length === 1) return inner[0];
+    return inner.length ? `(${inner.join(', ')})` : '--';
+  }
+  if (typeof spec === 'object') {
+    if (Array.isArray(spec.shape)) return `[${spec.shape.join(', ')}]`;
+    const keys = Object.keys(spec);
+    if (keys.length === 1 && keys[0] === 'kwargs') return shape(spec.kwargs);
+    return `{${keys.map((k) => `${k}: ${shape(spec[k])}`).join(', ')}}`;
+  }
+  return '--';
+}
+
+const FIELD_LABELS = {
+  flops: 'FLOPs', macs: 'MACs', bytes_read: 'bytes read', bytes_written: 'bytes written',
+  unsupported_ops: 'unsupported ops', flop_per_s: 'FLOP/s', mfu: 'MFU', bytes_per_s: 'bytes/s',
+  bandwidth_use: 'bandwidth use',
+};
+
+function formatField(field, value) {
+  if (typeof value !== 'number') return value === null || value === undefined ? '--' : String(value);
+  if (value === 0) return '0';
+  if (/flop_per_s$/.test(field)) return bigNumber(value, 'FLOP/s');
+  if (/bytes_per_s$/.test(field)) return bigNumber(value, 'B/s');
+  if (/flops$/.test(field)) return bigNumber(value, 'FLOP');
+  if (/macs$/.test(field)) return bigNumber(value, 'MAC');
+  if (/_us$/.test(field)) return duration(value);
+  if (/bytes(_read|_written)?$/.test(field)) return bigNumber(value, 'B');
+  if (/(ratio|fraction|mfu|_use|utilization)$/.test(field)) return percent(value);
+  return Number.isInteger(value) ? count(value) : bigNumber(value);
+}
+
+function title(field) {
+  if (FIELD_LABELS[field]) return FIELD_LABELS[field];
+  return field.replace(/_/g, ' ').replace(/\bus\b/, '(us)');
+}
+
+function capitalized(text) {
+  return text.replace(/^[a-z]/, (c) => c.toUpperCase());
+}
+
+// ---- small DOM helpers -----------------------------------------------------------------------
+
+function el(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k === 'class') node.className = v;
+    else if (k.startsWith('on')) node.addEventListener(k.slice(2), v);
+    else node.setAttribute(k, v === true ? '' : v);
+  }
+  for (const c of children.flat()) {
+    if (c === null || c === undefined || c === false) continue;
+    node.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return node;
+}
+
+function svg(tag, attrs = {}) {
+  const node = document.createElementNS(SVG_NS, tag);
+  for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, v);
+  return node;
+}
+
+async function fetchJson(url) {
+  const response = await fetch(url, {cache: 'no-cache'});
+  if (!response.ok) throw new Error(`${url}: HTTP ${response.status}`);
+  return response.json();
+}
+
+// ---- data sources: where the runs and their profiles come from -------------------------------
+// runs(): the run index entries ({name, steps: [{step}], mean_of_steps}); profile(run, step): the
+// JSON profile of a run, the mean of its steps (step 'mean') or one step.
+
+export function tensorboardSource() {
+  return {
+    async runs() {
+      return (await fetchJson('runs')).runs || [];
+    },
+    profile(run, step) {
+      return fetchJson(`profile?run=${encodeURIComponent(run)}&step=${encodeURIComponent(step)}`);
+    },
+  };
+}
+
+// One profile held in memory: a single run named `name`, no per-step profiles.
+export function inlineSource(doc, name = 'profile') {
+  const run = {name, steps: [], mean_of_steps: (doc.steps && doc.steps.numbers) || []};
+  return {
+    async runs() { return [run]; },
+    async profile() { return doc; },
+  };
+}
+
+// the class name, unless the display name already says it (nn.Module sources: "Linear_3")
+function classSuffix(node) {
+  const cls = node.class_name || '';
+  return cls && cls !== node.name && !(node.name || '').startsWith(cls) ? cls : '';
+}
+
+function colorOf(node) {
+  if (node.kind !== 'module') return node.kind === 'others' ? '#e4e4e4' : '#d4d4d4';
+  let h = 0;
+  for (const ch of node.class_name || node.name) h = (h * 31 + ch.charCodeAt(0)) >>> 0;
+  return PALETTE[h % PALETTE.length];
+}
+
+// ---- the view ----------------------------------------------------------------------------------
+
+// phases the icicle can show; 'split' draws forward and backward side by side
+const PHASES = [['split', 'forward | backward, side by side'], ['both', 'forward + backward'],
+  ['forward', 'forward'], ['backward', 'backward']];
+
+class TraceprofView {
+  // options: runSelectors (show the run and step selectors, default true), remember (keep the
+  // chosen run in localStorage, default true), phase (the icicle's first phase, default 'both'),
+  // title (a line beside the brand), footer (a line under the page)
+  constructor(root, source, options = {}) {
+    this.root = root;
+    this.source = source;
+    this.options = {runSelectors: true, remember: true, ...options};
+    this.runs = [];
+    this.run = null;   // run index (run.json + name)
+    this.doc = null;   // profile document
+    this.step = 'mean';
+    this.metric = 'gpu_busy_us';
+    this.phase = this.options.phase || 'both';
+    this.expanded = new Set();
+    this.focus = null;  // icicle focus node id
+    this.filter = '';
+    this.selected = null;
+    this.allColumns = false;
+  }
+
+  async start() {
+    this.root.replaceChildren(el('div', {class: 'tp-message'}, 'Loading traceprof runs…'));
+    try {
+      this.runs = await this.source.runs();
+    } catch (e) {
+      this.showMessage(`Cannot list the runs: ${e.message}`);
+      return;
+    }
+    if (!this.runs.length) {
+      this.showMessage('No traceprof runs in this log directory. Write one with: ' +
+          'traceprof tensorboard TRACE --logdir LOGDIR');
+      return;
+    }
+    const remembered = this.remembered();
+    const run = this.runs.find((r) => r.name === remembered) || this.runs[0];
+    await this.selectRun(run.name);
+  }
+
+  remembered() {
+    if (!this.options.remember) return null;
+    try { return window.localStorage && localStorage.getItem('traceprof.run'); } catch (e) { return null; }
+  }
+
+  showMessage(text) {
+    this.root.replaceChildren(el('div', {class: 'tp-message'}, text));
+  }
+
+  async selectRun(name) {
+    this.run = this.runs.find((r) => r.name === name);
+    if (this.options.remember) {
+      try { localStorage.setItem('traceprof.run', name); } catch (e) { /* private mode */ }
+    }
+    this.step = 'mean';
+    await this.load();
+  }
+
+  async load() {
+    try {
+      this.doc = await this.source.profile(this.run.name, this.step);
+    } catch (e) {
+      this.showMessage(`Cannot load the profile of run ${this.run.name}: ${e.message}`);
+      return;
+    }
+    this.byId = new Map(this.doc.nodes.map((n) => [n.id, n]));
+    this.hasGpu = (this.doc.stats.kernels + this.doc.stats.memcpys + this.doc.stats.memsets) > 0;
+    if (!this.hasGpu || !(this.metric in METRICS)) this.metric = this.hasGpu ? 'gpu_busy_us' : 'cpu_us';
+    this.extraFields = this.findExtraFields();
+    this.expanded = new Set(this.doc.nodes
+        .filter((n) => n.depth < 2 && n.kind === 'module' && n.children.length).map((n) => n.id));
+    if (this.focus !== null && !this.byId.has(this.focus)) this.focus = null;
+    this.render();
+  }
+
+  // Fields beyond the times, found on the nodes: additive per-pass ones ({phase}_total_X),
+  // per-pass rates ({phase}_R) and any other numeric field. FLOPs get columns of their own when
+  // a node has any; the rest show with "All columns".
+  findExtraFields() {
+    const phased = new Set();
+    const rates = new Set();
+    const plain = new Set();
+    let anyFlops = false;
+    for (const n of this.doc.nodes) {
+      for (const [k, v] of Object.entries(n)) {
+        let m;
+        if ((m = /^(forward|backward)_total_(.+)$/.exec(k))) {
+          if (!TIME_FIELDS.has(m[2])) phased.add(m[2]);
+          if (m[2] === 'flops' && v) anyFlops = true;
+        } else if (/^(forward|backward)_own_/.test(k)) {
+          continue;
+        } else if ((m = /^(forward|backward)_(.+)$/.exec(k))) {
+          if (typeof v === 'number' || v === null) rates.add(m[2]);
+        } else if (!KNOWN_NODE_FIELDS.has(k) && (typeof v === 'number' || v === null)) {
+          plain.add(k);
+        }
+      }
+    }
+    const flops = this.doc.flops || {};
+    const peak = flops.peak && flops.peak.flop_per_s ? flops.peak : null;
+    return {phased: [...phased].sort(), rates: [...rates].sort(), plain: [...plain].sort(),
+      flops: anyFlops, peak};
+  }
+
+  // Throughput time of a node: GPU busy time (CPU time on CPU-only traces), as traceprof defines it
+  rateTime(n) {
+    return this.value(n, this.hasGpu ? 'gpu_busy_us' : 'cpu_us', 'both');
+  }
+
+  throughput(n) {
+    const flops = (n.forward_total_flops || 0) + (n.backward_total_flops || 0);
+    const us = this.rateTime(n);
+    return flops && us ? flops / (us * 1e-6) : null;
+  }
+
+  value(node, metric = this.metric, phase = this.phase) {
+    const f = node[`forward_total_${metric}`] || 0;
+    const b = node[`backward_total_${metric}`] || 0;
+    return phase === 'forward' ? f : phase === 'backward' ? b : f + b;
+  }
+
+  // -- layout --------------------------------------------------------------------------------
+
+  render() {
+    const toolbar = this.renderToolbar();
+    const summary = this.renderSummary();
+    this.icicleBox = el('div', {class: 'tp-icicle'});
+    this.tableBox = el('div', {class: 'tp-table-wrap'});
+    const timeName = METRICS[this.metric];
+    this.root.replaceChildren(el('div', {class: 'tp-app'},
+        toolbar, summary,
+        el('section', {class: 'tp-panel'},
+            el('div', {class: 'tp-panel-head'},
+                el('h2', {}, 'Module time'),
+                el('span', {class: 'tp-hint'},
+                    `${timeName} per step, width = time; click a module to zoom, the top bar to zoom out`)),
+            this.icicleBox),
+        el('section', {class: 'tp-panel'},
+            el('div', {class: 'tp-panel-head'},
+                el('h2', {}, 'Module tree'),
+                el('input', {class: 'tp-filter', id: 'tp-filter', type: 'search', placeholder: 'Filter modules…',
+                  'aria-label': 'Filter modules by name or class',
+                  value: this.filter, oninput: (e) => { this.filter = e.target.value; this.renderTable(); this.markFilter(); }}),
+                this.extraFields.phased.length || this.extraFields.rates.length || this.extraFields.plain.length ?
+                  el('label', {class: 'tp-check'}, el('input', {type: 'checkbox', id: 'tp-all-columns',
+                    checked: this.allColumns, onchange: (e) => { this.allColumns = e.target.checked; this.renderTable(); }}),
+                  'All columns') : null,
+                el('button', {class: 'tp-button', onclick: () => this.expandAll(true)}, 'Expand all'),
+                el('button', {class: 'tp-button', onclick: () => this.expandAll(false)}, 'Collapse all')),
+            this.tableBox),
+        this.options.footer ? el('footer', {class: 'tp-footer'}, this.options.footer) : null));
+    this.renderIcicle();
+    this.renderTable();
+  }
+
+  renderToolbar() {
+    const {runSelectors, title} = this.options;
+    const runSelect = el('select', {id: 'tp-run', onchange: (e) => this.selectRun(e.target.value)},
+        this.runs.map((r) => el('option', {value: r.name, selected: r.name === this.run.name}, r.name)));
+    const steps = this.run.steps || [];
+    const meanOf = this.run.mean_of_steps || [];
+    const meanLabel = meanOf.length > 1 ? `mean of ${meanOf.length} steps` :
+        meanOf.length === 1 ? `ProfilerStep#${meanOf[0]}` : 'whole trace';
+    const stepSelect = el('select', {id: 'tp-step', disabled: !steps.length,
+      onchange: (e) => { this.step = e.target.value; this.load(); }},
+    el('option', {value: 'mean', selected: this.step === 'mean'}, meanLabel),
+    steps.map((s) => el('option', {value: String(s.step), selected: String(s.step) === this.step},
+        `ProfilerStep#${s.step}`)));
+    const metrics = this.hasGpu ? Object.keys(METRICS) : ['cpu_us'];
+    const metricSelect = el('select', {id: 'tp-metric', disabled: metrics.length < 2,
+      onchange: (e) => { this.metric = e.target.value; this.render(); }},
+    metrics.map((m) => el('option', {value: m, selected: m === this.metric}, METRICS[m])));
+    const phaseSelect = el('select', {id: 'tp-phase',
+      onchange: (e) => { this.phase = e.target.value; this.renderIcicle(); }},
+    PHASES.map(([v, label]) => el('option', {value: v, selected: v === this.phase}, label)));
+    return el('header', {class: 'tp-toolbar'},
+        el('span', {class: 'tp-brand'}, 'traceprof'),
+        title ? el('span', {class: 'tp-title', title: this.doc.trace.path || title}, title) : null,
+        runSelectors ? el('label', {}, 'Run', runSelect) : null,
+        runSelectors ? el('label', {}, 'Step', stepSelect) : null,
+        el('label', {class: title ? 'tp-push' : null}, 'Time', metricSelect),
+        el('label', {}, 'Icicle', phaseSelect));
+  }
+
+  renderSummary() {
+    const d = this.doc;
+    const s = d.steps;
+    const devices = [...new Set((d.trace.devices || []).map((x) => x.name).filter(Boolean))];
+    let device = devices.length ? devices.join(', ') : 'CPU only';
+    if (d.trace.rank !== null && d.trace.world_size > 1) device += ` · rank ${d.trace.rank} of ${d.trace.world_size}`;
+    let steps = s.numbers.length ?
+        (s.count > 1 ? `mean of ${s.count} steps (${s.numbers.slice(0, 8).join(', ')}${s.numbers.length > 8 ? ', …' : ''})` :
+          `ProfilerStep#${s.numbers[0]}`) : 'whole trace (no ProfilerStep)';
+    const leftOut = (s.incomplete || []).filter((x) => !s.numbers.includes(x));
+    if (leftOut.length) steps += `; incomplete left out: ${leftOut.join(', ')}`;
+    const moduleCount = d.nodes.filter((n) => n.kind === 'module').length;
+    const cards = [
+      ['Device', device],
+      ['Modules', `${moduleCount} from ${d.hierarchy.description}`],
+      ['Steps', steps],
+      ['Wall / step', duration(s.wall_us)],
+    ];
+    if (this.hasGpu) {
+      cards.push(['GPU busy / step', duration(s.gpu_busy_us)]);
+      cards.push(['Kernels / step', count(s.kernels)]);
+    }
+    cards.push(['CPU / step', duration(s.cpu_us)]);
+    if (this.extraFields.flops) {
+      const achieved = (d.flops && d.flops.achieved) || {};
+      const flops = s.flops !== undefined ? s.flops : this.stepFlops();
+      cards.push(['FLOPs / step', bigNumber(flops, 'FLOP')]);
+      const time = this.hasGpu ? s.gpu_busy_us : s.cpu_us;
+      const rate = typeof achieved.flop_per_s === 'number' ? achieved.flop_per_s :
+          (flops && time ? flops / (time * 1e-6) : null);
+      if (rate) cards.push(['Achieved', bigNumber(rate, 'FLOP/s')]);
+      if (typeof achieved.mfu === 'number') {
+        const peak = this.extraFields.peak;
+        cards.push(['MFU', peak ? `${percent(achieved.mfu)} of ${peak.device} ${peak.precision}` : percent(achieved.mfu)]);
+      }
+    }
+    const warnings = (d.warnings || []).map((w) => el('div', {class: 'tp-warning'}, `⚠ ${w}`));
+    return el('section', {class: 'tp-summary'},
+        el('div', {class: 'tp-cards'}, cards.map(([k, v]) =>
+          el('div', {class: 'tp-card'}, el('div', {class: 'tp-card-key'}, k), el('div', {class: 'tp-card-value', title: v}, v)))),
+        warnings);
+  }
+
+  stepFlops() {
+    return this.doc.roots.reduce((sum, id) => {
+      const n = this.byId.get(id);
+      return sum + (n.forward_total_flops || 0) + (n.backward_total_flops || 0);
+    }, 0);
+  }
+
+  // -- icicle --------------------------------------------------------------------------------
+
+  renderIcicle() {
+    const width = Math.max(320, (this.icicleBox.clientWidth || this.root.clientWidth || 1000) - 2);
+    const focus = this.focus !== null ? this.byId.get(this.focus) : null;
+    const top = focus ? [focus] : this.doc.roots.map((id) => this.byId.get(id));
+    const crumbs = el('div', {class: 'tp-crumbs'});
+    if (focus) {
+      crumbs.append(el('button', {class: 'tp-link', onclick: () => { this.focus = null; this.renderIcicle(); }}, 'all modules'));
+      for (const part of focus.path) crumbs.append(el('span', {class: 'tp-crumb-sep'}, '›'), el('span', {}, part || focus.class_name));
+    } else {
+      crumbs.append(el('span', {}, 'all modules'));
+    }
+    const timeName = METRICS[this.metric];
+    const empty = (text) => el('div', {class: 'tp-empty'}, text);
+    if (this.phase !== 'split') {
+      const chart = this.icicleChart(top, this.phase, width);
+      this.icicleBox.replaceChildren(crumbs, chart || empty(`No ${timeName} in this selection.`));
+      this.markFilter();
+      return;
+    }
+    // forward and backward side by side on one scale: each pass as wide as its time, a short
+    // one no narrower than MIN_PASS_WIDTH so that it stays readable
+    const passes = [['forward', 'Forward'], ['backward', 'Backward']].map(([phase, label]) =>
+      ({phase, label, total: top.reduce((a, n) => a + this.value(n, this.metric, phase), 0)}));
+    const sum = passes[0].total + passes[1].total;
+    const shown = passes.filter((p) => p.total > 0);
+    if (!shown.length) {
+      this.icicleBox.replaceChildren(crumbs, empty(`No ${timeName} in this selection.`));
+      return;
+    }
+    const avail = width - SPLIT_GAP * (shown.length - 1);
+    let widths = shown.map((p) => avail * p.total / sum);
+    if (widths.length === 2) {
+      const min = Math.min(MIN_PASS_WIDTH, avail / 2);
+      if (widths[0] < min) widths = [min, avail - min];
+      else if (widths[1] < min) widths = [avail - min, min];
+    }
+    const row = el('div', {class: 'tp-split'});
+    shown.forEach((p, i) => {
+      const w = Math.floor(widths[i]);
+      row.append(el('div', {class: `tp-pass tp-pass-${p.phase}`, style: `width:${w}px`},
+          el('div', {class: 'tp-pass-head'},
+              el('span', {class: 'tp-pass-name'}, p.label),
+              el('span', {class: 'tp-pass-time'}, `${duration(p.total)} · ${percent(p.total / sum)} of forward + backward`)),
+          this.icicleChart(top, p.phase, w)));
+    });
+    const missing = passes.filter((p) => p.total <= 0).map((p) =>
+      el('div', {class: `tp-empty tp-pass-missing tp-pass-${p.phase}`},
+          `${p.label}: no ${timeName} in this selection.`));
+    this.icicleBox.replaceChildren(crumbs, row, ...missing);
+    this.markFilter();
+  }
+
+  // The icicle of the nodes `top` (side by side) in one phase, `width` px wide; null when empty.
+  icicleChart(top, phase, width) {
+    const value = (n) => this.value(n, this.metric, phase);
+    const total = top.reduce((a, n) => a + value(n), 0);
+    if (total <= 0) return null;
+    const cells = [];
+    let maxLevel = 0;
+    const place = (node, x, level, scale) => {
+      const w = value(node) * scale;
+      if (w < 0.5 || level >= MAX_ICICLE_LEVELS) return;
+      cells.push({node, x, w, level});
+      maxLevel = Math.max(maxLevel, level);
+      let cx = x;
+      for (const id of node.children) {
+        const child = this.byId.get(id);
+        place(child, cx, level + 1, scale);
+        cx += value(child) * scale;
+      }
+    };
+    let x = 0;
+    for (const n of top) { place(n, x, 0, width / total); x += value(n) * width / total; }
+    const height = (maxLevel + 1) * ROW_HEIGHT;
+    const chart = svg('svg', {class: 'tp-icicle-svg', width, height, viewBox: `0 0 ${width} ${height}`,
+      'data-phase': phase});
+    for (const c of cells) {
+      const g = svg('g', {class: 'tp-cell', 'data-id': c.node.id});
+      const rect = svg('rect', {x: c.x + 0.5, y: c.level * ROW_HEIGHT + 0.5,
+        width: Math.max(c.w - 1, 0.5), height: ROW_HEIGHT - 1, rx: 2, fill: colorOf(c.node)});
+      if (this.selected === c.node.id) rect.setAttribute('class', 'tp-cell-selected');
+      const tip = svg('title');
+      tip.textContent = this.tooltip(c.node);
+      g.append(rect, tip);
+      const cls = classSuffix(c.node);
+      const label = cls ? `${c.node.name}: ${cls}` : c.node.name;
+      const chars = Math.floor((c.w - 8) / 6.6);
+      if (chars >= 3) {
+        const text = svg('text', {x: c.x + 4, y: c.level * ROW_HEIGHT + 15});
+        text.textContent = label.length > chars ? label.slice(0, chars - 1) + '…' : label;
+        g.append(text);
+      }
+      g.addEventListener('click', () => this.onCellClick(c.node, c.level));
+      chart.append(g);
+    }
+    return el('div', {class: 'tp-icicle-inner'}, chart);
+  }
+
+  // dims the icicle cells that the filter does not match
+  markFilter() {
+    const needle = this.filter.trim().toLowerCase();
+    for (const g of this.icicleBox.querySelectorAll('.tp-cell')) {
+      const node = this.byId.get(Number(g.getAttribute('data-id')));
+      g.classList.toggle('tp-cell-dim', Boolean(needle) && !this.matches(node, needle));
+    }
+  }
+
+  matches(node, needle) {
+    return `${node.qualified_name} ${node.name} ${node.class_name}`.toLowerCase().includes(needle);
+  }
+
+  tooltip(node) {
+    const name = node.qualified_name || node.name;
+    const cls = node.class_name ? ` (${node.class_name})` : '';
+    const t = (phase) => duration(node[`${phase}_total_${this.metric}`] || 0);
+    return `${name}${cls}\nforward ${t('forward')}, backward ${t('backward')}\n` +
+        `${percent(node.share_of_step)} of the step${node.calls !== 1 ? `, ${count(node.calls)} calls` : ''}`;
+  }
+
+  onCellClick(node, level) {
+    if (level === 0 && this.focus !== null) {
+      this.focus = node.parent >= 0 && this.byId.has(node.parent) ? node.parent : null;
+    } else if (node.children.length) {
+      this.focus = node.id;
+    }
+    this.reveal(node.id);
+    this.renderIcicle();
+  }
+
+  reveal(id) {
+    this.selected = id;
+    for (let p = this.byId.get(id).parent; p >= 0 && this.byId.has(p); p = this.byId.get(p).parent) {
+      this.expanded.add(p);
+    }
+    this.renderTable();
+    const row = this.tableBox.querySelector(`tr[data-id="${id}"]`);
+    if (row) row.scrollIntoView({block: 'nearest'});
+  }
+
+  // -- tree table ----------------------------------------------------------------------------
+
+  columns() {
+    const m = this.metric;
+    const cols = [
+      {key: 'forward', label: 'Forward', num: true, get: (n) => n[`forward_total_${m}`] || 0, fmt: duration},
+      {key: 'backward', label: 'Backward', num: true, get: (n) => n[`backward_total_${m}`] || 0, fmt: duration},
+      {key: 'share', label: 'Share of step', share: true},
+    ];
+    if (this.hasGpu) {
+      cols.push({key: 'kernels', label: 'Kernels', num: true,
+        get: (n) => (n.forward_total_kernels || 0) + (n.backward_total_kernels || 0), fmt: count});
+    }
+    if (m !== 'cpu_us') {
+      cols.push({key: 'cpu', label: 'CPU', num: true,
+        get: (n) => (n.forward_total_cpu_us || 0) + (n.backward_total_cpu_us || 0), fmt: duration});
+    }
+    const x = this.extraFields;
+    if (x.flops) {
+      cols.push({key: 'fwd_flops', label: 'Fwd FLOPs', num: true, get: (n) => n.forward_total_flops,
+        fmt: (v) => formatField('flops', v)});
+      cols.push({key: 'bwd_flops', label: 'Bwd FLOPs', num: true, get: (n) => n.backward_total_flops,
+        fmt: (v) => formatField('flops', v)});
+      cols.push({key: 'throughput', label: 'Throughput', num: true, get: (n) => this.throughput(n),
+        fmt: (v) => formatField('flop_per_s', v)});
+      if (x.peak) {
+        cols.push({key: 'mfu', label: 'MFU', num: true,
+          get: (n) => { const t = this.throughput(n); return t === null ? null : t / x.peak.flop_per_s; },
+          fmt: (v) => formatField('mfu', v)});
+      }
+    }
+    if (this.allColumns) {
+      for (const f of x.phased.filter((f) => f !== 'flops' || !x.flops)) {
+        for (const [phase, short] of [['forward', 'Fwd'], ['backward', 'Bwd']]) {
+          cols.push({key: `${short}_${f}`, label: `${short} ${title(f)}`, num: true,
+            get: (n) => n[`${phase}_total_${f}`], fmt: (v) => formatField(f, v)});
+        }
+      }
+      for (const f of x.rates) {
+        for (const [phase, short] of [['forward', 'Fwd'], ['backward', 'Bwd']]) {
+          cols.push({key: `${short}_${f}`, label: `${short} ${title(f)}`, num: true,
+            get: (n) => n[`${phase}_${f}`], fmt: (v) => formatField(f, v)});
+        }
+      }
+      for (const f of x.plain) {
+        cols.push({key: f, label: capitalized(title(f)), num: true, get: (n) => n[f],
+          fmt: (v) => formatField(f, v)});
+      }
+    }
+    cols.push({key: 'calls', label: 'Calls', num: true, get: (n) => n.calls, fmt: count});
+    // parameters and shapes come from a module table (traceprof.capture): no column without one
+    const known = (v) => v !== null && v !== undefined;
+    if (this.doc.nodes.some((n) => known(n.params_total))) {
+      cols.push({key: 'params', label: 'Params', num: true, get: (n) => n.params_total,
+        fmt: (v) => bigNumber(v)});
+    }
+    if (this.doc.nodes.some((n) => known(n.input_shapes) || known(n.output_shapes))) {
+      cols.push({key: 'shapes', label: 'Input → output shapes', shapes: true});
+    }
+    return cols;
+  }
+
+  visibleNodes() {
+    const out = [];
+    const needle = this.filter.trim().toLowerCase();
+    if (needle) {
+      const keep = new Set();
+      for (const n of this.doc.nodes) {
+        if (this.matches(n, needle)) {
+          for (let id = n.id; id >= 0 && this.byId.has(id); id = this.byId.get(id).parent) keep.add(id);
+        }
+      }
+      const walk = (id) => {
+        if (!keep.has(id)) return;
+        const n = this.byId.get(id);
+        out.push(n);
+        n.children.forEach(walk);
+      };
+      this.doc.roots.forEach(walk);
+      return out;
+    }
+    const walk = (id) => {
+      const n = this.byId.get(id);
+      out.push(n);
+      if (this.expanded.has(id)) n.children.forEach(walk);
+    };
+    this.doc.roots.forEach(walk);
+    return out;
+  }
+
+  renderTable() {
+    const cols = this.columns();
+    const head = el('tr', {}, el('th', {class: 'tp-col-name'}, 'Module'),
+        cols.map((c) => el('th', {class: c.num || c.share ? 'tp-num' : ''}, c.label)));
+    const body = el('tbody');
+    for (const n of this.visibleNodes()) {
+      const open = this.expanded.has(n.id) || this.filter.trim();
+      const toggle = n.children.length ?
+          el('button', {class: 'tp-toggle', 'aria-label': open ? 'collapse' : 'expand',
+            onclick: (e) => { e.stopPropagation(); this.toggle(n.id); }}, open ? '▾' : '▸') :
+          el('span', {class: 'tp-toggle tp-leaf'});
+      const label = el('span', {class: 'tp-name', title: n.qualified_name || n.name}, n.name || n.class_name);
+      const cls = classSuffix(n) ? el('span', {class: 'tp-class'}, classSuffix(n)) : null;
+      const nameCell = el('td', {class: 'tp-col-name'},
+          el('div', {class: 'tp-name-wrap', style: `padding-left:${n.depth * 16}px`}, toggle, label, cls));
+      const cells = cols.map((c) => {
+        if (c.share) {
+          const share = n.share_of_step || 0;
+          return el('td', {class: 'tp-num tp-share'},
+              el('div', {class: 'tp-bar'}, el('div', {class: 'tp-bar-fill', style: `width:${Math.min(100, share * 100).toFixed(1)}%`})),
+              el('span', {}, percent(share)));
+        }
+        if (c.shapes) {
+          const text = n.input_shapes === null && n.output_shapes === null ? '--' :
+              `${shape(n.input_shapes)} → ${shape(n.output_shapes)}`;
+          return el('td', {class: 'tp-shapes', title: text}, text);
+        }
+        const v = c.get(n);
+        return el('td', {class: 'tp-num' + (v ? '' : ' tp-zero')}, c.fmt(v));
+      });
+      const row = el('tr', {class: `tp-row tp-kind-${n.kind}${this.selected === n.id ? ' tp-selected' : ''}`,
+        'data-id': n.id, 'data-depth': n.depth,
+        onclick: () => { this.selected = n.id; this.focus = n.children.length ? n.id : (n.parent >= 0 ? n.parent : null); this.renderIcicle(); this.markSelected(); }},
+      nameCell, cells);
+      body.append(row);
+    }
+    this.tableBox.replaceChildren(el('table', {class: 'tp-tree'}, el('thead', {}, head), body));
+  }
+
+  markSelected() {
+    for (const row of this.tableBox.querySelectorAll('tr.tp-row')) {
+      row.classList.toggle('tp-selected', Number(row.dataset.id) === this.selected);
+    }
+  }
+
+  toggle(id) {
+    if (this.expanded.has(id)) this.expanded.delete(id); else this.expanded.add(id);
+    this.renderTable();
+  }
+
+  expandAll(open) {
+    this.expanded = open ? new Set(this.doc.nodes.filter((n) => n.children.length).map((n) => n.id)) : new Set();
+    this.renderTable();
+  }
+}
+
+// Shows the runs of `source` in a new element appended to the page's body; resolves once the
+// first profile is on screen.
+export async function mount(source, options = {}) {
+  document.body.classList.add('tp-body');
+  const root = el('div', {id: 'traceprof'});
+  document.body.append(root);
+  const view = new TraceprofView(root, source, options);
+  window.traceprofView = view;  // for debugging from the console
+  let lastWidth = 0;
+  window.addEventListener('resize', () => {
+    if (view.doc && Math.abs(window.innerWidth - lastWidth) > 8) {
+      lastWidth = window.innerWidth;
+      view.renderIcicle();
+    }
+  });
+  await view.start();
+  return view;
+}
+
+// TensorBoard's entry point (the plugin's frontend_metadata): the runs of the log directory.
+export async function render() {
+  document.head.append(el('link', {rel: 'stylesheet', href: 'style.css'}));
+  await mount(tensorboardSource());
+}
+
+// The HTML report's entry point: one profile, given inline (style.css inlined by the page); the
+// icicle shows forward and backward side by side.
+export function renderReport(doc, {title = null, footer = null} = {}) {
+  return mount(inlineSource(doc, title || 'profile'),
+      {runSelectors: false, remember: false, phase: 'split', title, footer});
+}
