@@ -83,3 +83,46 @@ def test_output_files_are_readable_by_others_like_any_new_file(tmp_path):
     finally:
         os.umask(old)
     assert target.stat().st_mode & 0o777 == 0o644
+
+
+def _run_with_terminal_stderr(*args, env_progress):
+    """Run the CLI with stderr on a pseudo-terminal (a person watching), stdout on a pipe."""
+    import os
+    import pty
+
+    master, slave = pty.openpty()
+    env = {**os.environ, "TRACEPROF_PROGRESS": env_progress}
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "traceprof", *map(str, args)],
+                                stdout=subprocess.PIPE, stderr=slave, env=env)
+        os.close(slave)
+        seen = b""
+        while True:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # the child closed the terminal
+                break
+            if not chunk:
+                break
+            seen += chunk
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        os.close(master)
+    return proc.returncode, out.decode(), seen.decode("utf-8", "replace")
+
+
+def test_progress_bar_on_a_terminal_and_never_on_stdout():
+    code, out, terminal = _run_with_terminal_stderr("analyze", BERT, "--depth", "0",
+                                                    env_progress="always")
+    assert code == 0
+    for stage in ("reading", "decoding", "indexing", "attributing"):
+        assert stage in terminal, terminal
+    assert "━" in terminal  # the bar itself
+    assert out.startswith("traceprof module profile") and "\x1b" not in out
+    code, out, terminal = _run_with_terminal_stderr("analyze", BERT, "--depth", "0",
+                                                    env_progress="never")
+    assert code == 0 and "decoding" not in terminal
+    # small files get no bar by default: it would only flash
+    code, out, terminal = _run_with_terminal_stderr("analyze", BERT, "--depth", "0",
+                                                    env_progress="auto")
+    assert code == 0 and "decoding" not in terminal

@@ -49,7 +49,8 @@ def test_golden(case, fmt, update_golden):
 
 def test_every_registered_renderer_has_golden_coverage():
     # html embeds the json document (compared in tests/test_html_report.py) in the frontend
-    assert set(REGISTRY) == set(EXT) | {"html"}
+    # parquet holds the csv rows, typed (tests/test_parquet.py)
+    assert set(REGISTRY) == set(EXT) | {"html", "parquet"}
 
 
 def test_json_and_csv_carry_the_same_numbers():

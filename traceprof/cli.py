@@ -12,25 +12,59 @@ from . import render
 from .api import analyze as analyze_api
 from .errors import OptionError, TraceprofError
 from .hierarchy import Source
-from .output import write_atomic
+from .output import write_atomic, write_atomic_bytes
 from .transforms import SortKey
 
 _SOURCES = ["auto"] + [s.value for s in Source if s is not Source.NONE]
 
 
-def _progress_reporter(path: str):
-    """Status lines on stderr for big traces when a person is watching."""
-    try:
-        big = os.path.getsize(path) > 20_000_000
-    except OSError:
-        big = False
-    if not (big and sys.stderr.isatty()):
+class _ProgressBar:
+    """A bar on stderr through the stages of loading a big trace (reading, decoding, indexing,
+    attributing), with the current stage and the time elapsed; cleared when done."""
+
+    STAGES = 4  # per trace
+
+    def __init__(self, traces: int = 1) -> None:
+        from rich.console import Console
+        from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+        self._progress = Progress(
+            SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
+            console=Console(stderr=True), transient=True,
+        )
+        self._task = self._progress.add_task("loading", total=self.STAGES * traces)
+        self._stages = 0
+        self._progress.start()
+
+    def __call__(self, message: str) -> None:
+        if self._stages:
+            self._progress.advance(self._task)
+        self._stages += 1
+        self._progress.update(self._task, description=message)
+        self._progress.refresh()  # each stage shows at once, not at the next tick
+
+    def close(self) -> None:
+        self._progress.stop()
+
+
+def _progress_reporter(path: str, traces: int = 1) -> _ProgressBar | None:
+    """A progress bar when a person is watching stderr and the file is over 5 MB (the load
+    takes a second or more); ``TRACEPROF_PROGRESS=always`` or ``never`` overrides that."""
+    mode = os.environ.get("TRACEPROF_PROGRESS", "auto").lower()
+    if mode == "never" or not sys.stderr.isatty():
         return None
+    if mode != "always":
+        try:
+            if os.path.getsize(path) <= 5_000_000:
+                return None
+        except OSError:
+            return None
+    return _ProgressBar(traces)
 
-    def report(message: str) -> None:
-        click.echo(f"\r\033[K{message} ...", err=True, nl=False)
 
-    return report
+def _close(reporter: _ProgressBar | None) -> None:
+    if reporter is not None:
+        reporter.close()
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -45,7 +79,7 @@ def main() -> None:
               help="Output format [default: from -o's extension, else tree].")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=str), default=None,
               help="Write to FILE (atomically) instead of standard output; the format follows "
-                   "its extension (.txt, .table, .json, .csv, .html).")
+                   "its extension (.txt, .table, .json, .csv, .html, .parquet).")
 @click.option("--depth", type=int, default=None, help="Show nodes down to this depth (0 = roots).")
 @click.option("--top", type=int, default=None, help="Keep the N largest children of each node.")
 @click.option("--sort", type=click.Choice([k.value for k in SortKey]), default="order",
@@ -68,15 +102,21 @@ def analyze(trace, fmt, output, depth, top, sort, step, hierarchy, raw, unsuppor
         if fmt is None:
             chosen = render.for_path(output) if output else None
             fmt = chosen.name if chosen else "tree"
-        profile = analyze_api(
-            trace, step=step, hierarchy=hierarchy, depth=depth, top=top, sort=sort,
-            progress=_progress_reporter(trace),
-        )
+        reporter = _progress_reporter(trace)
+        try:
+            profile = analyze_api(
+                trace, step=step, hierarchy=hierarchy, depth=depth, top=top, sort=sort,
+                progress=reporter,
+            )
+        finally:
+            _close(reporter)
+        if render.get(fmt).binary and not output:
+            raise OptionError(f"--format {fmt} is binary: give an output file with -o")
         options = render.RenderOptions(raw_numbers=raw, unsupported_ops=unsupported_ops)
         text = render.render(profile, fmt, options)
-        if sys.stderr.isatty():
-            click.echo("\r\033[K", err=True, nl=False)
-        if output:
+        if isinstance(text, bytes):
+            write_atomic_bytes(output, text)
+        elif output:
             write_atomic(output, text)
         else:
             click.echo(text, nl=False)
@@ -93,9 +133,12 @@ def analyze(trace, fmt, output, depth, top, sort, step, hierarchy, raw, unsuppor
 def _write_tensorboard(traces, logdir: str, err: bool = False, **options):
     from .tensorboard import write_logdir
 
-    for run in write_logdir(traces, logdir, progress=_progress_reporter(traces[0]), **options):
-        if sys.stderr.isatty():
-            click.echo("\r\033[K", err=True, nl=False)
+    reporter = _progress_reporter(traces[0], len(traces))
+    try:
+        runs = list(write_logdir(traces, logdir, progress=reporter, **options))
+    finally:
+        _close(reporter)
+    for run in runs:
         click.echo(f"traceprof: wrote TensorBoard run {run.name} ({run.trace_path}) to {logdir}",
                    err=err)
 

@@ -287,6 +287,13 @@ class ModuleProfile:
             got = getattr(roots, name)
             assert close(got, want), f"roots {name} {got} != selection {want}"
 
+    def to_parquet(self, path: str) -> None:
+        """Write :meth:`to_dataframe` as a Parquet file, atomically (needs pyarrow)."""
+        from .output import write_atomic_bytes
+        from .render import render
+
+        write_atomic_bytes(path, render(self, "parquet"))
+
     def to_dataframe(self):
         """One row per node, in pre-order, with typed columns (needs pandas)."""
         from .render.records import profile_rows

@@ -21,15 +21,16 @@ class Renderer:
     name: str
     extensions: tuple[str, ...]
     description: str
-    render: Callable[[ModuleProfile, RenderOptions], str]
+    render: Callable[[ModuleProfile, RenderOptions], str | bytes]
+    binary: bool = False  # returns bytes, written to a file only
 
 
 REGISTRY: dict[str, Renderer] = {}
 
 
-def register(name: str, extensions: tuple[str, ...], description: str):
-    def wrap(fn: Callable[[ModuleProfile, RenderOptions], str]):
-        REGISTRY[name] = Renderer(name, extensions, description, fn)
+def register(name: str, extensions: tuple[str, ...], description: str, binary: bool = False):
+    def wrap(fn: Callable[[ModuleProfile, RenderOptions], str | bytes]):
+        REGISTRY[name] = Renderer(name, extensions, description, fn, binary)
         return fn
 
     return wrap
@@ -53,9 +54,9 @@ def for_path(path: str) -> Renderer | None:
     return best[0] if best else None
 
 
-def render(profile: ModuleProfile, fmt: str, options: RenderOptions | None = None) -> str:
+def render(profile: ModuleProfile, fmt: str, options: RenderOptions | None = None) -> str | bytes:
     return get(fmt).render(profile, options or RenderOptions())
 
 
 # registration happens on import
-from . import csv_format, html, json_format, table, tree  # noqa: E402,F401
+from . import csv_format, html, json_format, parquet_format, table, tree  # noqa: E402,F401
