@@ -461,7 +461,8 @@ def test_scalars_and_text_summary_in_tensorboards_own_tabs(tensorboard):
         assert {"tflops/step", "mfu/step"} <= set(scalar_tags[BERT_RUN])
 
     texts = get_json(f"{tensorboard}/data/plugin/text/text?run={BERT_RUN}&tag=module_tree")
-    assert "(BertLMHeadModel_0): BertLMHeadModel(fwd" in texts[0]["text"]
+    assert "\nBertLMHeadModel(\n" in texts[0]["text"]  # the DeepSpeed-style tree
+    assert "DeepSpeed Flops Profiler" in texts[0]["text"] or "fwd latency" in texts[0]["text"]
 
 
 def test_serve_starts_tensorboard_on_localhost(tmp_path):

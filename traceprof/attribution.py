@@ -36,6 +36,7 @@ from .profile import (
     ModuleNode,
     ModuleProfile,
     NodeKind,
+    PassTotals,
     Peak,
     PhaseTimes,
     StepSelection,
@@ -373,6 +374,11 @@ def _attribute(trace, links, tree: Hierarchy, steps: Steps, selected, warnings,
         trace, links, costs, op_keep, unsupported_keep, anchor, busy, n_steps, has_gpu,
         selection.gpu_busy_us if has_gpu else selection.cpu_us,
     )
+    optimizer = PassTotals()
+    for n in nodes:
+        if n.kind is NodeKind.GROUP and n.name.startswith(schema.OPTIMIZER_STEP_PREFIXES):
+            optimizer = PassTotals(optimizer.forward + n.forward.total,
+                                   optimizer.backward + n.backward.total)
     return ModuleProfile(
         metadata=trace.metadata,
         source=tree.source.value,
@@ -384,6 +390,7 @@ def _attribute(trace, links, tree: Hierarchy, steps: Steps, selected, warnings,
         module_nodes=n_mod,
         warnings=tuple(all_warnings),
         flops=flop_summary,
+        optimizer_step=optimizer,
     )
 
 

@@ -13,7 +13,9 @@ from .api import analyze as analyze_api
 from .errors import OptionError, TraceprofError
 from .hierarchy import Source
 from .output import write_atomic, write_atomic_bytes
-from .transforms import SortKey
+from .render.table import COLUMNS as TABLE_COLUMNS, DEFAULT_COLUMNS as DEFAULT_TABLE_COLUMNS
+from .render.table import parse_columns
+from .transforms import SortKey, ignore_modules
 
 _SOURCES = ["auto"] + [s.value for s in Source if s is not Source.NONE]
 
@@ -81,7 +83,14 @@ def main() -> None:
               help="Write to FILE (atomically) instead of standard output; the format follows "
                    "its extension (.txt, .table, .json, .csv, .html, .parquet).")
 @click.option("--depth", type=int, default=None, help="Show nodes down to this depth (0 = roots).")
-@click.option("--top", type=int, default=None, help="Keep the N largest children of each node.")
+@click.option("--top", type=int, default=None, help="Keep the N largest children of each node; in the tree report also the "
+                   "modules per depth of the aggregated profile [default there: 3].")
+@click.option("--ignore", "ignore", multiple=True, metavar="PATTERN",
+              help="Hide modules whose class or qualified name matches PATTERN (fnmatch, "
+                   "repeatable); their time stays in their parent.")
+@click.option("--batch-size", type=click.IntRange(min=1), default=None,
+              help="Samples per step per rank, for samples/second in the tree report "
+                   "[default: dim 0 of the root module's first input, when recorded].")
 @click.option("--sort", type=click.Choice([k.value for k in SortKey]), default="order",
               show_default=True, help="Order of siblings.")
 @click.option("--step", type=int, default=None,
@@ -92,11 +101,15 @@ def main() -> None:
               help="Times as plain microseconds, FLOPs and bytes as plain numbers.")
 @click.option("--unsupported-ops", is_flag=True,
               help="List the ops without a FLOP formula, with calls and share of time.")
+@click.option("--columns", default=None, metavar="LIST",
+              help="Columns of --format table, a comma list of: "
+                   + ", ".join(TABLE_COLUMNS) + " [default: "
+                   + ",".join(DEFAULT_TABLE_COLUMNS) + ", those the trace can fill].")
 @click.option("--tensorboard", "tensorboard_logdir", metavar="LOGDIR", default=None,
               type=click.Path(file_okay=False, path_type=str),
               help="Also write TRACE as a new run into this TensorBoard log directory.")
-def analyze(trace, fmt, output, depth, top, sort, step, hierarchy, raw, unsupported_ops,
-            tensorboard_logdir):
+def analyze(trace, fmt, output, depth, top, ignore, batch_size, sort, step, hierarchy, raw,
+            unsupported_ops, tensorboard_logdir, columns):
     """Per-module forward and backward GPU time of TRACE (.json or .json.gz)."""
     try:
         if fmt is None:
@@ -112,7 +125,15 @@ def analyze(trace, fmt, output, depth, top, sort, step, hierarchy, raw, unsuppor
             _close(reporter)
         if render.get(fmt).binary and not output:
             raise OptionError(f"--format {fmt} is binary: give an output file with -o")
-        options = render.RenderOptions(raw_numbers=raw, unsupported_ops=unsupported_ops)
+        if ignore:
+            profile = ignore_modules(profile, ignore)
+        if columns is not None and fmt != "table":
+            raise OptionError(f"--columns applies to --format table, not {fmt}")
+        options = render.RenderOptions(
+            raw_numbers=raw, unsupported_ops=unsupported_ops, batch_size=batch_size,
+            columns=parse_columns(columns) if columns is not None else None,
+            **({"top_modules": top} if top is not None else {}),
+        )
         text = render.render(profile, fmt, options)
         if isinstance(text, bytes):
             write_atomic_bytes(output, text)

@@ -94,6 +94,18 @@ class ModuleNode:
 
 
 @dataclass(frozen=True, slots=True)
+class PassTotals:
+    """Forward and backward totals of a set of nodes."""
+
+    forward: Times = ZERO
+    backward: Times = ZERO
+
+    @property
+    def total(self) -> Times:
+        return self.forward + self.backward
+
+
+@dataclass(frozen=True, slots=True)
 class StepSelection:
     """Which steps the numbers are the mean of."""
 
@@ -186,6 +198,9 @@ class ModuleProfile:
     module_nodes: int  # module nodes in the full tree (before any depth or top-N transform)
     warnings: tuple[str, ...] = field(default=())
     flops: FlopSummary = NO_FLOPS
+    #: the "not in any module" groups that are the optimizer step (schema.OPTIMIZER_STEP_PREFIXES),
+    #: found before any transform, so --depth and --top cannot hide it
+    optimizer_step: PassTotals = PassTotals()
 
     @property
     def memory_device(self) -> str | None:

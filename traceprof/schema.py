@@ -290,3 +290,17 @@ SCALAR_TYPE_CODES: dict[int, str] = {
     8: "complex32", 9: "complex64", 10: "complex128", 11: "bool", 12: "int8", 13: "uint8",
     14: "int32", 15: "bf16", 23: "fp8_e5m2", 24: "fp8_e4m3", 25: "fp8_e5m2", 26: "fp8_e4m3",
 }
+
+#: Top-level op or annotation names (the "not in any module" groups) that are the optimizer's
+#: weight update: the ``Optimizer.step#<Class>.step`` annotation torch.optim records, and the
+#: multi-tensor and fused update kernels' ops when they run outside it. Matched as prefixes.
+OPTIMIZER_STEP_PREFIXES: tuple[str, ...] = (
+    "Optimizer.step#",
+    "aten::_foreach_",
+    "aten::_fused_adam",
+    "aten::_fused_adamw",
+    "aten::_fused_sgd",
+    "aten::_fused_adagrad",
+)
+#: Root module classes that replicate the model over every rank (data parallel)
+DATA_PARALLEL_WRAPPERS: tuple[str, ...] = ("DistributedDataParallel", "FullyShardedDataParallel")

@@ -52,6 +52,13 @@ class ModuleInfo:
     extra_repr: str = ""
     inputs: Any = None
     outputs: Any = None
+    # added to the table later; None in traces captured before
+    param_bytes: int | None = None  # own parameters, bytes
+    param_bytes_total: int | None = None  # with children, shared tensors once
+    param_counts: dict[str, int] | None = None  # own parameters by name -> numel
+    leaf: bool | None = None  # no child modules
+    weight_shape: tuple[int, ...] | None = None  # shape of a ``weight`` parameter
+    kernel_size: Any = None  # a ``kernel_size`` attribute (int or list), as torchinfo shows it
 
 
 @dataclass(frozen=True, slots=True)
@@ -364,6 +371,20 @@ def _int(v: Any, default):
         return default
 
 
+def _param_counts(v: Any) -> dict[str, int] | None:
+    if not isinstance(v, dict):
+        return None
+    out = {str(k): _int(n, None) for k, n in v.items()}
+    return None if any(n is None for n in out.values()) else out
+
+
+def _shape(v: Any) -> tuple[int, ...] | None:
+    if not isinstance(v, list):
+        return None
+    dims = tuple(_int(d, None) for d in v)
+    return None if any(d is None for d in dims) else dims
+
+
 def _module_table(payload: Any, warnings: list[str]) -> ModuleTable | None:
     if payload is None:
         return None
@@ -384,6 +405,12 @@ def _module_table(payload: Any, warnings: list[str]) -> ModuleTable | None:
                 extra_repr=str(m.get("extra_repr") or ""),
                 inputs=m.get("inputs"),
                 outputs=m.get("outputs"),
+                param_bytes=_int(m.get("param_bytes"), None),
+                param_bytes_total=_int(m.get("param_bytes_total"), None),
+                param_counts=_param_counts(m.get("param_counts")),
+                leaf=m["leaf"] if isinstance(m.get("leaf"), bool) else None,
+                weight_shape=_shape(m.get("weight_shape")),
+                kernel_size=m.get("kernel_size"),
             )
             modules[info.name] = info
         return ModuleTable(

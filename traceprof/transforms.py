@@ -4,6 +4,7 @@ whose invariants still hold (``self_check``)."""
 from __future__ import annotations
 
 import enum
+import fnmatch
 from dataclasses import replace
 from typing import Callable
 
@@ -89,6 +90,29 @@ def top_children(profile: ModuleProfile, n: int, key: SortKey | str = SortKey.GP
         kept = [c for c in children if id(c) in keep or c.kind is NodeKind.UNATTRIBUTED]
         folded = [c for c in movable if id(c) not in keep]
         return kept, folded, True
+
+    return _rebuild(profile, arrange)
+
+
+def ignore_modules(profile: ModuleProfile, patterns: list[str] | tuple[str, ...]) -> ModuleProfile:
+    """Hide module nodes whose class name or qualified name matches one of ``patterns``
+    (``fnmatch``: ``Dropout``, ``*Norm*``, ``encoder.layer.*.attention``), with everything below
+    them; like ``limit_depth``, their time stays in their parent's own time. A matching root
+    stays (there is no parent to hold its time); the bucket and its groups are never hidden."""
+    patterns = tuple(p for p in patterns if p)
+    if not patterns:
+        return profile
+
+    def hidden(node: ModuleNode) -> bool:
+        if node.kind is not NodeKind.MODULE:
+            return False
+        names = (node.class_name, node.qualified_name, node.name)
+        return any(fnmatch.fnmatchcase(n, p) for n in names if n for p in patterns)
+
+    def arrange(node: ModuleNode | None, children: list[ModuleNode]):
+        if node is None:
+            return children, [], False
+        return [c for c in children if not hidden(c)], [c for c in children if hidden(c)], False
 
     return _rebuild(profile, arrange)
 

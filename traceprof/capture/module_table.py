@@ -74,6 +74,12 @@ def describe_modules(named_modules: Iterable[tuple[str, Any]]) -> list[dict[str,
     once, under their first name). ``params`` counts the parameters a module owns itself
     (``recurse=False``); the ``*_total`` fields count the module and its children with shared or
     tied tensors counted once (``Module.parameters()`` removes duplicates by identity).
+
+    Added later (readers treat them as optional): ``param_bytes`` / ``param_bytes_total`` (the
+    same counts in bytes, ``element_size() * numel()``), ``param_counts`` (own parameters by
+    name: what torchinfo's mult-adds estimate needs), ``leaf`` (no child modules),
+    ``weight_shape`` (shape of a ``weight`` parameter) and ``kernel_size`` (a ``kernel_size``
+    attribute, as torchinfo's "Kernel Shape" shows it).
     """
     rows = []
     for name, module in named_modules:
@@ -94,9 +100,36 @@ def describe_modules(named_modules: Iterable[tuple[str, Any]]) -> list[dict[str,
                 "frozen_total": total - trainable,
                 "buffers_total": _numel(module.buffers()),
                 "extra_repr": extra,
+                "param_bytes": _nbytes(module.parameters(recurse=False)),
+                "param_bytes_total": _nbytes(params),
+                "param_counts": {str(n): int(p.numel())
+                                 for n, p in module.named_parameters(recurse=False)},
+                "leaf": not any(True for _ in module.children()),
             }
         )
+        weight = getattr(module, "_parameters", {}).get("weight")
+        if weight is not None and hasattr(weight, "shape"):
+            rows[-1]["weight_shape"] = [int(d) for d in weight.shape]
+        kernel = _kernel_size(module)
+        if kernel is not None:
+            rows[-1]["kernel_size"] = kernel
     return rows
+
+
+def _nbytes(tensors: Iterable[Any]) -> int:
+    return sum(int(t.numel()) * int(t.element_size()) for t in tensors)
+
+
+def _kernel_size(module: Any) -> int | list[int] | None:
+    k = getattr(module, "kernel_size", None)
+    try:
+        if isinstance(k, int) and not isinstance(k, bool):
+            return int(k)
+        if isinstance(k, (tuple, list)):
+            return [int(d) for d in k]
+    except (TypeError, ValueError):
+        pass
+    return None
 
 
 def build_table(

@@ -14,6 +14,9 @@ from ..profile import ModuleProfile
 class RenderOptions:
     raw_numbers: bool = False  # microseconds as plain numbers instead of "1.23 ms"
     unsupported_ops: bool = False  # list the ops without a FLOP formula (tree and table)
+    batch_size: int | None = None  # tree: samples per step per rank [default: module table]
+    top_modules: int = 3  # tree: modules per depth in the aggregated profile (DeepSpeed: 1)
+    columns: tuple[str, ...] | None = None  # table: columns shown [default: table.DEFAULT_COLUMNS]
 
 
 @dataclass(frozen=True, slots=True)

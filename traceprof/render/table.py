@@ -1,99 +1,457 @@
-"""torchinfo-style table: one row per node with box-drawing depth guides."""
+"""torchinfo-style table: torchinfo 1.8.0's layout and totals, plus traceprof's measured columns.
+
+Rows are the profile's nodes (``├─Conv2d: 1-1``, ``│    └─BasicBlock: 2-1``, depth-idx counted
+per depth over the whole table as torchinfo does). Columns are chosen with ``columns`` (CLI
+``--columns``): :data:`COLUMNS` lists them. The totals block repeats torchinfo's formulas
+(``ModelStatistics``) on the module table that ``traceprof.capture`` embeds, so that its lines
+equal ``torchinfo.summary(model, input_data=...)`` for the same model and input; see
+docs/output-formats.md for the formulas and the places where traceprof's own numbers differ.
+"""
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from ..errors import OptionError
 from ..profile import ModuleNode, ModuleProfile, NodeKind
+from ..trace import ModuleInfo
 from . import RenderOptions, register, units
 from .header import header_lines
 
 
+
+
+# -- torchinfo's statistics from the module table ----------------------------------------------
+
+_ELEMENT_SIZE = {
+    "float64": 8, "double": 8, "float32": 4, "float": 4, "float16": 2, "half": 2, "bfloat16": 2,
+    "int64": 8, "long": 8, "int32": 4, "int": 4, "int16": 2, "short": 2, "int8": 1, "uint8": 1,
+    "bool": 1, "complex128": 16, "complex64": 8, "complex32": 4, "uint16": 2, "uint32": 4,
+    "uint64": 8,
+}
+
+
+def _element_size(dtype: Any) -> int:
+    text = str(dtype or "")
+    if text.startswith("float8"):
+        return 1
+    return _ELEMENT_SIZE.get(text, 0)
+
+
+def _is_tensor(spec: Any) -> bool:
+    return isinstance(spec, dict) and "shape" in spec and "dtype" in spec
+
+
+def _nested_size(spec: Any) -> tuple[list[int], int]:
+    """torchinfo's ``nested_list_size``: the first tensor, depth first through ``[0]``."""
+    if _is_tensor(spec):
+        return list(spec["shape"]), _element_size(spec["dtype"])
+    if isinstance(spec, dict):
+        return _nested_size(list(spec.values())) if spec else ([], 0)
+    if isinstance(spec, list) and spec:
+        return _nested_size(spec[0])
+    return [], 0
+
+
+def _output_size(spec: Any) -> tuple[list[int], int]:
+    """torchinfo's ``LayerInfo.calculate_size`` (batch_dim None) on a module-table spec."""
+    if spec is None:
+        return [], 0
+    if isinstance(spec, list) and spec and _is_tensor(spec[0]):
+        return list(spec[0]["shape"]), _element_size(spec[0]["dtype"])
+    if isinstance(spec, dict) and not _is_tensor(spec):
+        return _nested_size(list(spec.values())[-1]) if spec else ([], 0)
+    return _nested_size(spec)
+
+
+def _tensor_bytes(spec: Any) -> int:
+    """Bytes of every tensor in a spec (``numel * element_size``)."""
+    if _is_tensor(spec):
+        return math.prod(spec["shape"]) * _element_size(spec["dtype"])
+    if isinstance(spec, dict):
+        return sum(_tensor_bytes(v) for v in spec.values())
+    if isinstance(spec, list):
+        return sum(_tensor_bytes(v) for v in spec)
+    return 0
+
+
+def _macs(info: ModuleInfo, out: list[int]) -> int:
+    """torchinfo's ``LayerInfo.calculate_macs`` for one call with output size ``out``."""
+    macs = 0
+    for name, count in (info.param_counts or {}).items():
+        if name in ("weight", "bias"):
+            if "Conv" in info.class_name:
+                macs += int(count * math.prod(out[:1] + out[2:]))
+            elif out:
+                macs += out[0] * count
+        elif "weight" in name or "bias" in name:
+            macs += math.prod(out[:2]) * count
+    return macs
+
+
+@dataclass(slots=True)
+class TorchinfoStats:
+    """torchinfo's ``ModelStatistics`` fields computed from a module table; None: not in it."""
+
+    total_params: int | None = None
+    trainable_params: int | None = None
+    total_mult_adds: int | None = None
+    total_input: int | None = None
+    total_output_bytes: int | None = None
+    total_param_bytes: int | None = None
+    unique_params: int | None = None  # the model's parameters, shared tensors once
+    leftover: dict[str, int] = field(default_factory=dict)  # by module: torchinfo's leftover
+    layer_macs: dict[str, int] = field(default_factory=dict)  # by leaf module: all its calls
+    leaves: set[str] = field(default_factory=set)
+
+
+def torchinfo_stats(profile: ModuleProfile) -> TorchinfoStats | None:
+    """torchinfo 1.8.0's totals (``ModelStatistics.__init__``) for the profiled model and input.
+
+    The layers are the modules that ran (their module-table row has inputs) and their ancestors;
+    a module that ran ``k`` times per step (calls from the profile, 1 where the tree was cut
+    deeper) is one layer plus ``k - 1`` recursive ones, which add mult-adds and pass size but no
+    parameters. Every call is taken to have the first call's output shape.
+    """
+    table = profile.metadata.module_table
+    if table is None or "" not in table.modules:
+        return None
+    mods = table.modules
+    names = list(mods)
+    calls: dict[str, float] = {}
+    for node in profile.nodes:
+        if node.kind is NodeKind.MODULE and node.info is not None:
+            calls[node.info.name] = calls.get(node.info.name, 0.0) + node.calls
+
+    def ancestors(name: str) -> list[str]:
+        parts = name.split(".") if name else []
+        return [""] + [".".join(parts[:i]) for i in range(1, len(parts))] if parts else []
+
+    ran = [n for n in names if mods[n].inputs is not None]
+    layers = set(ran)
+    for n in ran:
+        layers.update(a for a in ancestors(n) if a in mods)
+    order = [n for n in names if n in layers]
+
+    def is_leaf(n: str) -> bool:
+        if mods[n].leaf is not None:
+            return mods[n].leaf
+        prefix = n + "." if n else ""
+        return not any(o != n and o.startswith(prefix) for o in names)
+
+    def descendants(n: str) -> list[str]:
+        prefix = n + "." if n else ""
+        return [o for o in order if o != n and o.startswith(prefix)]
+
+    stats = TorchinfoStats(unique_params=mods[""].params_total)
+    stats.leaves = {n for n in order if is_leaf(n)}
+    have_params = all(mods[n].params_total is not None and mods[n].trainable_total is not None
+                      for n in order)
+    if have_params:
+        memo: dict[tuple[str, str], int] = {}
+
+        def leftover(n: str, attr: str) -> int:
+            key = (n, attr)
+            if key not in memo:
+                memo[key] = getattr(mods[n], attr) - sum(
+                    getattr(mods[d], attr) if d in stats.leaves else leftover(d, attr)
+                    for d in descendants(n))
+            return memo[key]
+
+        total = trainable = 0
+        for n in order:
+            if n in stats.leaves:
+                total += max(mods[n].params_total, 0)
+                trainable += max(mods[n].trainable_total, 0)
+            else:
+                stats.leftover[n] = leftover(n, "params_total")
+                total += max(stats.leftover[n], 0)
+                trainable += max(leftover(n, "trainable_total"), 0)
+        stats.total_params, stats.trainable_params = total, trainable
+    leaves = [n for n in order if n in stats.leaves]
+    if all(mods[n].param_counts is not None for n in leaves):
+        mult_adds = out_bytes = 0
+        for n in leaves:
+            k = max(1, round(calls.get(n, 1)))
+            size, elem = _output_size(mods[n].outputs)
+            stats.layer_macs[n] = _macs(mods[n], size) * k
+            mult_adds += stats.layer_macs[n]
+            if (mods[n].params_total or 0) > 0:
+                out_bytes += elem * math.prod(size) * 2 * k  # x2 for gradients
+        stats.total_mult_adds, stats.total_output_bytes = mult_adds, out_bytes
+    if all(mods[n].param_bytes_total is not None for n in leaves):
+        stats.total_param_bytes = sum(mods[n].param_bytes_total for n in leaves)
+    if mods[""].inputs is not None:
+        stats.total_input = _tensor_bytes(mods[""].inputs)
+    return stats
+
+
+def totals_lines(stats: TorchinfoStats | None, rule: str) -> list[str]:
+    """torchinfo's totals block (``ModelStatistics.__repr__``), the lines it can fill."""
+    if stats is None or stats.total_params is None:
+        return []
+    out = [f"Total params{units.torchinfo_count(stats.total_params, False)}",
+           f"Trainable params{units.torchinfo_count(stats.trainable_params, False)}",
+           "Non-trainable params"
+           f"{units.torchinfo_count(stats.total_params - stats.trainable_params, False)}"]
+    if stats.total_mult_adds is not None:
+        out.append(f"Total mult-adds{units.torchinfo_count(stats.total_mult_adds, True)}")
+    sizes = []
+    if stats.total_input is not None:
+        sizes.append(f"Input size (MB): {units.megabytes(stats.total_input)}")
+    if stats.total_output_bytes is not None:
+        sizes.append(f"Forward/backward pass size (MB): {units.megabytes(stats.total_output_bytes)}")
+    if stats.total_param_bytes is not None:
+        sizes.append(f"Params size (MB): {units.megabytes(stats.total_param_bytes)}")
+    parts = (stats.total_input, stats.total_output_bytes, stats.total_param_bytes)
+    if None not in parts:
+        sizes.append(f"Estimated Total Size (MB): {units.megabytes(sum(parts))}")
+    return out + ([rule] + sizes if sizes else [])
+
+
+# -- rows and columns ---------------------------------------------------------------------------
+
+
 def _layer_labels(profile: ModuleProfile) -> dict[int, str]:
-    """``├─conv1 (Conv2d): 1-1`` labels, torchinfo's "var_names" row style."""
+    """torchinfo's ``Layer (type:depth-idx)`` cells: ``├─Conv2d: 1-1``, ``│    └─ReLU: 2-3``;
+    the idx counts the rows of each depth over the whole table."""
     labels: dict[int, str] = {}
+    per_depth: dict[int, int] = {}
     for node in profile.walk():
-        if node.parent < 0:
-            labels[node.id] = node.name if not node.class_name else f"{node.name} ({node.class_name})"
-            if node.class_name and node.name == node.class_name:
-                labels[node.id] = node.class_name
+        title = node.class_name if node.kind is NodeKind.MODULE and node.class_name else node.name
+        if node.depth == 0:
+            labels[node.id] = title
             continue
-        index = profile.nodes[node.parent].children.index(node.id) + 1
-        guide = "│    " * (node.depth - 1) + "└─" if node.depth > 1 else "├─"
-        what = f"{node.name} ({node.class_name})" if node.class_name else node.name
-        labels[node.id] = f"{guide}{what}: {node.depth}-{index}"
+        guide = "├─" if node.depth == 1 else "│    " * (node.depth - 1) + "└─"
+        if node.kind is not NodeKind.MODULE:  # the unattributed bucket's groups: no depth-idx
+            labels[node.id] = f"{guide}{title}"
+            continue
+        per_depth[node.depth] = per_depth.get(node.depth, 0) + 1
+        labels[node.id] = f"{guide}{title}: {node.depth}-{per_depth[node.depth]}"
     return labels
 
 
-def _columns(profile: ModuleProfile, opts: RenderOptions):
-    d = lambda us: units.duration(us, opts.raw_numbers)  # noqa: E731
-    cols = [("Calls", lambda n: units.count(n.calls) if n.kind is NodeKind.MODULE else "")]
-    if profile.has_gpu:
-        cols += [
-            ("Fwd GPU", lambda n: d(n.forward.total.gpu_busy_us)),
-            ("Bwd GPU", lambda n: d(n.backward.total.gpu_busy_us)),
-            ("GPU %", lambda n: units.percent(profile.share_of_step(n))),
-            ("Kernels", lambda n: units.count(n.total.kernels)),
-        ]
-    cols += [
-        ("Fwd CPU", lambda n: d(n.forward.total.cpu_us)),
-        ("Bwd CPU", lambda n: d(n.backward.total.cpu_us)),
-    ]
-    if not profile.has_gpu:
-        cols.append(("CPU %", lambda n: units.percent(profile.share_of_step(n))))
-    if profile.flops.has_shapes:
-        raw = opts.raw_numbers
-        cols += [
-            ("Fwd FLOPs", lambda n: units.flops(n.forward.total.flops, raw)),
-            ("Bwd FLOPs", lambda n: units.flops(n.backward.total.flops, raw)),
-            ("FLOP/s", lambda n: units.flop_rate(profile.throughput(n.total).flop_per_s)
-             if n.total.flops else "--"),
-        ]
-        peak = profile.flops.peak
-        if profile.has_gpu and peak is not None and peak.flop_per_s:
-            cols.append(("MFU", lambda n: units.fraction(profile.throughput(n.total).mfu)
-                         if n.total.flops else "--"))
-    if any(n.info is not None for n in profile.nodes):
-        cols += [
-            ("Param #", lambda n: f"{n.info.params_total:,}" if n.info and n.info.params_total is not None else "--"),
-            ("Input shape", lambda n: units.shape(n.info.inputs) if n.info else "--"),
-            ("Output shape", lambda n: units.shape(n.info.outputs) if n.info else "--"),
-        ]
-    return cols
+@dataclass(frozen=True, slots=True)
+class Column:
+    name: str
+    help: str
+    header: Callable[[ModuleProfile], str]
+    cell: Callable[["_Context", ModuleNode], str]
+    available: Callable[[ModuleProfile], bool] = lambda p: True
+
+
+@dataclass(slots=True)
+class _Context:
+    profile: ModuleProfile
+    opts: RenderOptions
+    stats: TorchinfoStats | None
+    seen: set[str] = field(default_factory=set)  # module names already shown (recursive rows)
+    recursive: set[int] = field(default_factory=set)
+
+
+def _has_table(p: ModuleProfile) -> bool:
+    return p.metadata.module_table is not None
+
+
+def _time_name(p: ModuleProfile) -> str:
+    return "GPU" if p.has_gpu else "CPU"
+
+
+def _time(ctx: _Context, us: float) -> str:
+    return units.duration(us, ctx.opts.raw_numbers)
+
+
+def _params_cell(ctx: _Context, n: ModuleNode) -> str:
+    """torchinfo's ``num_params_to_str``: a leaf or a row whose children are not shown has its
+    parameters with children, in parentheses when none is trainable; a container its leftover."""
+    info = n.info
+    if info is None or not info.params_total:
+        return "--"
+    if n.id in ctx.recursive:
+        return "(recursive)"
+    if not n.children or (ctx.stats and info.name in ctx.stats.leaves):
+        text = units.grouped(info.params_total)
+        return text if info.trainable_total else f"({text})"
+    left = ctx.stats.leftover.get(info.name, info.params) if ctx.stats else info.params
+    return units.grouped(left) if left and left > 0 else "--"
+
+
+def _params_percent_cell(ctx: _Context, n: ModuleNode) -> str:
+    info = n.info
+    total = ctx.stats.total_params if ctx.stats else None
+    if info is None or not total:
+        return units.param_share(None)
+    if n.id in ctx.recursive:
+        return "(recursive)"
+    if not n.children or info.name in ctx.stats.leaves:
+        share = info.params_total
+    else:
+        share = ctx.stats.leftover.get(info.name, info.params)
+    return units.param_share((share or 0) / total)
+
+
+def _mult_adds_cell(ctx: _Context, n: ModuleNode) -> str:
+    """torchinfo's ``macs_to_str``: a leaf's estimate (all its calls), a row whose children are
+    not shown the sum of its leaves', ``--`` otherwise."""
+    if n.info is None or ctx.stats is None or not ctx.stats.layer_macs:
+        return "--"
+    name = n.info.name
+    if name in ctx.stats.leaves:
+        value = ctx.stats.layer_macs.get(name, 0)
+    elif not n.children:
+        prefix = name + "." if name else ""
+        value = sum(m for leaf, m in ctx.stats.layer_macs.items() if leaf.startswith(prefix))
+    else:
+        return "--"
+    if n.id in ctx.recursive:
+        return "--"
+    return units.grouped(value) if value > 0 else "--"
+
+
+def _trainable_cell(ctx: _Context, n: ModuleNode) -> str:
+    info = n.info
+    if info is None or not info.params_total or info.trainable_total is None:
+        return "--"
+    if info.trainable_total == 0:
+        return "False"
+    return "True" if info.trainable_total == info.params_total else "Partial"
+
+
+def _info(attr: Callable[[ModuleInfo], str]) -> Callable[[_Context, ModuleNode], str]:
+    return lambda ctx, n: attr(n.info) if n.info is not None else "--"
+
+
+COLUMNS: dict[str, Column] = {c.name: c for c in (
+    Column("input", "Input Shape: shapes of the first call's inputs",
+           lambda p: "Input Shape", _info(lambda i: units.shape(i.inputs)), _has_table),
+    Column("output", "Output Shape: shapes of the first call's outputs",
+           lambda p: "Output Shape", _info(lambda i: units.shape(i.outputs)), _has_table),
+    Column("params", "Param #: torchinfo's parameter count of the row",
+           lambda p: "Param #", _params_cell, _has_table),
+    Column("params_percent", "Param %: share of the total params",
+           lambda p: "Param %", _params_percent_cell, _has_table),
+    Column("kernel", "Kernel Shape: the module's kernel_size",
+           lambda p: "Kernel Shape", _info(lambda i: units.dims(i.kernel_size)), _has_table),
+    Column("weight_shape", "Weight Shape: shape of the module's weight",
+           lambda p: "Weight Shape", _info(lambda i: units.dims(i.weight_shape)), _has_table),
+    Column("mult_adds", "Mult-Adds: torchinfo's estimate (params x output size), per step",
+           lambda p: "Mult-Adds", _mult_adds_cell, _has_table),
+    Column("macs", "MACs (fwd): measured multiply-accumulates of the forward ops, per step",
+           lambda p: "MACs (fwd)",
+           lambda ctx, n: units.si(n.forward.total.macs, "MAC", ctx.opts.raw_numbers),
+           lambda p: p.flops.has_shapes),
+    Column("flops", "FLOPs: forward + backward FLOPs, per step",
+           lambda p: "FLOPs",
+           lambda ctx, n: units.flops(n.total.flops, ctx.opts.raw_numbers),
+           lambda p: p.flops.has_shapes),
+    Column("flop_rate", "FLOP/s: achieved, forward + backward, over the row's time",
+           lambda p: "FLOP/s",
+           lambda ctx, n: units.flop_rate(ctx.profile.throughput(n.total).flop_per_s)
+           if n.total.flops else "--",
+           lambda p: p.flops.has_shapes),
+    Column("mfu", "MFU: achieved FLOP/s over the device's peak for the dtype used",
+           lambda p: "MFU",
+           lambda ctx, n: units.fraction(ctx.profile.throughput(n.total).mfu)
+           if n.total.flops else "--",
+           lambda p: p.flops.peak is not None and bool(p.flops.peak.flop_per_s)),
+    Column("fwd", "forward GPU time (CPU time on CPU-only traces), per step",
+           lambda p: f"Fwd {_time_name(p)}",
+           lambda ctx, n: _time(ctx, n.forward.total.gpu_busy_us if ctx.profile.has_gpu
+                                else n.forward.total.cpu_us)),
+    Column("bwd", "backward GPU time (CPU time on CPU-only traces), per step",
+           lambda p: f"Bwd {_time_name(p)}",
+           lambda ctx, n: _time(ctx, n.backward.total.gpu_busy_us if ctx.profile.has_gpu
+                                else n.backward.total.cpu_us)),
+    Column("share", "share of the step's GPU busy time (CPU time on CPU-only traces)",
+           lambda p: f"{_time_name(p)} %",
+           lambda ctx, n: units.percent(ctx.profile.share_of_step(n))),
+    Column("kernels", "GPU kernels launched, per step", lambda p: "Kernels",
+           lambda ctx, n: units.count(n.total.kernels), lambda p: p.has_gpu),
+    Column("calls", "calls per step", lambda p: "Calls",
+           lambda ctx, n: units.count(n.calls) if n.kind is NodeKind.MODULE else ""),
+    Column("trainable", "Trainable: True, False or Partial", lambda p: "Trainable",
+           _trainable_cell, _has_table),
+    Column("name", "qualified module name", lambda p: "Name",
+           lambda ctx, n: n.qualified_name or n.name),
+)}
+
+DEFAULT_COLUMNS = ("input", "output", "params", "params_percent", "kernel", "mult_adds", "macs",
+                   "mfu", "fwd", "bwd", "share", "kernels")
+
+
+def parse_columns(text: str) -> tuple[str, ...]:
+    """``--columns`` value (comma list) -> column names; OptionError names the valid ones."""
+    names = tuple(c.strip().lower().replace("-", "_") for c in text.split(",") if c.strip())
+    bad = [c for c in names if c not in COLUMNS]
+    if bad or not names:
+        raise OptionError(f"unknown column{'s' if len(bad) > 1 else ''} "
+                          f"{', '.join(repr(b) for b in bad) or repr(text)} for --columns "
+                          f"(known: {', '.join(COLUMNS)})")
+    return names
 
 
 @register("table", (".table",), "one row per module (torchinfo style)")
 def render_table(profile: ModuleProfile, opts: RenderOptions) -> str:
-    labels = _layer_labels(profile)
-    cols = _columns(profile, opts)
+    chosen = opts.columns
+    if chosen is None:
+        cols = [COLUMNS[c] for c in DEFAULT_COLUMNS if COLUMNS[c].available(profile)]
+    else:
+        cols = [COLUMNS[c] for c in chosen]
+    stats = torchinfo_stats(profile)
+    ctx = _Context(profile, opts, stats)
     nodes = list(profile.walk())
-    cells = [[fn(n) for _, fn in cols] for n in nodes]
-    first = max([len("Layer (type:depth-idx)")] + [len(labels[n.id]) for n in nodes])
-    widths = [max([len(h)] + [len(row[i]) for row in cells]) for i, (h, _) in enumerate(cols)]
+    for n in nodes:  # torchinfo: a module met again is a recursive layer
+        if n.kind is NodeKind.MODULE and n.info is not None:
+            if n.info.name in ctx.seen:
+                ctx.recursive.add(n.id)
+            ctx.seen.add(n.info.name)
+    labels = _layer_labels(profile)
+    headers = [c.header(profile) for c in cols]
+    cells = [[c.cell(ctx, n) for c in cols] for n in nodes]
+    name_width = max(len("Layer (type:depth-idx)"), *(len(labels[n.id]) + 1 for n in nodes))
+    name_width = max(40, math.ceil(name_width / 5) * 5)
+    widths = [max([len(h)] + [len(r[i]) for r in cells]) + 1 for i, h in enumerate(headers)]
 
     def row(label: str, values: list[str]) -> str:
-        return (label.ljust(first) + "  " + "  ".join(v.rjust(w) for v, w in zip(values, widths))).rstrip()
+        line = f"{label:<{name_width}} " + "".join(f"{v:<{w}} " for v, w in zip(values, widths))
+        return line.rstrip()
 
-    rule = "=" * (first + 2 + sum(widths) + 2 * (len(widths) - 1))
-    out = header_lines(profile, opts) + [rule, row("Layer (type:depth-idx)", [h for h, _ in cols]), rule]
+    rule = "=" * (name_width + sum(w + 1 for w in widths))
+    out = header_lines(profile, opts) + [rule, row("Layer (type:depth-idx)", headers), rule]
     for node, values in zip(nodes, cells):
         if node.kind is NodeKind.UNATTRIBUTED:
             out.append(rule)
         out.append(row(labels[node.id], values))
     out.append(rule)
+    block = totals_lines(stats, rule)
+    if block:
+        out += block + [rule]
+    out += _measured_lines(profile, opts, stats)
+    out.append(rule)
+    return "\n".join(out) + "\n"
+
+
+def _measured_lines(profile: ModuleProfile, opts: RenderOptions,
+                    stats: TorchinfoStats | None) -> list[str]:
+    """traceprof's own totals, labelled apart from torchinfo's."""
     sel = profile.selection
+    out = []
+    if stats is not None and stats.unique_params is not None and \
+            stats.unique_params != stats.total_params:
+        out.append(f"Unique params (shared tensors once): {units.grouped(stats.unique_params)}")
     out.append(f"Steps analysed: {sel.count} ({'mean per step' if sel.numbers else 'whole trace'})")
     if profile.has_gpu:
-        out.append(f"GPU busy time per step: {units.duration(sel.gpu_busy_us)}")
+        fwd = sum(profile.nodes[r].forward.total.gpu_busy_us for r in profile.roots)
+        bwd = sum(profile.nodes[r].backward.total.gpu_busy_us for r in profile.roots)
+        out.append(f"GPU busy time per step: {units.duration(sel.gpu_busy_us)} "
+                   f"(forward {units.duration(fwd)}, backward {units.duration(bwd)})")
         out.append(f"Kernels per step: {units.count(sel.kernels)}")
     out.append(f"CPU time per step: {units.duration(sel.cpu_us)}")
     if profile.flops.has_shapes:
+        fwd_macs = sum(profile.nodes[r].forward.total.macs for r in profile.roots)
+        out.append(f"Measured MACs per step (traceprof.flops): {units.si(sel.macs, 'MAC')} "
+                   f"(forward {units.si(fwd_macs, 'MAC')})")
         out.append(f"FLOPs per step: {units.flops(sel.flops, opts.raw_numbers)}")
-    table = profile.metadata.module_table
-    if table is not None and "" in table.modules and table.modules[""].params_total is not None:
-        root = table.modules[""]
-        out.append(f"Total params: {root.params_total:,}")
-        if root.trainable_total is not None:
-            out.append(f"Trainable params: {root.trainable_total:,}")
-        if root.frozen_total is not None:
-            out.append(f"Non-trainable params: {root.frozen_total:,}")
-    out.append(rule)
-    return "\n".join(out) + "\n"
+    return out

@@ -1,8 +1,13 @@
-"""DeepSpeed-flops-profiler-style indented module tree."""
+"""The DeepSpeed-flops-profiler-style report (``--format tree``): traceprof's header, the
+profile summary, the aggregated profile (top modules per depth) and the detailed module tree,
+in the layout of DeepSpeed's ``print_model_profile``, with traceprof's measured numbers."""
 
 from __future__ import annotations
 
-from ..profile import ModuleNode, ModuleProfile, NodeKind
+from dataclasses import dataclass
+
+from ..profile import ZERO, ModuleNode, ModuleProfile, NodeKind, Times
+from ..schema import DATA_PARALLEL_WRAPPERS, OPTIMIZER_STEP_PREFIXES
 from . import RenderOptions, register, units
 from .header import header_lines
 
@@ -64,17 +69,331 @@ def memory_fields(profile: ModuleProfile, node: ModuleNode, opts: RenderOptions)
     return [text]
 
 
-@register("tree", (".txt", ".tree"), "indented module tree (DeepSpeed flops profiler style)")
-def render_tree(profile: ModuleProfile, opts: RenderOptions) -> str:
+BANNER = "-------------------------- DeepSpeed Flops Profiler --------------------------"
+AGGREGATED = "----------------------------- Aggregated Profile per GPU -----------------------------"
+DETAILED = "------------------------------ Detailed Profile per GPU ------------------------------"
+RULE = "------------------------------------------------------------------------------"
+
+
+
+
+@dataclass(frozen=True, slots=True)
+class Summary:
+    """The report's summary numbers, per step. Latencies are GPU busy time (CPU time on CPU-only
+    traces), in microseconds; they add up: ``fwd + bwd + step == iter`` == the step's time.
+
+    - ``fwd``: the module roots' forward totals plus the forward work of the "(not in any
+      module)" bucket that is not the optimizer step (loss, data copies, launches not in trace).
+    - ``bwd``: the same in the backward pass (gradient all-reduce, ``AccumulateGrad``, ...).
+    - ``step``: the bucket's groups recognised as the optimizer (``schema.OPTIMIZER_STEP_PREFIXES``),
+      both passes (``ModuleProfile.optimizer_step``, found before ``--depth``/``--top``).
+    """
+
+    fwd_us: float
+    bwd_us: float
+    step_us: float
+    iter_us: float
+    modules_fwd_us: float
+    modules_bwd_us: float
+    outside_fwd_us: float  # not in any module, not the optimizer step
+    outside_bwd_us: float
+    params: int | None
+    fwd_macs: float
+    fwd_flops: float
+    bwd_flops: float
+    step_flops: float
+    model_fwd_macs: float  # module roots only
+    batch_size: int | None
+    batch_source: str
+    world_size: int | None
+    dp_size: int | None
+    dp_source: str
+    mp_size: int | None
+
+
+def _time(profile: ModuleProfile, t: Times) -> float:
+    return t.gpu_busy_us if profile.has_gpu else t.cpu_us
+
+
+def is_optimizer_group(node: ModuleNode) -> bool:
+    return node.kind is NodeKind.GROUP and node.name.startswith(OPTIMIZER_STEP_PREFIXES)
+
+
+def summarize(profile: ModuleProfile, batch_size: int | None = None) -> Summary:
+    """The summary block's numbers (see :class:`Summary`)."""
+    modules = [profile.nodes[r] for r in profile.roots if profile.nodes[r].kind is not NodeKind.UNATTRIBUTED]
+    bucket = profile.unattributed
+    fwd_m = ZERO
+    bwd_m = ZERO
+    for n in modules:
+        fwd_m, bwd_m = fwd_m + n.forward.total, bwd_m + n.backward.total
+    opt = profile.optimizer_step  # found before --depth/--top transforms
+    out_fwd, out_bwd = ZERO, ZERO
+    if bucket is not None:
+        out_fwd = bucket.forward.total - opt.forward
+        out_bwd = bucket.backward.total - opt.backward
+    t = lambda x: _time(profile, x)  # noqa: E731
+    fwd_us, bwd_us = t(fwd_m) + t(out_fwd), t(bwd_m) + t(out_bwd)
+    step_us = t(opt.total)
+    params = None
+    infos = [n.info for n in modules if n.kind is NodeKind.MODULE]
+    if infos and all(i is not None and i.params_total is not None for i in infos):
+        params = sum(i.params_total for i in infos)
+    source = "--batch-size"
+    if batch_size is None:
+        batch_size, source = _batch_from_table(modules)
+    md = profile.metadata
+    world = md.world_size
+    dp, dp_source, mp = None, "unknown", None
+    if world == 1:
+        dp, dp_source, mp = 1, "single process", 1
+    elif world and modules and modules[0].class_name in DATA_PARALLEL_WRAPPERS:
+        dp, dp_source = world, f"{modules[0].class_name} over all {world} ranks"
+    return Summary(
+        fwd_us=fwd_us, bwd_us=bwd_us, step_us=step_us,
+        iter_us=fwd_us + bwd_us + step_us,
+        modules_fwd_us=t(fwd_m), modules_bwd_us=t(bwd_m),
+        outside_fwd_us=t(out_fwd), outside_bwd_us=t(out_bwd),
+        params=params, fwd_macs=fwd_m.macs + out_fwd.macs, fwd_flops=fwd_m.flops + out_fwd.flops,
+        bwd_flops=bwd_m.flops + out_bwd.flops, step_flops=opt.total.flops, model_fwd_macs=fwd_m.macs,
+        batch_size=batch_size, batch_source=source, world_size=world, dp_size=dp,
+        dp_source=dp_source, mp_size=mp,
+    )
+
+
+def _batch_from_table(modules: list[ModuleNode]) -> tuple[int | None, str]:
+    """Dim 0 of the first tensor input of the first root module, from the module table."""
+    if not modules or modules[0].info is None:
+        return None, "no module table in the trace; --batch-size N sets it"
+
+    def first_shape(spec):
+        if isinstance(spec, dict):
+            if "shape" in spec:
+                return spec["shape"]
+            spec = list(spec.values())
+        if isinstance(spec, list):
+            for s in spec:
+                found = first_shape(s)
+                if found is not None:
+                    return found
+        return None
+
+    shape = first_shape(modules[0].info.inputs)
+    if shape:
+        return int(shape[0]), "dim 0 of the root module's first input"
+    return None, "unknown: the root module's inputs have no tensor shape; --batch-size N sets it"
+
+
+def _kv(label: str, value: str) -> str:
+    return "{:<60}  {:<8}".format(label, value).rstrip()
+
+
+def summary_lines(profile: ModuleProfile, opts: RenderOptions) -> list[str]:
+    raw = opts.raw_numbers
+    s = summarize(profile, opts.batch_size)
+    d = lambda us: units.duration(us, raw) if us is not None else "unknown"  # noqa: E731
+    per_s = lambda work, us: (work / (us * 1e-6) if us else None)  # noqa: E731
+    known = lambda v, why="": "unknown" + why if v is None else f"{v}"  # noqa: E731
+    sel = profile.selection
+    if sel.numbers:
+        steps = ", ".join(map(str, sel.numbers[:8])) + (", ..." if len(sel.numbers) > 8 else "")
+        at = f"at step {steps}" + (f" (mean of {sel.count} steps)" if sel.count > 1 else "")
+    else:
+        at = "over the whole trace (no ProfilerStep in it)"
+    time_kind = "GPU busy time" if profile.has_gpu else "CPU time (a CPU-only trace)"
+    out = [BANNER, f"Profile Summary {at}:", "Notations:",
+           "data parallel size (dp_size), model parallel size(mp_size),",
+           "number of parameters (params), number of multiply-accumulate operations(MACs),",
+           "number of floating-point operations (flops), floating-point operations per second (FLOPS),",
+           "fwd latency (forward propagation latency), bwd latency (backward propagation latency),",
+           "step (weights update latency), iter latency (sum of fwd, bwd and step latency)",
+           f"traceprof: latencies are {time_kind} per step; fwd and bwd latency include the work "
+           "of that pass outside every module",
+           "(listed under (not in any module)), step latency is the optimizer's groups there, so "
+           "iter latency is the step's whole time;",
+           "flops are counted from the ops' recorded shapes in both passes: bwd flops are measured, "
+           "not estimated as 2 * fwd flops.",
+           ""]
+    world = known(s.world_size)
+    out.append(_kv("world size: ", world))
+    out.append(_kv("data parallel size: ", known(s.dp_size) + (f" ({s.dp_source})" if s.dp_size else "")))
+    out.append(_kv("model parallel size: ", known(s.mp_size)))
+    out.append(_kv("batch size per GPU: ", known(s.batch_size) + f" ({s.batch_source})"))
+    mp = s.mp_size or 1
+    out.append(_kv("params per GPU: ", units.params(s.params, raw) if s.params is not None
+                   else "unknown (no module table in the trace)"))
+    if s.params is not None:
+        out.append(_kv("params of model = params per GPU * mp_size: ",
+                       units.params(s.params * mp, raw) if s.mp_size else "unknown (mp_size unknown)"))
+    if profile.flops.has_shapes:
+        out.append(_kv("fwd MACs per GPU: ", units.mac_count(s.fwd_macs, raw)))
+        out.append(_kv("fwd flops per GPU: ", units.flops(s.fwd_flops, raw)))
+        out.append(_kv("fwd flops of model = fwd flops per GPU * mp_size: ",
+                       units.flops(s.fwd_flops * mp, raw) if s.mp_size else "unknown (mp_size unknown)"))
+    else:
+        out.append(_kv("fwd MACs per GPU: ", "unknown (trace recorded without shapes)"))
+        out.append(_kv("fwd flops per GPU: ", "unknown (trace recorded without shapes)"))
+    flops_known = profile.flops.has_shapes
+    rate = lambda v: units.flop_rate_raw(v, raw) if flops_known else "unknown"  # noqa: E731
+    out.append(_kv("fwd latency: ", d(s.fwd_us)))
+    out.append(_kv("fwd FLOPS per GPU = fwd flops per GPU / fwd latency: ", rate(per_s(s.fwd_flops, s.fwd_us))))
+    out.append(_kv("bwd latency: ", d(s.bwd_us)))
+    out.append(_kv("bwd FLOPS per GPU = bwd flops per GPU / bwd latency: ", rate(per_s(s.bwd_flops, s.bwd_us))))
+    out.append(_kv("fwd+bwd FLOPS per GPU = fwd+bwd flops / (fwd+bwd latency): ",
+                   rate(per_s(s.fwd_flops + s.bwd_flops, s.fwd_us + s.bwd_us))))
+    out.append(_kv("step latency: ", d(s.step_us)))
+    out.append(_kv("iter latency: ", d(s.iter_us)))
+    total_flops = s.fwd_flops + s.bwd_flops + s.step_flops
+    out.append(_kv("FLOPS per GPU = (fwd+bwd+step flops) / iter latency: ", rate(per_s(total_flops, s.iter_us))))
+    samples = s.batch_size * (s.world_size or 1) if s.batch_size else None
+    sps = samples / (s.iter_us * 1e-6) if samples and s.iter_us else None
+    note = "" if s.world_size else " (world size unknown: one process)"
+    out.append(_kv("samples/second: ", (units.rate(sps, "samples/s", raw) + note) if sps else "unknown"))
+    out.append("traceprof extras:")
+    out.append(_kv("  fwd / bwd latency inside the modules: ", f"{d(s.modules_fwd_us)} / {d(s.modules_bwd_us)}"))
+    out.append(_kv("  fwd / bwd latency not in any module, not the step: ",
+                   f"{d(s.outside_fwd_us)} / {d(s.outside_bwd_us)}"))
+    out.append(_kv("  bwd flops per GPU (measured): ", units.flops(s.bwd_flops, raw) if flops_known else "unknown"))
+    out.append(_kv("  step wall time (CPU): ", d(sel.wall_us)))
+    sps_wall = samples / (sel.wall_us * 1e-6) if samples and sel.wall_us else None
+    out.append(_kv("  samples/second over the step's wall time: ",
+                   units.rate(sps_wall, "samples/s", raw) if sps_wall else "unknown"))
+    return out
+
+
+def aggregated_lines(profile: ModuleProfile, opts: RenderOptions) -> list[str]:
+    """Top-k module classes per depth by params, fwd MACs and fwd latency, summed over the
+    modules of one class at one depth (as DeepSpeed's aggregated profile)."""
+    raw = opts.raw_numbers
+    k = opts.top_modules
+    by_depth: dict[int, dict[str, list]] = {}
+    for n in profile.walk():
+        if n.kind is not NodeKind.MODULE:
+            continue
+        acc = by_depth.setdefault(n.depth, {}).setdefault(n.class_name or n.name, [None, 0.0, 0.0])
+        if n.info is not None and n.info.params_total is not None:
+            acc[0] = (acc[0] or 0) + n.info.params_total
+        acc[1] += n.forward.total.macs
+        acc[2] += _time(profile, n.forward.total)
+    out = [AGGREGATED,
+           f"Top {k} modules in terms of params, MACs or fwd latency at different model depths:"]
+    for depth in sorted(by_depth):
+        info = by_depth[depth]
+        top = lambda i: sorted(info.items(), key=lambda kv: -(kv[1][i] or 0))[:k]  # noqa: E731
+        out.append(f"depth {depth}:")
+        if any(v[0] is not None for v in info.values()):
+            out.append("    params      - " + units.python_dict(
+                [(c, units.params(v[0], raw)) for c, v in top(0)]))
+        else:
+            out.append("    params      - unknown (no module table in the trace)")
+        if profile.flops.has_shapes:
+            out.append("    MACs        - " + units.python_dict(
+                [(c, units.mac_count(v[1], raw)) for c, v in top(1)]))
+        else:
+            out.append("    MACs        - unknown (trace recorded without shapes)")
+        out.append("    fwd latency - " + units.python_dict(
+            [(c, units.duration(v[2], raw)) for c, v in top(2)]))
+    return out
+
+
+def _module_fields(profile: ModuleProfile, node: ModuleNode, s: Summary, opts: RenderOptions) -> list[str]:
+    raw = opts.raw_numbers
+    fields = []
+    fwd, bwd = node.forward.total, node.backward.total
+    if node.kind in (NodeKind.UNATTRIBUTED, NodeKind.GROUP):
+        return _outside_fields(profile, node, s, opts)
+    if node.kind is NodeKind.MODULE:
+        p = node.info.params_total if node.info is not None else None
+        fields.append(f"{units.params(p, raw)} = {units.share(p, s.params)} Params" if p is not None
+                      else "-- Params")
+    has_flops = profile.flops.has_shapes
+    if has_flops:
+        fields.append(f"{units.mac_count(fwd.macs, raw)} = {units.share(fwd.macs, s.fwd_macs)} MACs")
+    fwd_t, bwd_t = _time(profile, fwd), _time(profile, bwd)
+    fields.append(f"{units.duration(fwd_t, raw)} = {units.share(fwd_t, s.fwd_us)} latency")
+    if has_flops:
+        fields.append(units.flop_rate_raw(fwd.flops / (fwd_t * 1e-6) if fwd_t else 0.0, raw))
+    # traceprof's extras
+    fields.append(f"bwd {units.duration(bwd_t, raw)} = {units.share(bwd_t, s.bwd_us)} bwd latency")
+    if has_flops and bwd.flops:
+        fields.append(f"bwd {units.flop_rate_raw(bwd.flops / (bwd_t * 1e-6) if bwd_t else 0.0, raw)}")
+    if node.kind is NodeKind.MODULE and node.calls != 1:
+        fields.append(f"{units.count(node.calls)} calls")
+    if node.info is not None and node.info.inputs:
+        fields.append(f"in {units.shape(node.info.inputs)}")
+    if profile.memory_device:
+        fields.extend(memory_fields(profile, node, opts))
+    if node.info is not None and node.info.extra_repr:
+        fields.append(node.info.extra_repr)
+    return fields
+
+
+def _outside_fields(profile: ModuleProfile, node: ModuleNode, s: Summary, opts: RenderOptions) -> list[str]:
+    """The bucket and its groups: both passes and their share of the iter latency (the bucket
+    holds the optimizer step, which is in neither the fwd nor the bwd latency)."""
+    raw = opts.raw_numbers
+    fwd_t, bwd_t = _time(profile, node.forward.total), _time(profile, node.backward.total)
+    total = fwd_t + bwd_t
+    fields = [f"fwd {units.duration(fwd_t, raw)}", f"bwd {units.duration(bwd_t, raw)}",
+              f"{units.duration(total, raw)} = {units.share(total, s.iter_us)} iter latency"]
+    if profile.flops.has_shapes and node.total.flops:
+        fields.append(f"{units.flops(node.total.flops, raw)}")
+        fields.append(units.flop_rate_raw(node.total.flops / (total * 1e-6) if total else 0.0, raw))
+    if is_optimizer_group(node):
+        fields.append("optimizer step")
+    if profile.memory_device:
+        fields.extend(memory_fields(profile, node, opts))
+    return fields
+
+
+def detailed_lines(profile: ModuleProfile, opts: RenderOptions) -> list[str]:
+    s = summarize(profile, opts.batch_size)
     time_kind = "GPU busy time" if profile.has_gpu else "CPU time"
+    out = [DETAILED,
+           "Each module profile is listed after its name in the following order: ",
+           "params, percentage of total params, MACs, percentage of total MACs, fwd latency, "
+           "percentage of total fwd latency, fwd FLOPS",
+           f"then traceprof's: bwd latency, percentage of total bwd latency, bwd FLOPS, calls when "
+           f"not 1, input shapes, memory when recorded, extra_repr (latencies: {time_kind} per step; "
+           "percentages: of the summary's totals above)",
+           "",
+           "Note: 1. Work a module runs itself (functional calls, ops in its forward) makes up the "
+           "difference between its numbers and the sum of its submodules'.",
+           "2. FLOPs and MACs are computed from the ops' recorded shapes (docs/flops.md); FLOPS are "
+           "achieved rates over the module's own measured time.",
+           "3. Work outside every module is listed last under (not in any module), grouped by the "
+           "top-level op or annotation it ran under; the optimizer step is there.",
+           ""]
+
+    def emit(node: ModuleNode, indent: int, is_root: bool) -> None:
+        pad = "  " * indent
+        name = node.class_name if node.kind is NodeKind.MODULE and node.class_name else ""
+        label = name if is_root and name else (f"({node.name}): {name}" if name else f"({node.name})"
+                                               if not node.name.startswith("(") else node.name)
+        fields = ", ".join(_module_fields(profile, node, s, opts))
+        if not node.children:
+            out.append(f"{pad}{label}({fields})")
+            return
+        out.append(f"{pad}{label}(")
+        out.append(f"{pad}  {fields}")
+        for c in node.children:
+            emit(profile.nodes[c], indent + 1, False)
+        out.append(f"{pad})")
+
+    for r in profile.roots:
+        emit(profile.nodes[r], 0, True)
+    out.append(RULE)
+    return out
+
+
+@register("tree", (".txt", ".tree"), "DeepSpeed-flops-profiler-style report: summary, "
+          "aggregated profile, detailed module tree")
+def render_tree(profile: ModuleProfile, opts: RenderOptions) -> str:
     out = ["traceprof module profile"] + header_lines(profile, opts)
     out.append("")
-    out.append(
-        f"Each line: forward and backward {time_kind} per step (node and everything below it), "
-        "share of the step, kernels, calls when not 1"
-        + ("; FLOPs forward and backward, achieved FLOP/s (and MFU where the device's peak is "
-           "known)." if profile.flops.has_shapes else ".")
-    )
+    out.extend(summary_lines(profile, opts))
     out.append("")
-    out.extend(_line(profile, n, opts) for n in profile.walk())
+    out.extend(aggregated_lines(profile, opts))
+    out.append("")
+    out.extend(detailed_lines(profile, opts))
     return "\n".join(out) + "\n"

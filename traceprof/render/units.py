@@ -104,3 +104,84 @@ def byte_rate(value: float | None) -> str:
 def fraction(value: float | None) -> str:
     """A fraction as a percentage, ``--`` when unknown."""
     return "--" if value is None else percent(value)
+
+
+def params(value: float | None, raw: bool = False) -> str:
+    """A parameter count: ``11.69 M`` (``11689512`` raw), ``--`` when unknown."""
+    if value is None:
+        return "--"
+    return f"{int(value)}" if raw else big_number(value)
+
+
+def share(part: float | None, whole: float | None) -> str:
+    """``part`` as a percentage of ``whole`` the way DeepSpeed's profiler writes it: two
+    decimals at most, no trailing zeros (``100%``, ``6.51%``); ``--`` when either is unknown."""
+    if part is None or not whole:
+        return "--"
+    return f"{round(100 * part / whole, 2):g}%"
+
+
+def rate(value: float | None, unit: str, raw: bool = False) -> str:
+    """A per-second rate of things (``24.7 samples/s``); ``--`` when unknown."""
+    if value is None:
+        return "--"
+    if raw:
+        return f"{value:.6g}"
+    return si(value, unit)
+
+
+def flop_rate_raw(value: float | None, raw: bool = False) -> str:
+    """Achieved FLOP/s, a plain number with ``raw``."""
+    return si(value, "FLOP/s", raw)
+
+
+def mac_count(value: float | None, raw: bool = False) -> str:
+    return si(value, "MAC", raw)
+
+
+def python_dict(items: list[tuple[str, str]]) -> str:
+    """``{'Conv2d': '9.41 k', ...}``: DeepSpeed's aggregated-profile lines print dicts."""
+    return "{" + ", ".join(f"{k!r}: {v!r}" for k, v in items) + "}"
+
+
+# -- torchinfo-style text (the table format), as torchinfo 1.8.0 writes it ---------------------
+
+
+def grouped(value: float | None) -> str:
+    """An integer with thousands separators (``11,689,512``); ``--`` for None."""
+    return "--" if value is None else f"{int(round(value)):,}"
+
+
+def torchinfo_count(value: float, auto_units: bool) -> str:
+    """torchinfo's ``format_output_num``: ``": 11,689,512"`` for parameters, and with
+    ``auto_units`` ``" (M): 595.87"`` / ``" (G): 1.82"`` / ``" (T): ..."`` for mult-adds."""
+    label = ""
+    if auto_units:
+        label, value = (" (T)", value / 1e12) if value >= 1e12 else \
+            (" (G)", value / 1e9) if value >= 1e9 else (" (M)", value / 1e6)
+    else:
+        value = float(value)
+    if float(value).is_integer():
+        return f"{label}: {int(value):,d}"
+    return f"{label}: {value:,.2f}"
+
+
+def megabytes(num_bytes: float) -> str:
+    """Bytes as torchinfo's ``(MB)`` lines show them: ``num / 1e6`` with two decimals."""
+    return f"{num_bytes / 1e6:0.2f}"
+
+
+def param_share(fraction: float | None) -> str:
+    """torchinfo's ``Param %`` cell: ``  0.08%`` (7 wide, two decimals), ``     --`` for none."""
+    if not fraction:
+        return "     --"
+    return f"{fraction:>7.2%}"
+
+
+def dims(value: object) -> str:
+    """A kernel or weight shape the way torchinfo prints it: ``[3, 3]``, ``5``, ``--``."""
+    if value is None or value == [] or value == ():
+        return "--"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(str(d) for d in value) + "]"
+    return str(value)
