@@ -126,3 +126,46 @@ def test_progress_bar_on_a_terminal_and_never_on_stdout():
     code, out, terminal = _run_with_terminal_stderr("analyze", BERT, "--depth", "0",
                                                     env_progress="auto")
     assert code == 0 and "decoding" not in terminal
+
+
+def _run_on_terminal(*args, **env):
+    """Run the CLI with standard output on a pseudo-terminal; return (code, what it printed)."""
+    import os
+    import pty
+
+    master, slave = pty.openpty()
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "traceprof", *map(str, args)],
+                                stdout=slave, stderr=subprocess.PIPE,
+                                env={**os.environ, "COLUMNS": "250", **env})
+        os.close(slave)
+        seen = b""
+        while True:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            seen += chunk
+        proc.wait(timeout=120)
+    finally:
+        os.close(master)
+    return proc.returncode, seen.decode("utf-8").replace("\r\n", "\n")
+
+
+@pytest.mark.parametrize("fmt", ["tree", "table"])
+def test_terminal_gets_colors_and_guides_and_the_same_text(fmt):
+    from traceprof.render.terminal import GUIDE, plain
+
+    trace = BERT if fmt == "table" else MI300
+    piped = run("analyze", trace, "--format", fmt, "--depth", "2").stdout
+    code, shown = _run_on_terminal("analyze", trace, "--format", fmt, "--depth", "2")
+    assert code == 0
+    assert "\x1b[" in shown  # colors
+    if fmt == "tree":
+        assert f"\x1b[2m{GUIDE}" in shown  # guides for the module tree's indentation
+    assert plain(shown) == piped  # same layout and numbers as the plain text
+    code, shown = _run_on_terminal("analyze", trace, "--format", fmt, "--depth", "2",
+                                   NO_COLOR="1")
+    assert code == 0 and "\x1b[" not in shown and shown == piped

@@ -64,6 +64,12 @@ def _progress_reporter(path: str, traces: int = 1) -> _ProgressBar | None:
     return _ProgressBar(traces)
 
 
+def _color_terminal() -> bool:
+    """Colors and tree guides: standard output is a terminal and NO_COLOR is not set."""
+    return sys.stdout.isatty() and not os.environ.get("NO_COLOR") and \
+        os.environ.get("TERM") != "dumb"
+
+
 def _close(reporter: _ProgressBar | None) -> None:
     if reporter is not None:
         reporter.close()
@@ -139,6 +145,12 @@ def analyze(trace, fmt, output, depth, top, ignore, batch_size, sort, step, hier
             write_atomic_bytes(output, text)
         elif output:
             write_atomic(output, text)
+        elif fmt in ("tree", "table") and _color_terminal():
+            from rich.console import Console
+
+            from .render.terminal import styled
+
+            Console(highlight=False, soft_wrap=True).print(styled(text), end="")
         else:
             click.echo(text, nl=False)
         if tensorboard_logdir:
