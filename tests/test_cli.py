@@ -85,16 +85,17 @@ def test_output_files_are_readable_by_others_like_any_new_file(tmp_path):
     assert target.stat().st_mode & 0o777 == 0o644
 
 
-def _run_with_terminal_stderr(*args, env_progress):
-    """Run the CLI with stderr on a pseudo-terminal (a person watching), stdout on a pipe."""
+def _run_with_terminal(*args, on: str, **env):
+    """Run the CLI with ``on`` ("stdout" or "stderr") on a pseudo-terminal, as when a person
+    watches, and the other stream on a pipe. Returns (exit code, terminal text, piped text)."""
     import os
     import pty
 
     master, slave = pty.openpty()
-    env = {**os.environ, "TRACEPROF_PROGRESS": env_progress}
+    streams = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, on: slave}
     try:
         proc = subprocess.Popen([sys.executable, "-m", "traceprof", *map(str, args)],
-                                stdout=subprocess.PIPE, stderr=slave, env=env)
+                                env={**os.environ, "COLUMNS": "250", **env}, **streams)
         os.close(slave)
         seen = b""
         while True:
@@ -105,53 +106,28 @@ def _run_with_terminal_stderr(*args, env_progress):
             if not chunk:
                 break
             seen += chunk
-        out, _ = proc.communicate(timeout=120)
+        out, err = proc.communicate(timeout=120)
     finally:
         os.close(master)
-    return proc.returncode, out.decode(), seen.decode("utf-8", "replace")
+    piped = (err if on == "stdout" else out).decode()
+    return proc.returncode, seen.decode("utf-8", "replace").replace("\r\n", "\n"), piped
 
 
 def test_progress_bar_on_a_terminal_and_never_on_stdout():
-    code, out, terminal = _run_with_terminal_stderr("analyze", BERT, "--depth", "0",
-                                                    env_progress="always")
+    code, terminal, out = _run_with_terminal("analyze", BERT, "--depth", "0", on="stderr",
+                                             TRACEPROF_PROGRESS="always")
     assert code == 0
     for stage in ("reading", "decoding", "indexing", "attributing"):
         assert stage in terminal, terminal
     assert "━" in terminal  # the bar itself
     assert out.startswith("traceprof module profile") and "\x1b" not in out
-    code, out, terminal = _run_with_terminal_stderr("analyze", BERT, "--depth", "0",
-                                                    env_progress="never")
+    code, terminal, out = _run_with_terminal("analyze", BERT, "--depth", "0", on="stderr",
+                                             TRACEPROF_PROGRESS="never")
     assert code == 0 and "decoding" not in terminal
     # small files get no bar by default: it would only flash
-    code, out, terminal = _run_with_terminal_stderr("analyze", BERT, "--depth", "0",
-                                                    env_progress="auto")
+    code, terminal, out = _run_with_terminal("analyze", BERT, "--depth", "0", on="stderr",
+                                             TRACEPROF_PROGRESS="auto")
     assert code == 0 and "decoding" not in terminal
-
-
-def _run_on_terminal(*args, **env):
-    """Run the CLI with standard output on a pseudo-terminal; return (code, what it printed)."""
-    import os
-    import pty
-
-    master, slave = pty.openpty()
-    try:
-        proc = subprocess.Popen([sys.executable, "-m", "traceprof", *map(str, args)],
-                                stdout=slave, stderr=subprocess.PIPE,
-                                env={**os.environ, "COLUMNS": "250", **env})
-        os.close(slave)
-        seen = b""
-        while True:
-            try:
-                chunk = os.read(master, 65536)
-            except OSError:
-                break
-            if not chunk:
-                break
-            seen += chunk
-        proc.wait(timeout=120)
-    finally:
-        os.close(master)
-    return proc.returncode, seen.decode("utf-8").replace("\r\n", "\n")
 
 
 @pytest.mark.parametrize("fmt", ["tree", "table"])
@@ -160,12 +136,13 @@ def test_terminal_gets_colors_and_guides_and_the_same_text(fmt):
 
     trace = BERT if fmt == "table" else MI300
     piped = run("analyze", trace, "--format", fmt, "--depth", "2").stdout
-    code, shown = _run_on_terminal("analyze", trace, "--format", fmt, "--depth", "2")
+    code, shown, _ = _run_with_terminal("analyze", trace, "--format", fmt, "--depth", "2",
+                                        on="stdout")
     assert code == 0
     assert "\x1b[" in shown  # colors
     if fmt == "tree":
         assert f"\x1b[2m{GUIDE}" in shown  # guides for the module tree's indentation
     assert plain(shown) == piped  # same layout and numbers as the plain text
-    code, shown = _run_on_terminal("analyze", trace, "--format", fmt, "--depth", "2",
-                                   NO_COLOR="1")
+    code, shown, _ = _run_with_terminal("analyze", trace, "--format", fmt, "--depth", "2",
+                                        on="stdout", NO_COLOR="1")
     assert code == 0 and "\x1b[" not in shown and shown == piped
