@@ -19,6 +19,7 @@ other CPU event: a backward op goes to the module of the forward op that created
 from __future__ import annotations
 
 from collections import defaultdict
+from typing import Sequence
 from dataclasses import dataclass, fields
 
 import numpy as np
@@ -82,12 +83,27 @@ def analyze(
     steps. ``hierarchy``: force a source of module information (see :class:`Source`).
     ``formulas``: the FLOP formulas to use (default: ``traceprof.flops.REGISTRY``).
     """
+    return analyze_steps(trace, [step], hierarchy=hierarchy, formulas=formulas)[0]
+
+
+def analyze_steps(
+    trace: Trace,
+    steps: Sequence[int | None],
+    *,
+    hierarchy: Source | str | None = None,
+    formulas: Registry | None = None,
+) -> list[ModuleProfile]:
+    """One profile per entry of ``steps`` (a step number, or None for the mean over the complete
+    steps), linking the trace, building its module tree and counting its ops once for all."""
     links = link(trace)
     tree = build_hierarchy(trace, links, hierarchy)
-    steps = find_steps(trace, links)
-    selected, selection_warnings = _select(steps, step)
+    found = find_steps(trace, links)
     costs = count_ops(trace, links, formulas, exclude=tree.scope_mask)
-    return _attribute(trace, links, tree, steps, selected, selection_warnings, costs)
+    profiles = []
+    for step in steps:
+        selected, selection_warnings = _select(found, step)
+        profiles.append(_attribute(trace, links, tree, found, selected, selection_warnings, costs))
+    return profiles
 
 
 def find_steps(trace: Trace, links: Links) -> Steps:
@@ -391,7 +407,14 @@ def _attribute(trace, links, tree: Hierarchy, steps: Steps, selected, warnings,
         warnings=tuple(all_warnings),
         flops=flop_summary,
         optimizer_step=optimizer,
+        memory_device=_memory_device(memory_use),
     )
+
+
+def _memory_device(memory_use: list) -> str | None:
+    seen = list(dict.fromkeys(m.device for uses in memory_use for m in uses))
+    accelerators = [d for d in seen if d != "cpu"]
+    return accelerators[0] if accelerators else (seen[0] if seen else None)
 
 
 def _flop_summary(trace, links, costs: OpCosts, op_keep, unsupported_keep, anchor, busy,

@@ -201,14 +201,9 @@ class ModuleProfile:
     #: the "not in any module" groups that are the optimizer step (schema.OPTIMIZER_STEP_PREFIXES),
     #: found before any transform, so --depth and --top cannot hide it
     optimizer_step: PassTotals = PassTotals()
-
-    @property
-    def memory_device(self) -> str | None:
-        """The device whose memory the flat outputs report: the first accelerator with
-        ``[memory]`` events, else ``"cpu"``; None when the trace has no memory events."""
-        seen = [m.device for n in self.nodes for m in n.memory]
-        accelerators = [d for d in seen if d != "cpu"]
-        return accelerators[0] if accelerators else (seen[0] if seen else None)
+    #: the device whose memory the flat outputs and the tree report: the first accelerator with
+    #: [memory] events in the selection, else "cpu"; None when there are none
+    memory_device: str | None = None
 
     def memory_of(self, node: ModuleNode, device: str | None = None) -> MemoryUse | None:
         """``node``'s memory use on ``device`` (default: :attr:`memory_device`), or None."""

@@ -12,7 +12,7 @@ def header_lines(profile: ModuleProfile, opts: RenderOptions | None = None) -> l
     sel = profile.selection
     device = ", ".join(sorted({d.name for d in md.devices if d.name})) or "CPU only"
     dist = f", rank {md.rank} of {md.world_size}" if md.rank is not None and md.world_size else ""
-    lines = [f"trace:     {md.path} ({md.size_bytes / 1e6:.1f} MB JSON), {device}{dist}"]
+    lines = [f"trace:     {md.path} ({units.file_size(md.size_bytes)} JSON), {device}{dist}"]
     lines.append(f"modules:   {profile.module_nodes} nodes from {profile.source_description}")
     if sel.numbers:
         shown = ", ".join(map(str, sel.numbers[:8])) + (", ..." if len(sel.numbers) > 8 else "")

@@ -19,6 +19,11 @@ def duration(us: float, raw: bool = False) -> str:
     return f"{us / 1_000_000:.2f} s"
 
 
+def file_size(nbytes: int) -> str:
+    """A file's size in MB with one decimal (``35.2 MB``)."""
+    return f"{nbytes / 1e6:.1f} MB"
+
+
 def percent(fraction: float) -> str:
     if fraction == 0:
         return "0%"

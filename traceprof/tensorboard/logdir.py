@@ -20,7 +20,7 @@ from typing import Sequence
 import msgspec
 
 from .. import render, schema
-from ..api import analyze
+from ..api import analyze_steps
 from ..errors import OutputError, TraceReadError
 from ..output import write_atomic, write_atomic_bytes
 from ..reader import Progress
@@ -200,14 +200,15 @@ def write_run(
     trace = load_trace(trace_path, progress)
     if progress:
         progress(f"{trace_path}: attributing")
-    profile = analyze(trace, hierarchy=hierarchy)
+    # the mean first: which steps it is the mean of decides the per-step profiles
+    (profile,) = analyze_steps(trace, [None], hierarchy=hierarchy)
     numbers = profile.selection.numbers
     step_profiles = []
     if len(numbers) > 1:
-        for n in numbers[:max_step_profiles]:
-            if progress:
-                progress(f"{trace_path}: step {n}")
-            step_profiles.append((n, analyze(trace, step=n, hierarchy=hierarchy)))
+        if progress:
+            progress(f"{trace_path}: {min(len(numbers), max_step_profiles)} steps")
+        chosen = list(numbers[:max_step_profiles])
+        step_profiles = list(zip(chosen, analyze_steps(trace, chosen, hierarchy=hierarchy)))
     mean_text = render.render(profile, "json")
     mean_doc = msgspec.json.decode(mean_text)
     step_texts = [(n, render.render(p, "json")) for n, p in step_profiles]
