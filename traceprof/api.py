@@ -6,7 +6,7 @@ import os
 
 from . import transforms
 from .attribution import analyze as _analyze
-from .attribution import analyze_steps
+from .attribution import analyze_steps  # noqa: F401 - one profile per step, shared work
 from .flops import Registry
 from .hierarchy import Source
 from .profile import ModuleProfile
