@@ -29,7 +29,7 @@ def test_default_is_the_tree_on_stdout():
 
 
 def test_output_format_follows_the_file_extension(tmp_path):
-    for name, check in (("p.json", lambda t: json.loads(t)["schema"] == "traceprof.profile/2"),
+    for name, check in (("p.json", lambda t: json.loads(t)["schema"] == "traceprof.profile/3"),
                         ("p.csv", lambda t: t.startswith("id,parent,depth")),
                         ("p.txt", lambda t: "traceprof module profile" in t)):
         target = tmp_path / name
@@ -54,7 +54,7 @@ def test_an_unknown_step_is_a_one_line_error():
     proc = run("analyze", MI300, "--step", "3", check=False)
     assert proc.returncode == 3
     assert proc.stderr.strip().splitlines() == [
-        "traceprof: error: step 3 is not in the trace (steps in the trace: 15, 16, 17)"
+        f"traceprof: error: {MI300}: step 3 is not in the trace (steps in the trace: 15, 16, 17)"
     ]
 
 

@@ -31,7 +31,7 @@ def test_cli_writes_parquet_equal_to_the_dataframe(tmp_path):
     assert got["forward_total_gpu_busy_us"].dtype == "float64"
     assert got["forward_allocated_bytes"].notna().any()  # the bert trace has [memory] events
     meta = pq.read_schema(out).metadata
-    assert meta[b"traceprof.schema"] == b"traceprof.profile/2"
+    assert meta[b"traceprof.schema"] == b"traceprof.profile/3"
     assert meta[b"traceprof.trace"].decode().endswith("h100_bert_small_inference.json.gz")
 
 

@@ -56,7 +56,7 @@ def test_every_registered_renderer_has_golden_coverage():
 def test_json_and_csv_carry_the_same_numbers():
     profile = traceprof.analyze(CASES["bert_small"][0])
     doc = json.loads(render(profile, "json"))
-    assert doc["schema"] == "traceprof.profile/2"
+    assert doc["schema"] == "traceprof.profile/3"
     rows = list(csv.DictReader(io.StringIO(render(profile, "csv"))))
     assert len(rows) == len(doc["nodes"]) == len(profile.nodes)
     for row, node in zip(rows, doc["nodes"]):

@@ -24,10 +24,13 @@ def analyze(
     sort: transforms.SortKey | str = transforms.SortKey.ORDER,
     progress: Progress | None = None,
     formulas: Registry | None = None,
+    peak_tflops: float | None = None,
 ) -> ModuleProfile:
     """Per-module forward/backward GPU and CPU time, FLOPs and bytes of a trace (a
     :class:`Trace` or a path). ``formulas``: the FLOP formulas (default:
     ``traceprof.flops.REGISTRY``; ``REGISTRY.only(...)`` narrows it to some op families).
+    ``peak_tflops``: the device's peak TFLOP/s for MFU, instead of the peaks table's (MFU on CPUs
+    and devices not in the table).
 
     >>> profile = analyze("sample_traces/resnet18_train_cpu.pt.trace.json.gz")  # doctest: +SKIP
     >>> profile.to_dataframe()  # doctest: +SKIP
@@ -36,7 +39,8 @@ def analyze(
         trace = load_trace(trace, progress)
     if progress:
         progress("attributing")
-    profile = _analyze(trace, step=step, hierarchy=hierarchy, formulas=formulas)
+    profile = _analyze(trace, step=step, hierarchy=hierarchy, formulas=formulas,
+                       peak_flops=peak_tflops * 1e12 if peak_tflops is not None else None)
     if sort != transforms.SortKey.ORDER:
         profile = transforms.sort_children(profile, sort)
     if top is not None:

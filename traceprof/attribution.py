@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from typing import Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 import numpy as np
 
@@ -37,6 +37,7 @@ from .profile import (
     ModuleNode,
     ModuleProfile,
     NodeKind,
+    PASSES,
     PassTotals,
     Peak,
     PhaseTimes,
@@ -48,6 +49,19 @@ from .schema import Kind
 from .trace import Trace
 
 _METRICS = tuple(f.name for f in fields(Times))
+FORWARD, BACKWARD, OTHER = range(3)  # pass codes, the order of profile.PASSES
+#: GPU work attributed to no CPU event above this share of the step's GPU busy time is a warning
+UNATTRIBUTED_GPU_WARN_SHARE = 0.01
+#: "(not in any module)" groups of GPU work whose launch is not in the trace
+LAUNCHED_BEFORE_TRACE = "(launched before the trace)"
+LAUNCH_NOT_IN_TRACE = "(launch not in trace)"
+BETWEEN_OPS = "(step, between ops)"
+#: for traces without module events (the hierarchy fell back to annotations or nothing)
+NO_MODULES_WARNING = (
+    "no module events in the trace, so no per-module numbers: record with "
+    "torch.profiler.profile(with_stack=True) (nn.Module events), or capture with "
+    "traceprof.capture.profile(model, ...) (exact module names and shapes; README, docs/capture.md)"
+)
 #: warning for traces whose ops carry no shapes
 NO_SHAPES_WARNING = ("trace recorded without shapes (record_shapes=False): "
                      "FLOPs, bytes and throughput are not computed")
@@ -76,14 +90,18 @@ def analyze(
     step: int | None = None,
     hierarchy: Source | str | None = None,
     formulas: Registry | None = None,
+    peak_flops: float | None = None,
 ) -> ModuleProfile:
     """Attribute the trace's GPU and CPU time, FLOPs and bytes to its module tree.
 
     ``step``: a ``ProfilerStep`` number to analyze alone; by default the mean over the complete
     steps. ``hierarchy``: force a source of module information (see :class:`Source`).
     ``formulas``: the FLOP formulas to use (default: ``traceprof.flops.REGISTRY``).
+    ``peak_flops``: the device's peak FLOP/s for MFU, replacing the peaks table's (and giving
+    MFU on CPUs and devices not in it).
     """
-    return analyze_steps(trace, [step], hierarchy=hierarchy, formulas=formulas)[0]
+    return analyze_steps(trace, [step], hierarchy=hierarchy, formulas=formulas,
+                         peak_flops=peak_flops)[0]
 
 
 def analyze_steps(
@@ -92,6 +110,7 @@ def analyze_steps(
     *,
     hierarchy: Source | str | None = None,
     formulas: Registry | None = None,
+    peak_flops: float | None = None,
 ) -> list[ModuleProfile]:
     """One profile per entry of ``steps`` (a step number, or None for the mean over the complete
     steps), linking the trace, building its module tree and counting its ops once for all."""
@@ -99,11 +118,31 @@ def analyze_steps(
     tree = build_hierarchy(trace, links, hierarchy)
     found = find_steps(trace, links)
     costs = count_ops(trace, links, formulas, exclude=tree.scope_mask)
+    hints = []
+    if tree.source in (Source.ANNOTATIONS, Source.NONE) and hierarchy in (None, "auto"):
+        hints.append(NO_MODULES_WARNING)
     profiles = []
     for step in steps:
-        selected, selection_warnings = _select(found, step)
-        profiles.append(_attribute(trace, links, tree, found, selected, selection_warnings, costs))
+        selected, selection_warnings = _select(found, step, trace.metadata.path)
+        profile = _attribute(trace, links, tree, found, selected, hints + selection_warnings, costs)
+        if peak_flops is not None:
+            profile = _with_peak(profile, peak_flops)
+        profiles.append(profile)
     return profiles
+
+
+def _with_peak(profile: ModuleProfile, peak_flops: float) -> ModuleProfile:
+    """``profile`` with the peak FLOP/s given by the user (``--peak-tflops``): for its main
+    precision, keeping the table's memory bandwidth when the device is in it."""
+    summary = profile.flops
+    if not summary.has_shapes:
+        return profile
+    known = summary.peak
+    device = known.device if known else (
+        ", ".join(sorted({d.name for d in profile.metadata.devices if d.name})) or "CPU")
+    peak = Peak(device=device, precision=summary.precision or "fp32", flop_per_s=float(peak_flops),
+                bytes_per_s=known.bytes_per_s if known else 0.0, source="given (--peak-tflops)")
+    return replace(profile, flops=replace(summary, peak=peak))
 
 
 def find_steps(trace: Trace, links: Links) -> Steps:
@@ -136,14 +175,16 @@ def find_steps(trace: Trace, links: Links) -> Steps:
     return steps
 
 
-def _select(steps: Steps, step: int | None) -> tuple[np.ndarray, list[str]]:
-    """Positions of the selected steps; empty array = the whole trace (no steps)."""
+def _select(steps: Steps, step: int | None, path: str = "") -> tuple[np.ndarray, list[str]]:
+    """Positions of the selected steps; empty array = the whole trace (no steps). ``path``: the
+    trace's, the prefix of the error for a step not in it."""
     warnings: list[str] = []
     if step is not None:
         pos = np.flatnonzero(steps.numbers == step)
         if len(pos) == 0:
             have = ", ".join(map(str, steps.numbers.tolist())) or "none"
-            raise OptionError(f"step {step} is not in the trace (steps in the trace: {have})")
+            where = f"{path}: " if path else ""
+            raise OptionError(f"{where}step {step} is not in the trace (steps in the trace: {have})")
         if not steps.complete[pos[0]]:
             warnings.append(f"step {step} is incomplete: some of its GPU work is not in the trace")
         return pos, warnings
@@ -180,6 +221,22 @@ def _attribute(trace, links, tree: Hierarchy, steps: Steps, selected, warnings,
     # Python frames (which enclose everything in with_stack traces)
     is_python = ev.kind == Kind.PYTHON
     top = links.outermost(is_step | is_python)
+    # top-level ops outside the modules that autograd recorded (an op in them created a backward
+    # node: the loss): their work is forward; the rest outside modules is neither pass
+    autograd_top = np.zeros(n_events, bool)
+    made_backward = links.forward_op[links.forward_op >= 0]
+    tops_of = top[made_backward]
+    autograd_top[tops_of[tops_of >= 0]] = True
+
+    def passes(events: np.ndarray, node: np.ndarray, bwd: np.ndarray) -> np.ndarray:
+        """Pass code of each event, from _classify's node and backward flag: outside every
+        module, forward only under a top-level op autograd recorded, else other."""
+        code = np.where(bwd, BACKWARD, FORWARD).astype(np.int64)
+        outside = ~bwd & (node < 0)
+        e = np.maximum(events, 0)
+        recorded = (events >= 0) & (top[e] >= 0) & autograd_top[np.maximum(top[e], 0)]
+        code[outside & ~recorded] = OTHER
+        return code
 
     # --- CPU time: exclusive time of every CPU slice in the selection
     cpu = np.flatnonzero(links.depth >= 0)
@@ -192,6 +249,7 @@ def _attribute(trace, links, tree: Hierarchy, steps: Steps, selected, warnings,
     # children outside the selection do not happen: a child starts inside its parent's step
     cpu_excl = np.maximum(span[cpu] - child_time[cpu], 0.0)
     cpu_node, cpu_bwd = _classify(cpu, links, tree, scope_of)
+    cpu_pass = passes(cpu, cpu_node, cpu_bwd)
 
     # --- GPU work in the selection
     work = links.gpu_work
@@ -200,39 +258,49 @@ def _attribute(trace, links, tree: Hierarchy, steps: Steps, selected, warnings,
     keep = in_selection(when)
     work, anchor = work[keep], anchor[keep]
     gpu_node, gpu_bwd = _classify(anchor, links, tree, scope_of)
+    gpu_pass = passes(anchor, gpu_node, gpu_bwd)
     busy = _shared_busy_time(ev, work)
+    # work without a launch in the trace: launched before the trace began when its correlation
+    # id is below every launch's in the trace (the profiler's CPU window opened later)
+    launch_corr = ev.correlation[(ev.kind == Kind.RUNTIME) & (ev.correlation >= 0)]
+    first_launch = launch_corr.min() if len(launch_corr) else -1
+    no_launch = anchor < 0
+    before_trace = no_launch & (ev.correlation[work] >= 0) & (ev.correlation[work] < first_launch)
     is_kernel = (ev.kind[work] == Kind.KERNEL).astype(np.float64)
 
     # --- counted ops (FLOPs, bytes) and unsupported ops in the selection
     op_keep = in_selection(ev.ts[costs.counted])
     ops = costs.counted[op_keep]
     op_node, op_bwd = _classify(ops, links, tree, scope_of)
+    op_pass = passes(ops, op_node, op_bwd)
     unsupported_keep = in_selection(ev.ts[costs.unsupported])
     unsupported = costs.unsupported[unsupported_keep]
     un_node, un_bwd = _classify(unsupported, links, tree, scope_of)
+    un_pass = passes(unsupported, un_node, un_bwd)
 
     # --- the "not in any module" groups, by top-level op or annotation name
     n_mod = len(tree.nodes)
     bucket = n_mod
     group_names: dict[str, int] = {}
 
-    def group_of(anchors: np.ndarray) -> np.ndarray:
+    def group_of(anchors: np.ndarray, missing: str = LAUNCH_NOT_IN_TRACE) -> np.ndarray:
         tops = np.where(anchors >= 0, top[np.maximum(anchors, 0)], -1)
         uniq, inverse = np.unique(tops, return_inverse=True)
         ids = np.empty(len(uniq), np.int64)
         for k, t in enumerate(uniq.tolist()):
             if t < 0:
-                label = "(launch not in trace)"
+                label = missing
             else:
                 label = ev.names[ev.name[t]]
                 if is_step[t]:
-                    label = "(step, between ops)"
+                    label = BETWEEN_OPS
                 elif is_python[t]:
                     label = "(Python code)"
             ids[k] = group_names.setdefault(label, n_mod + 1 + len(group_names))
         return ids[inverse.ravel()]
 
     cpu_node[cpu_node < 0] = group_of(cpu[cpu_node < 0])
+    gpu_node[before_trace] = group_of(anchor[before_trace], LAUNCHED_BEFORE_TRACE)
     gpu_node[gpu_node < 0] = group_of(anchor[gpu_node < 0])
     op_node[op_node < 0] = group_of(ops[op_node < 0])
     un_node[un_node < 0] = group_of(unsupported[un_node < 0])
@@ -245,28 +313,29 @@ def _attribute(trace, links, tree: Hierarchy, steps: Steps, selected, warnings,
         around = enclosing_slice(trace, links.nest_end, links.parent,
                                  np.flatnonzero(links.depth >= 0), memory.event[mem_keep])
         mem_node, mem_bwd = _classify(around, links, tree, scope_of)
+        mem_bwd = passes(around, mem_node, mem_bwd)
         outside = (mem_node < 0) & (around >= 0)
         mem_node[outside] = group_of(around[outside])
         mem_node[mem_node < 0] = bucket  # no slice around it at all
     n_nodes = n_mod + 1 + len(group_names)
 
-    def sums(node, bwd, weights) -> np.ndarray:
-        out = np.zeros((2, n_nodes))
-        for phase in (0, 1):
-            m = bwd == bool(phase)
-            out[phase] = np.bincount(node[m], weights=weights[m], minlength=n_nodes)[:n_nodes]
+    def sums(node, phase, weights) -> np.ndarray:
+        out = np.zeros((len(PASSES), n_nodes))
+        for ph in range(len(PASSES)):
+            m = phase == ph
+            out[ph] = np.bincount(node[m], weights=weights[m], minlength=n_nodes)[:n_nodes]
         return out / n_steps
 
     own = {
-        "gpu_busy_us": sums(gpu_node, gpu_bwd, busy),
-        "gpu_work_us": sums(gpu_node, gpu_bwd, ev.dur[work]),
-        "cpu_us": sums(cpu_node, cpu_bwd, cpu_excl),
-        "kernels": sums(gpu_node, gpu_bwd, is_kernel),
-        "flops": sums(op_node, op_bwd, costs.flops[op_keep]),
-        "macs": sums(op_node, op_bwd, costs.macs[op_keep]),
-        "bytes_read": sums(op_node, op_bwd, costs.bytes_read[op_keep]),
-        "bytes_written": sums(op_node, op_bwd, costs.bytes_written[op_keep]),
-        "unsupported_ops": sums(un_node, un_bwd, np.ones(len(unsupported))),
+        "gpu_busy_us": sums(gpu_node, gpu_pass, busy),
+        "gpu_work_us": sums(gpu_node, gpu_pass, ev.dur[work]),
+        "cpu_us": sums(cpu_node, cpu_pass, cpu_excl),
+        "kernels": sums(gpu_node, gpu_pass, is_kernel),
+        "flops": sums(op_node, op_pass, costs.flops[op_keep]),
+        "macs": sums(op_node, op_pass, costs.macs[op_keep]),
+        "bytes_read": sums(op_node, op_pass, costs.bytes_read[op_keep]),
+        "bytes_written": sums(op_node, op_pass, costs.bytes_written[op_keep]),
+        "unsupported_ops": sums(un_node, un_pass, np.ones(len(unsupported))),
     }
 
     # calls: forward scope events in the selection, per step
@@ -341,8 +410,9 @@ def _attribute(trace, links, tree: Hierarchy, steps: Steps, selected, warnings,
                 qualified_name=qual,
                 path=path,
                 calls=float(calls[old]) if old < n_mod else 0.0,
-                forward=phase_times(old, 0),
-                backward=phase_times(old, 1),
+                forward=phase_times(old, FORWARD),
+                backward=phase_times(old, BACKWARD),
+                other=phase_times(old, OTHER),
                 info=info,
                 memory=memory_use[old],
             )
@@ -369,6 +439,9 @@ def _attribute(trace, links, tree: Hierarchy, steps: Steps, selected, warnings,
         bytes_read=float(costs.bytes_read[op_keep].sum() / n_steps),
         bytes_written=float(costs.bytes_written[op_keep].sum() / n_steps),
         unsupported_ops=float(len(unsupported) / n_steps),
+        cpu_between_ops_us=float(cpu_excl[is_step[cpu]].sum() / n_steps),
+        gpu_launched_before_trace_us=float(busy[before_trace].sum() / n_steps),
+        gpu_launch_missing_us=float(busy[no_launch & ~before_trace].sum() / n_steps),
     )
     bwd_nodes = np.flatnonzero(links.backward_node == np.arange(n_events))
     stats = LinkStats(
@@ -383,6 +456,8 @@ def _attribute(trace, links, tree: Hierarchy, steps: Steps, selected, warnings,
         nesting_conflicts=links.nesting_conflicts,
     )
     all_warnings = list(trace.metadata.warnings) + list(tree.warnings) + warnings
+    all_warnings += _unattributed_gpu_warnings(selection, int(before_trace.sum()),
+                                               int((no_launch & ~before_trace).sum()), len(work))
     if not costs.has_shapes:
         all_warnings.append(NO_SHAPES_WARNING)
     has_gpu = stats.kernels + stats.memcpys + stats.memsets > 0
@@ -394,7 +469,8 @@ def _attribute(trace, links, tree: Hierarchy, steps: Steps, selected, warnings,
     for n in nodes:
         if n.kind is NodeKind.GROUP and n.name.startswith(schema.OPTIMIZER_STEP_PREFIXES):
             optimizer = PassTotals(optimizer.forward + n.forward.total,
-                                   optimizer.backward + n.backward.total)
+                                   optimizer.backward + n.backward.total,
+                                   optimizer.other + n.other.total)
     return ModuleProfile(
         metadata=trace.metadata,
         source=tree.source.value,
@@ -409,6 +485,34 @@ def _attribute(trace, links, tree: Hierarchy, steps: Steps, selected, warnings,
         optimizer_step=optimizer,
         memory_device=_memory_device(memory_use),
     )
+
+
+def _unattributed_gpu_warnings(sel: StepSelection, n_before: int, n_missing: int,
+                               n_work: int) -> list[str]:
+    """A warning for each kind of GPU work attributed to no CPU event, when its share of the
+    step's GPU busy time is above UNATTRIBUTED_GPU_WARN_SHARE."""
+    from .render import units  # warnings are text: numbers formatted in the one place
+
+    out = []
+    if sel.gpu_busy_us <= 0:
+        return out
+    for us, count, group, reason in (
+        (sel.gpu_launched_before_trace_us, n_before, LAUNCHED_BEFORE_TRACE,
+         "launched before the trace began (correlation ids below the first launch in the trace: "
+         "the profiler's CPU window opened after the launches)"),
+        (sel.gpu_launch_missing_us, n_missing, LAUNCH_NOT_IN_TRACE,
+         "has no launch in the trace (no runtime call with its correlation id)"),
+    ):
+        share = us / sel.gpu_busy_us
+        if share > UNATTRIBUTED_GPU_WARN_SHARE:
+            out.append(
+                f"{units.percent(share)} of the step's GPU busy time ({units.duration(us)} per "
+                f"step; {units.count(count)} of the {units.count(n_work)} GPU work items of the "
+                f"selected steps) "
+                f"{reason}: counted in the step's GPU time, attributed to no module, under "
+                f"{UNATTRIBUTED_NAME}/{group} in the other pass"
+            )
+    return out
 
 
 def _memory_device(memory_use: list) -> str | None:

@@ -114,8 +114,11 @@ def main() -> None:
 @click.option("--tensorboard", "tensorboard_logdir", metavar="LOGDIR", default=None,
               type=click.Path(file_okay=False, path_type=str),
               help="Also write TRACE as a new run into this TensorBoard log directory.")
+@click.option("--peak-tflops", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Peak TFLOP/s of one device, for MFU [default: the peaks table's; none for "
+                   "CPUs and devices not in it].")
 def analyze(trace, fmt, output, depth, top, ignore, batch_size, sort, step, hierarchy, raw,
-            unsupported_ops, tensorboard_logdir, columns):
+            unsupported_ops, tensorboard_logdir, columns, peak_tflops):
     """Per-module forward and backward GPU time of TRACE (.json or .json.gz)."""
     try:
         if fmt is None:
@@ -125,7 +128,7 @@ def analyze(trace, fmt, output, depth, top, ignore, batch_size, sort, step, hier
         try:
             profile = analyze_api(
                 trace, step=step, hierarchy=hierarchy, depth=depth, top=top, sort=sort,
-                progress=reporter,
+                progress=reporter, peak_tflops=peak_tflops,
             )
         finally:
             _close(reporter)

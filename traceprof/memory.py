@@ -20,6 +20,8 @@ import numpy as np
 
 from .trace import Trace
 
+N_PASSES = 3  # forward, backward, other: the order of profile.PASSES
+
 
 @dataclass(frozen=True, slots=True)
 class MemoryPhase:
@@ -35,11 +37,20 @@ class MemoryPhase:
 
 @dataclass(frozen=True, slots=True)
 class MemoryUse:
-    """Memory one node allocated and freed on one device, forward and backward."""
+    """Memory one node allocated and freed on one device, per pass (profile.Pass)."""
 
     device: str  # "cuda:0", "cpu"
     forward: MemoryPhase
     backward: MemoryPhase
+    other: MemoryPhase = MemoryPhase()
+
+    def phase(self, p) -> MemoryPhase:
+        """The pass ``p`` (a profile.Pass or its value)."""
+        return getattr(self, getattr(p, "value", p))
+
+    @property
+    def phases(self) -> tuple[MemoryPhase, MemoryPhase, MemoryPhase]:
+        return (self.forward, self.backward, self.other)
 
 
 def enclosing_slice(trace: Trace, nest_end: np.ndarray, parent: np.ndarray, cpu: np.ndarray,
@@ -73,14 +84,14 @@ def memory_by_node(
     trace: Trace,
     keep: np.ndarray,
     node: np.ndarray,
-    backward: np.ndarray,
+    phase: np.ndarray,
     parent: np.ndarray,
     n_steps: int,
 ) -> list[tuple[MemoryUse, ...]]:
     """Per node (index of ``parent``), its memory use per device, devices with events only.
 
-    ``keep``: which memory events are in the selection; ``node``/``backward``: the node and
-    pass of each kept event (as for CPU time); ``parent``: the node tree.
+    ``keep``: which memory events are in the selection; ``node``/``phase``: the node and pass
+    (0 forward, 1 backward, 2 other) of each kept event (as for CPU time); ``parent``: the tree.
     """
     mem = trace.memory
     n_nodes = len(parent)
@@ -100,16 +111,16 @@ def memory_by_node(
         on = device == d
         if not on.any():
             continue
-        table = np.zeros((2, 4, n_nodes))  # allocated, freed, peak, events
+        table = np.zeros((N_PASSES, 4, n_nodes))  # allocated, freed, peak, events
         table[:, 2, :] = -1
-        for phase in (0, 1):
-            m = on & (backward == bool(phase))
+        for ph in range(N_PASSES):
+            m = on & (phase == ph)
             nd = node[m]
             b = nbytes[m]
-            table[phase, 0] = np.bincount(nd, weights=np.maximum(b, 0), minlength=n_nodes)[:n_nodes]
-            table[phase, 1] = np.bincount(nd, weights=np.maximum(-b, 0), minlength=n_nodes)[:n_nodes]
-            table[phase, 3] = np.bincount(nd, minlength=n_nodes)[:n_nodes]
-            np.maximum.at(table[phase, 2], nd, total[m].astype(np.float64))
+            table[ph, 0] = np.bincount(nd, weights=np.maximum(b, 0), minlength=n_nodes)[:n_nodes]
+            table[ph, 1] = np.bincount(nd, weights=np.maximum(-b, 0), minlength=n_nodes)[:n_nodes]
+            table[ph, 3] = np.bincount(nd, minlength=n_nodes)[:n_nodes]
+            np.maximum.at(table[ph, 2], nd, total[m].astype(np.float64))
         for i in order:  # children before parents: sums and maxima of subtrees
             p = parent[i]
             if p >= 0:
@@ -130,9 +141,9 @@ def memory_by_node(
                     peak_bytes=int(table[ph, 2, i]) if has_total and table[ph, 2, i] >= 0 else None,
                     events=float(table[ph, 3, i]) / n_steps,
                 )
-                for ph in (0, 1)
+                for ph in range(N_PASSES)
             ]
-            uses.append(MemoryUse(label, phases[0], phases[1]))
+            uses.append(MemoryUse(label, *phases))
         result.append(tuple(uses))
     return result
 

@@ -51,10 +51,31 @@ ZERO = Times()
 
 @dataclass(frozen=True, slots=True)
 class PhaseTimes:
-    """One pass (forward or backward) of one node: its own work and its subtree's."""
+    """One pass (forward, backward or other) of one node: its own work and its subtree's."""
 
     own: Times = ZERO
     total: Times = ZERO
+
+
+class Pass(str, enum.Enum):
+    """The passes every quantity is split into. Every CPU event and every GPU work item belongs
+    to exactly one (docs/attribution.md)."""
+
+    FORWARD = "forward"  # inside a module's forward, or an op autograd recorded (the loss)
+    BACKWARD = "backward"  # inside a backward node op (or re-run forward of a checkpoint)
+    #: neither: the optimizer step, zero_grad, input copies, time between ops, GPU work whose
+    #: launch is not in the trace
+    OTHER = "other"
+
+    @property
+    def short(self) -> str:
+        """The label in reports: fwd, bwd, other."""
+        return _PASS_SHORT[self]
+
+
+_PASS_SHORT = {Pass.FORWARD: "fwd", Pass.BACKWARD: "bwd", Pass.OTHER: "other"}
+#: the passes in the order reports show them
+PASSES: tuple[Pass, ...] = tuple(Pass)
 
 
 class NodeKind(str, enum.Enum):
@@ -81,28 +102,37 @@ class ModuleNode:
     calls: float  # calls per step
     forward: PhaseTimes
     backward: PhaseTimes
+    other: PhaseTimes = PhaseTimes()  # neither forward nor backward (Pass.OTHER)
     info: ModuleInfo | None = None
     memory: tuple[MemoryUse, ...] = ()  # per device, from [memory] events (profile_memory=True)
 
+    def phase(self, p: Pass | str) -> PhaseTimes:
+        """The node's times in pass ``p``."""
+        return getattr(self, Pass(p).value)
+
     @property
     def total(self) -> Times:
-        return self.forward.total + self.backward.total
+        return self.forward.total + self.backward.total + self.other.total
 
     @property
     def own(self) -> Times:
-        return self.forward.own + self.backward.own
+        return self.forward.own + self.backward.own + self.other.own
 
 
 @dataclass(frozen=True, slots=True)
 class PassTotals:
-    """Forward and backward totals of a set of nodes."""
+    """Totals per pass of a set of nodes."""
 
     forward: Times = ZERO
     backward: Times = ZERO
+    other: Times = ZERO
+
+    def phase(self, p: Pass | str) -> Times:
+        return getattr(self, Pass(p).value)
 
     @property
     def total(self) -> Times:
-        return self.forward + self.backward
+        return self.forward + self.backward + self.other
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +146,8 @@ class StepSelection:
     wall_us: float  # mean CPU wall time of a selected step (trace span without steps)
     gpu_busy_us: float  # mean union of GPU work intervals per step
     gpu_work_us: float
+    #: exclusive time of every CPU slice of the step: ops, annotations, Python frames, and the
+    #: time between ops (cpu_between_ops_us) = what the tree's nodes add up to
     cpu_us: float
     kernels: float
     flops: float = 0.0
@@ -123,6 +155,22 @@ class StepSelection:
     bytes_read: float = 0.0
     bytes_written: float = 0.0
     unsupported_ops: float = 0.0
+    #: time of the step's threads inside ProfilerStep#N but outside every op, annotation and
+    #: Python frame (Python code the profiler does not see, waits); part of cpu_us, in the
+    #: "(step, between ops)" group of the other pass
+    cpu_between_ops_us: float = 0.0
+    #: GPU work in the selection launched before the trace began (its launch's correlation id
+    #: is below the trace's first): counted in gpu_busy_us (it ran during the step), attributed
+    #: to no module
+    gpu_launched_before_trace_us: float = 0.0
+    #: GPU work in the selection whose launch is not in the trace for another reason
+    gpu_launch_missing_us: float = 0.0
+
+    @property
+    def cpu_in_ops_us(self) -> float:
+        """CPU time spent in ops, annotations and Python frames: per thread, the union of the
+        step's top-level slices (``cpu_us`` without the time between ops)."""
+        return self.cpu_us - self.cpu_between_ops_us
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,7 +305,7 @@ class ModuleProfile:
             return Throughput(None, None, None, None, t.flops / moved if moved else None)
         flop_rate = t.flops / (time_us * 1e-6)
         byte_rate = moved / (time_us * 1e-6)
-        peak = self.flops.peak if self.has_gpu else None
+        peak = self.flops.peak  # on CPU-only traces only when given (--peak-tflops)
         mfu = flop_rate / peak.flop_per_s if peak and peak.flop_per_s else None
         bandwidth = byte_rate / peak.bytes_per_s if peak and peak.bytes_per_s else None
         return Throughput(flop_rate, byte_rate, mfu, bandwidth, t.flops / moved if moved else None)
@@ -269,11 +317,11 @@ class ModuleProfile:
             return math.isclose(a, b, rel_tol=rel_tol, abs_tol=1e-6 * max(1.0, abs(b)))
 
         for node in self.nodes:
-            for phase in ("forward", "backward"):
-                p: PhaseTimes = getattr(node, phase)
+            for phase in PASSES:
+                p: PhaseTimes = node.phase(phase)
                 expect = p.own
                 for c in node.children:
-                    expect = expect + getattr(self.nodes[c], phase).total
+                    expect = expect + self.nodes[c].phase(phase).total
                 for f in fields(Times):
                     a, b = getattr(p.total, f.name), getattr(expect, f.name)
                     assert close(a, b), f"{node.qualified_name} {phase} {f.name}: {a} != {b}"
@@ -313,7 +361,6 @@ class ModuleProfile:
         from .render.records import MEMORY_FIELDS, RATE_FIELDS
 
         rows = profile_rows(self)
-        rates = {f"{phase}_{key}": "float64" for phase in ("forward", "backward") for key in RATE_FIELDS}
-        memory = {f"{phase}_{key}": "float64" for phase in ("forward", "backward")
-                  for key in MEMORY_FIELDS}
+        rates = {f"{phase.value}_{key}": "float64" for phase in PASSES for key in RATE_FIELDS}
+        memory = {f"{phase.value}_{key}": "float64" for phase in PASSES for key in MEMORY_FIELDS}
         return pd.DataFrame(rows).astype({"calls": "float64", "depth": "int64", **rates, **memory})

@@ -9,31 +9,46 @@ from dataclasses import replace
 from typing import Callable
 
 from .errors import OptionError
-from .profile import ZERO, ModuleNode, ModuleProfile, NodeKind, PhaseTimes
+from .profile import PASSES, ZERO, ModuleNode, ModuleProfile, NodeKind, Pass, PhaseTimes, Times
 
 
 class SortKey(str, enum.Enum):
     ORDER = "order"  # first-call order (as the model runs)
-    GPU = "gpu"  # forward + backward GPU busy time
-    FORWARD = "fwd"
+    GPU = "gpu"  # the report's time (GPU busy time; CPU time on CPU-only traces), all passes
+    FORWARD = "fwd"  # the report's time in the forward pass
     BACKWARD = "bwd"
+    OTHER = "other"  # neither forward nor backward (Pass.OTHER)
     CPU = "cpu"
     KERNELS = "kernels"
     CALLS = "calls"
-    FLOPS = "flops"  # forward + backward FLOPs
+    FLOPS = "flops"  # FLOPs of all passes
     NAME = "name"
 
 
-_KEYS: dict[SortKey, Callable[[ModuleNode], object]] = {
-    SortKey.GPU: lambda n: -n.total.gpu_busy_us,
-    SortKey.FORWARD: lambda n: -n.forward.total.gpu_busy_us,
-    SortKey.BACKWARD: lambda n: -n.backward.total.gpu_busy_us,
-    SortKey.CPU: lambda n: -n.total.cpu_us,
-    SortKey.KERNELS: lambda n: -n.total.kernels,
-    SortKey.CALLS: lambda n: -n.calls,
-    SortKey.FLOPS: lambda n: -n.total.flops,
-    SortKey.NAME: lambda n: n.name,
-}
+def _shown_time(profile: ModuleProfile) -> Callable[[Times], float]:
+    """The time the reports show: GPU busy time, or CPU time on a trace without GPU work."""
+    if profile.has_gpu:
+        return lambda t: t.gpu_busy_us
+    return lambda t: t.cpu_us
+
+
+def _keys(profile: ModuleProfile) -> dict[SortKey, Callable[[ModuleNode], object]]:
+    time = _shown_time(profile)
+
+    def in_pass(p: Pass) -> Callable[[ModuleNode], object]:
+        return lambda n: -time(n.phase(p).total)
+
+    return {
+        SortKey.GPU: lambda n: -time(n.total),
+        SortKey.FORWARD: in_pass(Pass.FORWARD),
+        SortKey.BACKWARD: in_pass(Pass.BACKWARD),
+        SortKey.OTHER: in_pass(Pass.OTHER),
+        SortKey.CPU: lambda n: -n.total.cpu_us,
+        SortKey.KERNELS: lambda n: -n.total.kernels,
+        SortKey.CALLS: lambda n: -n.calls,
+        SortKey.FLOPS: lambda n: -n.total.flops,
+        SortKey.NAME: lambda n: n.name,
+    }
 
 
 def _key(key: SortKey | str) -> SortKey:
@@ -50,7 +65,7 @@ def sort_children(profile: ModuleProfile, key: SortKey | str) -> ModuleProfile:
     key = _key(key)
     if key is SortKey.ORDER:
         return profile
-    fn = _KEYS[key]
+    fn = _keys(profile)[key]
 
     def arrange(node: ModuleNode | None, children: list[ModuleNode]):
         fixed = [c for c in children if c.kind is NodeKind.UNATTRIBUTED]
@@ -80,7 +95,7 @@ def top_children(profile: ModuleProfile, n: int, key: SortKey | str = SortKey.GP
     if n < 1:
         raise OptionError(f"--top must be 1 or more, not {n}")
     key = _key(key)
-    fn = _KEYS[SortKey.GPU if key in (SortKey.ORDER, SortKey.NAME) else key]
+    fn = _keys(profile)[SortKey.GPU if key in (SortKey.ORDER, SortKey.NAME) else key]
 
     def arrange(node: ModuleNode | None, children: list[ModuleNode]):
         movable = [c for c in children if c.kind is not NodeKind.UNATTRIBUTED]
@@ -127,11 +142,14 @@ def _rebuild(profile: ModuleProfile, arrange: Arrange) -> ModuleProfile:
     nodes = profile.nodes
     out: list[ModuleNode] = []
 
-    def sum_phase(group: list[ModuleNode], phase: str) -> PhaseTimes:
+    def sum_phase(group: list[ModuleNode], phase: Pass) -> PhaseTimes:
         total = ZERO
         for c in group:
-            total = total + getattr(c, phase).total
+            total = total + c.phase(phase).total
         return PhaseTimes(own=total, total=total)
+
+    def summed(group: list[ModuleNode]) -> dict[str, PhaseTimes]:
+        return {p.value: sum_phase(group, p) for p in PASSES}
 
     def emit(node: ModuleNode, new_parent: int, depth: int) -> int:
         new_id = len(out)
@@ -139,22 +157,20 @@ def _rebuild(profile: ModuleProfile, arrange: Arrange) -> ModuleProfile:
         kids = [nodes[c] for c in node.children]
         kept, folded, as_sibling = arrange(node, kids)
         child_ids = [emit(c, new_id, depth + 1) for c in kept]
-        fwd, bwd = node.forward, node.backward
+        phases = {p.value: node.phase(p) for p in PASSES}
         if folded and as_sibling:
             others = ModuleNode(
                 id=len(out), parent=new_id, children=(), depth=depth + 1, kind=NodeKind.OTHERS,
                 name=f"({len(folded)} more)", class_name="", qualified_name=node.qualified_name + "/(more)",
-                path=node.path + ("(more)",), calls=0.0,
-                forward=sum_phase(folded, "forward"), backward=sum_phase(folded, "backward"),
+                path=node.path + ("(more)",), calls=0.0, **summed(folded),
             )
             out.append(others)
             child_ids.append(others.id)
         elif folded:
-            fwd = PhaseTimes(own=fwd.own + sum_phase(folded, "forward").total, total=fwd.total)
-            bwd = PhaseTimes(own=bwd.own + sum_phase(folded, "backward").total, total=bwd.total)
+            phases = {p.value: PhaseTimes(own=node.phase(p).own + sum_phase(folded, p).total,
+                                          total=node.phase(p).total) for p in PASSES}
         out[new_id] = replace(
-            node, id=new_id, parent=new_parent, children=tuple(child_ids), depth=depth,
-            forward=fwd, backward=bwd,
+            node, id=new_id, parent=new_parent, children=tuple(child_ids), depth=depth, **phases,
         )
         return new_id
 
@@ -165,8 +181,7 @@ def _rebuild(profile: ModuleProfile, arrange: Arrange) -> ModuleProfile:
         others = ModuleNode(
             id=len(out), parent=-1, children=(), depth=0, kind=NodeKind.OTHERS,
             name=f"({len(folded_roots)} more)", class_name="", qualified_name="(more)",
-            path=("(more)",), calls=0.0,
-            forward=sum_phase(folded_roots, "forward"), backward=sum_phase(folded_roots, "backward"),
+            path=("(more)",), calls=0.0, **summed(folded_roots),
         )
         out.append(others)
         bucket = [i for i in root_ids if out[i].kind is NodeKind.UNATTRIBUTED]

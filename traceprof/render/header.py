@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..profile import ModuleProfile
+from ..profile import PASSES, ModuleProfile
 from . import RenderOptions, units
 
 
@@ -23,7 +23,11 @@ def header_lines(profile: ModuleProfile, opts: RenderOptions | None = None) -> l
     if left_out:
         what += f"; incomplete steps left out: {', '.join(map(str, left_out))}"
     lines.append(f"steps:     {what}")
-    per = f"wall {units.duration(sel.wall_us)}, CPU {units.duration(sel.cpu_us)}"
+    # CPU time in ops (per thread, the union of the step's top-level ops, annotations and
+    # Python frames), then the step's time outside all of them
+    per = f"wall {units.duration(sel.wall_us)}, CPU {units.duration(sel.cpu_in_ops_us)} in ops"
+    if sel.cpu_between_ops_us:
+        per += f" + {units.duration(sel.cpu_between_ops_us)} between ops"
     if profile.has_gpu:
         per += (
             f", GPU busy {units.duration(sel.gpu_busy_us)}"
@@ -43,12 +47,12 @@ def flop_lines(profile: ModuleProfile, opts: RenderOptions) -> list[str]:
     if not summary.has_shapes:
         return []
     sel = profile.selection
-    fwd = sum(profile.nodes[r].forward.total.flops for r in profile.roots)
-    bwd = sum(profile.nodes[r].backward.total.flops for r in profile.roots)
+    by_pass = ", ".join(
+        f"{p.short} {units.flops(sum(profile.nodes[r].phase(p).total.flops for r in profile.roots))}"
+        for p in PASSES)
     # prose: quantities keep their units with --raw too
     lines = [
-        f"flops:     {units.flops(sel.flops)} per step (fwd {units.flops(fwd)}, "
-        f"bwd {units.flops(bwd)}), {units.si(sel.macs, 'MAC')}; "
+        f"flops:     {units.flops(sel.flops)} per step ({by_pass}), {units.si(sel.macs, 'MAC')}; "
         f"{units.byte_count(sel.bytes_read)} read, {units.byte_count(sel.bytes_written)} "
         "written (each op's inputs and outputs once)"
     ]
@@ -60,10 +64,13 @@ def flop_lines(profile: ModuleProfile, opts: RenderOptions) -> list[str]:
         if peak.flop_per_s:
             achieved += (f", MFU {units.fraction(rates.mfu)} of the {peak.device} {peak.precision} "
                          f"peak {units.flop_rate(peak.flop_per_s)}")
+            if peak.source.startswith("given"):
+                achieved += " (--peak-tflops)"
         else:
             achieved += f" (no {peak.precision} peak known for the {peak.device})"
-        achieved += (f"; {units.byte_rate(rates.bytes_per_s)}, {units.fraction(rates.bandwidth_use)} "
-                     f"of {units.byte_rate(peak.bytes_per_s)}")
+        if peak.bytes_per_s:
+            achieved += (f"; {units.byte_rate(rates.bytes_per_s)}, "
+                         f"{units.fraction(rates.bandwidth_use)} of {units.byte_rate(peak.bytes_per_s)}")
     elif profile.has_gpu:
         achieved += "; no peak known for this device"
     lines.append(achieved)
@@ -97,9 +104,9 @@ def memory_lines(profile: ModuleProfile) -> list[str]:
     if device is None:
         return []
     uses = [u for u in (profile.memory_of(profile.nodes[r]) for r in profile.roots) if u]
-    allocated = sum(u.forward.allocated_bytes + u.backward.allocated_bytes for u in uses)
-    freed = sum(u.forward.freed_bytes + u.backward.freed_bytes for u in uses)
-    peaks = [p for u in uses for p in (u.forward.peak_bytes, u.backward.peak_bytes) if p is not None]
+    allocated = sum(ph.allocated_bytes for u in uses for ph in u.phases)
+    freed = sum(ph.freed_bytes for u in uses for ph in u.phases)
+    peaks = [ph.peak_bytes for u in uses for ph in u.phases if ph.peak_bytes is not None]
     line = (f"memory:    {device}, {units.byte_count(allocated)} allocated and "
             f"{units.byte_count(freed)} freed per step")
     if peaks:

@@ -1,5 +1,5 @@
-"""HTML report: one self-contained page with the module tree as an icicle chart (forward and
-backward side by side) over the module table, with a filter box.
+"""HTML report: one self-contained page with the module tree as an icicle chart (the passes,
+forward, backward and other, side by side) over the module table, with a filter box.
 
 The page reuses the TensorBoard plugin's frontend (traceprof/tensorboard/static/index.js and
 style.css, package data), inlined at render time, and embeds the JSON document of
@@ -97,6 +97,6 @@ docs/output-formats.md).</div></noscript>
 
 
 @register("html", (".html", ".htm"),
-          "self-contained HTML report: icicle chart (forward | backward) and module table")
+          "self-contained HTML report: icicle chart (forward | backward | other) and module table")
 def render_html(profile: ModuleProfile, opts: RenderOptions) -> str:
     return report_html(profile)

@@ -25,7 +25,8 @@ def profile_document(profile: ModuleProfile) -> dict:
             "flags": md.flags,
         },
         "hierarchy": {"source": profile.source, "description": profile.source_description},
-        "steps": dataclasses.asdict(profile.selection),
+        "steps": {**dataclasses.asdict(profile.selection),
+                  "cpu_in_ops_us": profile.selection.cpu_in_ops_us},
         "stats": dataclasses.asdict(profile.stats),
         "flops": flops_section(profile),
         "warnings": list(profile.warnings),
@@ -49,6 +50,6 @@ def flops_section(profile: ModuleProfile) -> dict:
     }
 
 
-@register("json", (".json",), "JSON document, schema traceprof.profile/2")
+@register("json", (".json",), f"JSON document, schema {JSON_SCHEMA}")
 def render_json(profile: ModuleProfile, opts: RenderOptions) -> str:
     return msgspec.json.format(msgspec.json.encode(profile_document(profile)), indent=1).decode() + "\n"

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from dataclasses import fields
 
-from ..profile import ModuleNode, ModuleProfile, Times
+from ..profile import PASSES, ModuleNode, ModuleProfile, Times
 
 #: version of the JSON document written by ``--format json`` (docs/output-formats.md)
-JSON_SCHEMA = "traceprof.profile/2"
+JSON_SCHEMA = "traceprof.profile/3"
 #: derived per-node rates (ModuleProfile.throughput), per pass, after the additive fields
 RATE_FIELDS = ("flop_per_s", "mfu", "bytes_per_s", "bandwidth_use")
 #: memory per pass on ModuleProfile.memory_device (None: no [memory] events there)
@@ -34,20 +34,20 @@ def node_record(profile: ModuleProfile, node: ModuleNode) -> dict:
         "calls": node.calls,
         "share_of_step": profile.share_of_step(node),
     }
-    for phase in ("forward", "backward"):
-        p = getattr(node, phase)
+    for phase in PASSES:
+        p = node.phase(phase)
         for scope, t in (("total", p.total), ("own", p.own)):
             for key, value in times_record(t).items():
-                rec[f"{phase}_{scope}_{key}"] = value
-    for phase in ("forward", "backward"):
-        rates = profile.throughput(getattr(node, phase).total)
+                rec[f"{phase.value}_{scope}_{key}"] = value
+    for phase in PASSES:
+        rates = profile.throughput(node.phase(phase).total)
         for key in RATE_FIELDS:
-            rec[f"{phase}_{key}"] = getattr(rates, key)
+            rec[f"{phase.value}_{key}"] = getattr(rates, key)
     rec["memory_device"] = profile.memory_device
     use = profile.memory_of(node)
-    for phase in ("forward", "backward"):
+    for phase in PASSES:
         for key in MEMORY_FIELDS:
-            rec[f"{phase}_{key}"] = getattr(getattr(use, phase), key) if use else None
+            rec[f"{phase.value}_{key}"] = getattr(use.phase(phase), key) if use else None
     rec["params_total"] = info.params_total if info else None
     rec["params"] = info.params if info else None
     rec["input_shapes"] = info.inputs if info else None

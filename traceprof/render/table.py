@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ..errors import OptionError
-from ..profile import ModuleNode, ModuleProfile, NodeKind
+from ..profile import PASSES, ModuleNode, ModuleProfile, NodeKind, Pass
 from ..trace import ModuleInfo
 from . import RenderOptions, register, units
 from .header import header_lines
@@ -263,6 +263,16 @@ def _time(ctx: _Context, us: float) -> str:
     return units.duration(us, ctx.opts.raw_numbers)
 
 
+def _pass_column(p: Pass) -> Column:
+    """The time of one pass: ``fwd``, ``bwd``, ``other``."""
+    what = {Pass.FORWARD: "forward", Pass.BACKWARD: "backward",
+            Pass.OTHER: "neither forward nor backward (optimizer step, copies, between ops)"}[p]
+    return Column(p.short, f"{what}: GPU time (CPU time on CPU-only traces), per step",
+                  lambda prof: f"{p.short.capitalize()} {_time_name(prof)}",
+                  lambda ctx, n: _time(ctx, n.phase(p).total.gpu_busy_us if ctx.profile.has_gpu
+                                       else n.phase(p).total.cpu_us))
+
+
 def _params_cell(ctx: _Context, n: ModuleNode) -> str:
     """torchinfo's ``num_params_to_str``: a leaf or a row whose children are not shown has its
     parameters with children, in parentheses when none is trainable; a container its leftover."""
@@ -356,14 +366,7 @@ COLUMNS: dict[str, Column] = {c.name: c for c in (
            lambda ctx, n: units.fraction(ctx.profile.throughput(n.total).mfu)
            if n.total.flops else "--",
            lambda p: p.flops.peak is not None and bool(p.flops.peak.flop_per_s)),
-    Column("fwd", "forward GPU time (CPU time on CPU-only traces), per step",
-           lambda p: f"Fwd {_time_name(p)}",
-           lambda ctx, n: _time(ctx, n.forward.total.gpu_busy_us if ctx.profile.has_gpu
-                                else n.forward.total.cpu_us)),
-    Column("bwd", "backward GPU time (CPU time on CPU-only traces), per step",
-           lambda p: f"Bwd {_time_name(p)}",
-           lambda ctx, n: _time(ctx, n.backward.total.gpu_busy_us if ctx.profile.has_gpu
-                                else n.backward.total.cpu_us)),
+    *(_pass_column(p) for p in PASSES),
     Column("share", "share of the step's GPU busy time (CPU time on CPU-only traces)",
            lambda p: f"{_time_name(p)} %",
            lambda ctx, n: units.percent(ctx.profile.share_of_step(n))),
@@ -378,7 +381,7 @@ COLUMNS: dict[str, Column] = {c.name: c for c in (
 )}
 
 DEFAULT_COLUMNS = ("input", "output", "params", "params_percent", "kernel", "mult_adds", "macs",
-                   "mfu", "fwd", "bwd", "share", "kernels")
+                   "mfu", "fwd", "bwd", "other", "share", "kernels")
 
 
 def parse_columns(text: str) -> tuple[str, ...]:
@@ -443,12 +446,13 @@ def _measured_lines(profile: ModuleProfile, opts: RenderOptions,
         out.append(f"Unique params (shared tensors once): {units.grouped(stats.unique_params)}")
     out.append(f"Steps analysed: {sel.count} ({'mean per step' if sel.numbers else 'whole trace'})")
     if profile.has_gpu:
-        fwd = sum(profile.nodes[r].forward.total.gpu_busy_us for r in profile.roots)
-        bwd = sum(profile.nodes[r].backward.total.gpu_busy_us for r in profile.roots)
-        out.append(f"GPU busy time per step: {units.duration(sel.gpu_busy_us)} "
-                   f"(forward {units.duration(fwd)}, backward {units.duration(bwd)})")
+        by_pass = ", ".join(
+            f"{p.value} {units.duration(sum(profile.nodes[r].phase(p).total.gpu_busy_us for r in profile.roots))}"
+            for p in PASSES)
+        out.append(f"GPU busy time per step: {units.duration(sel.gpu_busy_us)} ({by_pass})")
         out.append(f"Kernels per step: {units.count(sel.kernels)}")
-    out.append(f"CPU time per step: {units.duration(sel.cpu_us)}")
+    out.append(f"CPU time per step: {units.duration(sel.cpu_in_ops_us)} in ops, "
+               f"{units.duration(sel.cpu_between_ops_us)} between ops")
     if profile.flops.has_shapes:
         fwd_macs = sum(profile.nodes[r].forward.total.macs for r in profile.roots)
         out.append(f"Measured MACs per step (traceprof.flops): {units.si(sel.macs, 'MAC')} "

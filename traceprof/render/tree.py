@@ -6,38 +6,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..profile import ZERO, ModuleNode, ModuleProfile, NodeKind, Times
+from ..profile import PASSES, ZERO, ModuleNode, ModuleProfile, NodeKind, Times
 from ..schema import DATA_PARALLEL_WRAPPERS, OPTIMIZER_STEP_PREFIXES
 from . import RenderOptions, register, units
 from .header import header_lines
-
-
-def _line(profile: ModuleProfile, node: ModuleNode, opts: RenderOptions) -> str:
-    d = lambda us: units.duration(us, opts.raw_numbers)  # noqa: E731
-    fields = []
-    if profile.has_gpu:
-        fields.append(f"fwd {d(node.forward.total.gpu_busy_us)}")
-        fields.append(f"bwd {d(node.backward.total.gpu_busy_us)}")
-        fields.append(f"{units.percent(profile.share_of_step(node))} GPU")
-        fields.append(f"{units.count(node.total.kernels)} kernels")
-        fields.append(f"cpu {d(node.total.cpu_us)}")
-    else:
-        fields.append(f"cpu fwd {d(node.forward.total.cpu_us)}")
-        fields.append(f"cpu bwd {d(node.backward.total.cpu_us)}")
-        fields.append(f"{units.percent(profile.share_of_step(node))} CPU")
-    if profile.flops.has_shapes and (node.total.flops or node.total.unsupported_ops):
-        fields.extend(flop_fields(profile, node, opts))
-    if profile.memory_device:
-        fields.extend(memory_fields(profile, node, opts))
-    if node.kind is NodeKind.MODULE and node.calls != 1:
-        fields.append(f"{units.count(node.calls)} calls")
-    if node.info is not None:
-        if node.info.params_total is not None:
-            fields.append(f"{units.big_number(node.info.params_total)} params")
-        if node.info.inputs:
-            fields.append(f"in {units.shape(node.info.inputs)}")
-    label = f"({node.name}): {node.class_name}" if node.class_name else node.name
-    return "  " * node.depth + f"{label}(" + ", ".join(fields) + ")"
 
 
 def flop_fields(profile: ModuleProfile, node: ModuleNode, opts: RenderOptions) -> list[str]:
@@ -55,15 +27,15 @@ def flop_fields(profile: ModuleProfile, node: ModuleNode, opts: RenderOptions) -
 
 
 def memory_fields(profile: ModuleProfile, node: ModuleNode, opts: RenderOptions) -> list[str]:
-    """Bytes allocated and freed per step in both passes, and the highest allocator total."""
+    """Bytes allocated and freed per step in all passes, and the highest allocator total."""
     use = profile.memory_of(node)
     if use is None:
         return []
     raw = opts.raw_numbers
-    allocated = use.forward.allocated_bytes + use.backward.allocated_bytes
-    freed = use.forward.freed_bytes + use.backward.freed_bytes
+    allocated = sum(ph.allocated_bytes for ph in use.phases)
+    freed = sum(ph.freed_bytes for ph in use.phases)
     text = f"mem +{units.byte_count(allocated, raw)} -{units.byte_count(freed, raw)}"
-    peaks = [p for p in (use.forward.peak_bytes, use.backward.peak_bytes) if p is not None]
+    peaks = [ph.peak_bytes for ph in use.phases if ph.peak_bytes is not None]
     if peaks:
         text += f" peak {units.byte_count(max(peaks), raw)}"
     return [text]
@@ -80,28 +52,33 @@ RULE = "------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class Summary:
     """The report's summary numbers, per step. Latencies are GPU busy time (CPU time on CPU-only
-    traces), in microseconds; they add up: ``fwd + bwd + step == iter`` == the step's time.
+    traces), in microseconds; they add up: ``fwd + bwd + step + other == iter`` == the step's
+    time, one term per pass (the optimizer step is a part of the other pass).
 
-    - ``fwd``: the module roots' forward totals plus the forward work of the "(not in any
-      module)" bucket that is not the optimizer step (loss, data copies, launches not in trace).
-    - ``bwd``: the same in the backward pass (gradient all-reduce, ``AccumulateGrad``, ...).
-    - ``step``: the bucket's groups recognised as the optimizer (``schema.OPTIMIZER_STEP_PREFIXES``),
-      both passes (``ModuleProfile.optimizer_step``, found before ``--depth``/``--top``).
+    - ``fwd``: the forward pass: the module roots' forward totals plus the forward work of the
+      "(not in any module)" bucket (ops autograd recorded there: the loss).
+    - ``bwd``: the backward pass (gradient all-reduce, ``AccumulateGrad``, ...).
+    - ``step``: the other pass of the bucket's groups recognised as the optimizer
+      (``schema.OPTIMIZER_STEP_PREFIXES``; ``ModuleProfile.optimizer_step``, found before
+      ``--depth``/``--top``).
+    - ``other``: the rest of the other pass: zero_grad, copies, time between ops, GPU work whose
+      launch is not in the trace.
     """
 
     fwd_us: float
     bwd_us: float
     step_us: float
+    other_us: float  # the other pass without the optimizer step
     iter_us: float
     modules_fwd_us: float
     modules_bwd_us: float
-    outside_fwd_us: float  # not in any module, not the optimizer step
+    outside_fwd_us: float  # not in any module
     outside_bwd_us: float
     params: int | None
     fwd_macs: float
     fwd_flops: float
     bwd_flops: float
-    step_flops: float
+    other_flops: float  # the whole other pass, optimizer step included
     model_fwd_macs: float  # module roots only
     batch_size: int | None
     batch_source: str
@@ -128,13 +105,16 @@ def summarize(profile: ModuleProfile, batch_size: int | None = None) -> Summary:
     for n in modules:
         fwd_m, bwd_m = fwd_m + n.forward.total, bwd_m + n.backward.total
     opt = profile.optimizer_step  # found before --depth/--top transforms
-    out_fwd, out_bwd = ZERO, ZERO
+    out_fwd, out_bwd, out_other = ZERO, ZERO, ZERO
+    other_all = ZERO  # the other pass of every root (modules have none of their own)
+    for r in profile.roots:
+        other_all = other_all + profile.nodes[r].other.total
     if bucket is not None:
-        out_fwd = bucket.forward.total - opt.forward
-        out_bwd = bucket.backward.total - opt.backward
+        out_fwd, out_bwd = bucket.forward.total, bucket.backward.total
     t = lambda x: _time(profile, x)  # noqa: E731
     fwd_us, bwd_us = t(fwd_m) + t(out_fwd), t(bwd_m) + t(out_bwd)
-    step_us = t(opt.total)
+    step_us = t(opt.other)
+    other_us = t(other_all) - step_us
     params = None
     infos = [n.info for n in modules if n.kind is NodeKind.MODULE]
     if infos and all(i is not None and i.params_total is not None for i in infos):
@@ -150,12 +130,13 @@ def summarize(profile: ModuleProfile, batch_size: int | None = None) -> Summary:
     elif world and modules and modules[0].class_name in DATA_PARALLEL_WRAPPERS:
         dp, dp_source = world, f"{modules[0].class_name} over all {world} ranks"
     return Summary(
-        fwd_us=fwd_us, bwd_us=bwd_us, step_us=step_us,
-        iter_us=fwd_us + bwd_us + step_us,
+        fwd_us=fwd_us, bwd_us=bwd_us, step_us=step_us, other_us=other_us,
+        iter_us=fwd_us + bwd_us + step_us + other_us,
         modules_fwd_us=t(fwd_m), modules_bwd_us=t(bwd_m),
         outside_fwd_us=t(out_fwd), outside_bwd_us=t(out_bwd),
         params=params, fwd_macs=fwd_m.macs + out_fwd.macs, fwd_flops=fwd_m.flops + out_fwd.flops,
-        bwd_flops=bwd_m.flops + out_bwd.flops, step_flops=opt.total.flops, model_fwd_macs=fwd_m.macs,
+        bwd_flops=bwd_m.flops + out_bwd.flops, other_flops=other_all.flops,
+        model_fwd_macs=fwd_m.macs,
         batch_size=batch_size, batch_source=source, world_size=world, dp_size=dp,
         dp_source=dp_source, mp_size=mp,
     )
@@ -207,10 +188,12 @@ def summary_lines(profile: ModuleProfile, opts: RenderOptions) -> list[str]:
            "number of floating-point operations (flops), floating-point operations per second (FLOPS),",
            "fwd latency (forward propagation latency), bwd latency (backward propagation latency),",
            "step (weights update latency), iter latency (sum of fwd, bwd and step latency)",
-           f"traceprof: latencies are {time_kind} per step; fwd and bwd latency include the work "
-           "of that pass outside every module",
-           "(listed under (not in any module)), step latency is the optimizer's groups there, so "
-           "iter latency is the step's whole time;",
+           f"traceprof: latencies are {time_kind} per step, one per pass; fwd and bwd latency "
+           "include the work of that pass outside every module",
+           "(listed under (not in any module)); step latency is the optimizer's groups there, other "
+           "latency the rest of the work that is neither",
+           "forward nor backward (zero_grad, copies, time between ops, GPU work launched outside the "
+           "trace), so iter latency is the step's whole time;",
            "flops are counted from the ops' recorded shapes in both passes: bwd flops are measured, "
            "not estimated as 2 * fwd flops.",
            ""]
@@ -242,16 +225,18 @@ def summary_lines(profile: ModuleProfile, opts: RenderOptions) -> list[str]:
     out.append(_kv("fwd+bwd FLOPS per GPU = fwd+bwd flops / (fwd+bwd latency): ",
                    rate(per_s(s.fwd_flops + s.bwd_flops, s.fwd_us + s.bwd_us))))
     out.append(_kv("step latency: ", d(s.step_us)))
+    out.append(_kv("other latency (neither fwd, bwd nor step): ", d(s.other_us)))
     out.append(_kv("iter latency: ", d(s.iter_us)))
-    total_flops = s.fwd_flops + s.bwd_flops + s.step_flops
-    out.append(_kv("FLOPS per GPU = (fwd+bwd+step flops) / iter latency: ", rate(per_s(total_flops, s.iter_us))))
+    total_flops = s.fwd_flops + s.bwd_flops + s.other_flops
+    out.append(_kv("FLOPS per GPU = (fwd+bwd+step+other flops) / iter latency: ",
+                   rate(per_s(total_flops, s.iter_us))))
     samples = s.batch_size * (s.world_size or 1) if s.batch_size else None
     sps = samples / (s.iter_us * 1e-6) if samples and s.iter_us else None
     note = "" if s.world_size else " (world size unknown: one process)"
     out.append(_kv("samples/second: ", (units.rate(sps, "samples/s", raw) + note) if sps else "unknown"))
     out.append("traceprof extras:")
     out.append(_kv("  fwd / bwd latency inside the modules: ", f"{d(s.modules_fwd_us)} / {d(s.modules_bwd_us)}"))
-    out.append(_kv("  fwd / bwd latency not in any module, not the step: ",
+    out.append(_kv("  fwd / bwd latency not in any module: ",
                    f"{d(s.outside_fwd_us)} / {d(s.outside_bwd_us)}"))
     out.append(_kv("  bwd flops per GPU (measured): ", units.flops(s.bwd_flops, raw) if flops_known else "unknown"))
     out.append(_kv("  step wall time (CPU): ", d(sel.wall_us)))
@@ -317,6 +302,9 @@ def _module_fields(profile: ModuleProfile, node: ModuleNode, s: Summary, opts: R
     fields.append(f"bwd {units.duration(bwd_t, raw)} = {units.share(bwd_t, s.bwd_us)} bwd latency")
     if has_flops and bwd.flops:
         fields.append(f"bwd {units.flop_rate_raw(bwd.flops / (bwd_t * 1e-6) if bwd_t else 0.0, raw)}")
+    other_t = _time(profile, node.other.total)
+    if other_t:  # a module's work is forward or backward; only folded groups carry other work
+        fields.append(f"other {units.duration(other_t, raw)}")
     if node.kind is NodeKind.MODULE and node.calls != 1:
         fields.append(f"{units.count(node.calls)} calls")
     if node.info is not None and node.info.inputs:
@@ -329,13 +317,14 @@ def _module_fields(profile: ModuleProfile, node: ModuleNode, s: Summary, opts: R
 
 
 def _outside_fields(profile: ModuleProfile, node: ModuleNode, s: Summary, opts: RenderOptions) -> list[str]:
-    """The bucket and its groups: both passes and their share of the iter latency (the bucket
-    holds the optimizer step, which is in neither the fwd nor the bwd latency)."""
+    """The bucket and its groups: every pass and their sum's share of the iter latency (the
+    bucket holds the other pass: the optimizer step and the rest of the work that is neither
+    forward nor backward)."""
     raw = opts.raw_numbers
-    fwd_t, bwd_t = _time(profile, node.forward.total), _time(profile, node.backward.total)
-    total = fwd_t + bwd_t
-    fields = [f"fwd {units.duration(fwd_t, raw)}", f"bwd {units.duration(bwd_t, raw)}",
-              f"{units.duration(total, raw)} = {units.share(total, s.iter_us)} iter latency"]
+    times = [(p, _time(profile, node.phase(p).total)) for p in PASSES]
+    total = sum(t for _, t in times)
+    fields = [f"{p.short} {units.duration(t, raw)}" for p, t in times]
+    fields.append(f"{units.duration(total, raw)} = {units.share(total, s.iter_us)} iter latency")
     if profile.flops.has_shapes and node.total.flops:
         fields.append(f"{units.flops(node.total.flops, raw)}")
         fields.append(units.flop_rate_raw(node.total.flops / (total * 1e-6) if total else 0.0, raw))
@@ -362,7 +351,8 @@ def detailed_lines(profile: ModuleProfile, opts: RenderOptions) -> list[str]:
            "2. FLOPs and MACs are computed from the ops' recorded shapes (docs/flops.md); FLOPS are "
            "achieved rates over the module's own measured time.",
            "3. Work outside every module is listed last under (not in any module), grouped by the "
-           "top-level op or annotation it ran under; the optimizer step is there.",
+           "top-level op or annotation it ran under, with its time per pass: fwd, bwd and other "
+           "(neither: the optimizer step, zero_grad, copies, time between ops).",
            ""]
 
     def emit(node: ModuleNode, indent: int, is_root: bool) -> None:

@@ -8,7 +8,7 @@ Tags (all values per step, x axis = ProfilerStep number; 0 for a trace without s
 
 - ``<metric>/step``: the step's GPU busy time (``gpu_busy_us``; ``cpu_us`` on CPU-only traces),
   and ``wall_us/step``, ``cpu_us/step``, ``kernels/step``;
-- ``<metric>/<module>``: forward + backward time of the largest modules (down to depth 2);
+- ``<metric>/<module>``: the time of the largest modules (down to depth 2), all passes;
 - ``tflops/step`` and ``mfu/step``: achieved FLOP/s (FLOPs over the step's GPU busy time, CPU time
   on CPU-only traces) and that over the device's peak (the profile's, or ``peak_flops``), when
   the profile has FLOPs and, for MFU, a peak;
@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass
 
 from ..errors import MissingDependencyError, OutputError
+from ..profile import PASSES
 
 #: modules with a scalar of their own: the largest ones, at most this many, down to this depth
 TOP_MODULES = 8
@@ -58,14 +59,13 @@ def time_metric(doc: dict) -> str:
 
 
 def node_time(node: dict, metric: str) -> float:
-    return float(node.get(f"forward_total_{metric}", 0.0) or 0.0) + float(
-        node.get(f"backward_total_{metric}", 0.0) or 0.0
-    )
+    """A node's time in all passes (a pass absent from an older document counts 0)."""
+    return sum(float(node.get(f"{p.value}_total_{metric}", 0.0) or 0.0) for p in PASSES)
 
 
 def node_flops(node: dict) -> float | None:
-    """Forward + backward FLOPs of a node's subtree, when the profile has FLOPs."""
-    keys = ("forward_total_flops", "backward_total_flops")
+    """FLOPs of a node's subtree in all passes, when the profile has FLOPs."""
+    keys = tuple(f"{p.value}_total_flops" for p in PASSES)
     if not any(k in node for k in keys):
         return None
     return sum(float(node.get(k) or 0.0) for k in keys)
@@ -128,7 +128,7 @@ def scalars(mean_doc: dict, step_docs: list[tuple[int, dict]],
             node = by_path.get(path)
             value = node_time(node, metric) if node else 0.0
             out.append(Scalar(f"{metric}/{label}", step, value,
-                              f"{unit} of the module, forward + backward, microseconds"))
+                              f"{unit} of the module, all passes, microseconds"))
         achieved, mfu = _achieved(doc, metric)
         if achieved:
             out.append(Scalar("tflops/step", step, achieved / 1e12,

@@ -169,9 +169,17 @@ function colorOf(node) {
 
 // ---- the view ----------------------------------------------------------------------------------
 
-// phases the icicle can show; 'split' draws forward and backward side by side
-const PHASES = [['split', 'forward | backward, side by side'], ['both', 'forward + backward'],
-  ['forward', 'forward'], ['backward', 'backward']];
+// the passes of the profile (traceprof.profile.Pass): field prefix, label, short label; 'other'
+// is work that is neither forward nor backward (optimizer step, copies, time between ops)
+const PASSES = [['forward', 'Forward', 'Fwd'], ['backward', 'Backward', 'Bwd'], ['other', 'Other', 'Other']];
+// phases the icicle can show; 'split' draws the passes side by side, 'both' their sum
+const PHASES = [['split', 'forward | backward | other, side by side'],
+  ['both', 'all passes, summed'], ...PASSES.map(([p]) => [p, p])];
+
+// the sum of a per-pass field over the passes (fields absent from older documents count 0)
+function allPasses(node, suffix) {
+  return PASSES.reduce((sum, [p]) => sum + (node[`${p}_${suffix}`] || 0), 0);
+}
 
 class TraceprofView {
   // options: runSelectors (show the run and step selectors, default true), remember (keep the
@@ -258,12 +266,12 @@ class TraceprofView {
     for (const n of this.doc.nodes) {
       for (const [k, v] of Object.entries(n)) {
         let m;
-        if ((m = /^(forward|backward)_total_(.+)$/.exec(k))) {
+        if ((m = /^(forward|backward|other)_total_(.+)$/.exec(k))) {
           if (!TIME_FIELDS.has(m[2])) phased.add(m[2]);
           if (m[2] === 'flops' && v) anyFlops = true;
-        } else if (/^(forward|backward)_own_/.test(k)) {
+        } else if (/^(forward|backward|other)_own_/.test(k)) {
           continue;
-        } else if ((m = /^(forward|backward)_(.+)$/.exec(k))) {
+        } else if ((m = /^(forward|backward|other)_(.+)$/.exec(k))) {
           if (typeof v === 'number' || v === null) rates.add(m[2]);
         } else if (!KNOWN_NODE_FIELDS.has(k) && (typeof v === 'number' || v === null)) {
           plain.add(k);
@@ -282,15 +290,14 @@ class TraceprofView {
   }
 
   throughput(n) {
-    const flops = (n.forward_total_flops || 0) + (n.backward_total_flops || 0);
+    const flops = allPasses(n, 'total_flops');
     const us = this.rateTime(n);
     return flops && us ? flops / (us * 1e-6) : null;
   }
 
   value(node, metric = this.metric, phase = this.phase) {
-    const f = node[`forward_total_${metric}`] || 0;
-    const b = node[`backward_total_${metric}`] || 0;
-    return phase === 'forward' ? f : phase === 'backward' ? b : f + b;
+    if (phase === 'both' || phase === 'split') return allPasses(node, `total_${metric}`);
+    return node[`${phase}_total_${metric}`] || 0;
   }
 
   // -- layout --------------------------------------------------------------------------------
@@ -378,7 +385,13 @@ class TraceprofView {
       cards.push(['GPU busy / step', duration(s.gpu_busy_us)]);
       cards.push(['Kernels / step', count(s.kernels)]);
     }
-    cards.push(['CPU / step', duration(s.cpu_us)]);
+    if (typeof s.cpu_between_ops_us === 'number') {
+      // CPU time in ops (the union of each thread's top-level ops), the step's gaps apart
+      cards.push(['CPU in ops / step', duration(s.cpu_us - s.cpu_between_ops_us)]);
+      cards.push(['Between ops / step', duration(s.cpu_between_ops_us)]);
+    } else {
+      cards.push(['CPU / step', duration(s.cpu_us)]);
+    }
     if (this.extraFields.flops) {
       const achieved = (d.flops && d.flops.achieved) || {};
       const flops = s.flops !== undefined ? s.flops : this.stepFlops();
@@ -402,7 +415,7 @@ class TraceprofView {
   stepFlops() {
     return this.doc.roots.reduce((sum, id) => {
       const n = this.byId.get(id);
-      return sum + (n.forward_total_flops || 0) + (n.backward_total_flops || 0);
+      return sum + allPasses(n, 'total_flops');
     }, 0);
   }
 
@@ -427,30 +440,29 @@ class TraceprofView {
       this.markFilter();
       return;
     }
-    // forward and backward side by side on one scale: each pass as wide as its time, a short
-    // one no narrower than MIN_PASS_WIDTH so that it stays readable
-    const passes = [['forward', 'Forward'], ['backward', 'Backward']].map(([phase, label]) =>
+    // the passes side by side on one scale: each pass as wide as its time, a short one no
+    // narrower than MIN_PASS_WIDTH so that it stays readable
+    const passes = PASSES.map(([phase, label]) =>
       ({phase, label, total: top.reduce((a, n) => a + this.value(n, this.metric, phase), 0)}));
-    const sum = passes[0].total + passes[1].total;
+    const sum = passes.reduce((a, p) => a + p.total, 0);
     const shown = passes.filter((p) => p.total > 0);
     if (!shown.length) {
       this.icicleBox.replaceChildren(crumbs, empty(`No ${timeName} in this selection.`));
       return;
     }
     const avail = width - SPLIT_GAP * (shown.length - 1);
-    let widths = shown.map((p) => avail * p.total / sum);
-    if (widths.length === 2) {
-      const min = Math.min(MIN_PASS_WIDTH, avail / 2);
-      if (widths[0] < min) widths = [min, avail - min];
-      else if (widths[1] < min) widths = [avail - min, min];
-    }
+    const min = Math.min(MIN_PASS_WIDTH, avail / shown.length);
+    const small = shown.map((p) => shown.length > 1 && avail * p.total / sum < min);
+    const rest = shown.reduce((a, p, i) => (small[i] ? a : a + p.total), 0);
+    const free = avail - min * small.filter(Boolean).length;
+    const widths = shown.map((p, i) => (small[i] ? min : free * p.total / rest));
     const row = el('div', {class: 'tp-split'});
     shown.forEach((p, i) => {
       const w = Math.floor(widths[i]);
       row.append(el('div', {class: `tp-pass tp-pass-${p.phase}`, style: `width:${w}px`},
           el('div', {class: 'tp-pass-head'},
               el('span', {class: 'tp-pass-name'}, p.label),
-              el('span', {class: 'tp-pass-time'}, `${duration(p.total)} · ${percent(p.total / sum)} of forward + backward`)),
+              el('span', {class: 'tp-pass-time'}, `${duration(p.total)} · ${percent(p.total / sum)} of all passes`)),
           this.icicleChart(top, p.phase, w)));
     });
     const missing = passes.filter((p) => p.total <= 0).map((p) =>
@@ -523,7 +535,8 @@ class TraceprofView {
     const name = node.qualified_name || node.name;
     const cls = node.class_name ? ` (${node.class_name})` : '';
     const t = (phase) => duration(node[`${phase}_total_${this.metric}`] || 0);
-    return `${name}${cls}\nforward ${t('forward')}, backward ${t('backward')}\n` +
+    const times = PASSES.map(([p]) => `${p} ${t(p)}`).join(', ');
+    return `${name}${cls}\n${times}\n` +
         `${percent(node.share_of_step)} of the step${node.calls !== 1 ? `, ${count(node.calls)} calls` : ''}`;
   }
 
@@ -551,25 +564,23 @@ class TraceprofView {
 
   columns() {
     const m = this.metric;
-    const cols = [
-      {key: 'forward', label: 'Forward', num: true, get: (n) => n[`forward_total_${m}`] || 0, fmt: duration},
-      {key: 'backward', label: 'Backward', num: true, get: (n) => n[`backward_total_${m}`] || 0, fmt: duration},
-      {key: 'share', label: 'Share of step', share: true},
-    ];
+    const cols = PASSES.map(([phase, label]) =>
+      ({key: phase, label, num: true, get: (n) => n[`${phase}_total_${m}`] || 0, fmt: duration}));
+    cols.push({key: 'share', label: 'Share of step', share: true});
     if (this.hasGpu) {
       cols.push({key: 'kernels', label: 'Kernels', num: true,
-        get: (n) => (n.forward_total_kernels || 0) + (n.backward_total_kernels || 0), fmt: count});
+        get: (n) => allPasses(n, 'total_kernels'), fmt: count});
     }
     if (m !== 'cpu_us') {
       cols.push({key: 'cpu', label: 'CPU', num: true,
-        get: (n) => (n.forward_total_cpu_us || 0) + (n.backward_total_cpu_us || 0), fmt: duration});
+        get: (n) => allPasses(n, 'total_cpu_us'), fmt: duration});
     }
     const x = this.extraFields;
     if (x.flops) {
-      cols.push({key: 'fwd_flops', label: 'Fwd FLOPs', num: true, get: (n) => n.forward_total_flops,
-        fmt: (v) => formatField('flops', v)});
-      cols.push({key: 'bwd_flops', label: 'Bwd FLOPs', num: true, get: (n) => n.backward_total_flops,
-        fmt: (v) => formatField('flops', v)});
+      for (const [phase, , short] of PASSES) {
+        cols.push({key: `${phase}_flops`, label: `${short} FLOPs`, num: true,
+          get: (n) => n[`${phase}_total_flops`], fmt: (v) => formatField('flops', v)});
+      }
       cols.push({key: 'throughput', label: 'Throughput', num: true, get: (n) => this.throughput(n),
         fmt: (v) => formatField('flop_per_s', v)});
       if (x.peak) {
@@ -580,13 +591,13 @@ class TraceprofView {
     }
     if (this.allColumns) {
       for (const f of x.phased.filter((f) => f !== 'flops' || !x.flops)) {
-        for (const [phase, short] of [['forward', 'Fwd'], ['backward', 'Bwd']]) {
+        for (const [phase, , short] of PASSES) {
           cols.push({key: `${short}_${f}`, label: `${short} ${title(f)}`, num: true,
             get: (n) => n[`${phase}_total_${f}`], fmt: (v) => formatField(f, v)});
         }
       }
       for (const f of x.rates) {
-        for (const [phase, short] of [['forward', 'Fwd'], ['backward', 'Bwd']]) {
+        for (const [phase, , short] of PASSES) {
           cols.push({key: `${short}_${f}`, label: `${short} ${title(f)}`, num: true,
             get: (n) => n[`${phase}_${f}`], fmt: (v) => formatField(f, v)});
         }
@@ -719,7 +730,7 @@ export async function render() {
 }
 
 // The HTML report's entry point: one profile, given inline (style.css inlined by the page); the
-// icicle shows forward and backward side by side.
+// icicle shows the passes side by side.
 export function renderReport(doc, {title = null, footer = null} = {}) {
   return mount(inlineSource(doc, title || 'profile'),
       {runSelectors: false, remember: false, phase: 'split', title, footer});
