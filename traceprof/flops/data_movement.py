@@ -142,31 +142,62 @@ def embedding_bag_backward(a: OpArgs) -> OpCost:
     return a.cost(flops=prod(idx) * dim, writes=[((a.integer(5), dim), a.dtype(0))])
 
 
-# --- ops without a cost of their own
+# --- zero-FLOP ops: no cost of their own, never unsupported
+#
+# Views, metadata and predicates compute nothing and move no bytes; allocation writes nothing
+# itself (a fill_ or copy_ inside it does, and is counted); wrappers run the ops that do their
+# work (counted inside them). ``aten::item`` / ``_local_scalar_dense`` copy one element to the
+# host: no FLOPs, and the few bytes are not counted.
 
-_R.no_cost(*(f"aten::{n}" for n in (
-    # views and metadata
+#: views and reshapes: a new tensor header over the same storage
+VIEW_OPS = (
     "view", "_unsafe_view", "view_as", "reshape", "reshape_as", "_reshape_alias", "flatten",
-    "unflatten", "squeeze", "squeeze_", "unsqueeze", "unsqueeze_", "t", "t_", "transpose",
-    "transpose_", "permute", "movedim", "moveaxis", "swapaxes", "swapdims", "numpy_T", "expand",
-    "expand_as", "as_strided", "as_strided_", "slice", "select", "narrow", "split",
-    "split_with_sizes", "tensor_split", "unsafe_split", "chunk", "unbind", "unfold", "diagonal",
-    "alias", "detach", "detach_", "lift", "lift_fresh", "lift_fresh_copy", "broadcast_tensors",
-    "meshgrid", "conj", "_conj", "resolve_conj", "resolve_neg", "_neg_view", "view_as_real",
-    "view_as_complex", "real", "imag", "_has_compatible_shallow_copy_type", "set_", "align_as",
-    "result_type", "size", "stride", "numel", "dim", "is_nonzero", "is_same_size", "is_pinned",
-    "is_contiguous", "is_floating_point", "is_complex", "item",
-    "_local_scalar_dense", "record_stream", "unflatten_dense_tensors", "_nested_tensor_from_mask", "type_as",
-    # allocation (what they write is done by fill_/copy_ inside, or left uninitialised)
+    "unflatten", "ravel", "squeeze", "squeeze_", "unsqueeze", "unsqueeze_", "t", "t_",
+    "transpose", "transpose_", "permute", "movedim", "moveaxis", "swapaxes", "swapdims",
+    "numpy_T", "T", "mT", "H", "mH", "adjoint", "matrix_H", "expand", "expand_as", "as_strided",
+    "as_strided_", "slice", "select", "narrow", "split", "split_with_sizes", "tensor_split",
+    "unsafe_split", "unsafe_split_with_sizes", "chunk", "unsafe_chunk", "hsplit", "vsplit",
+    "dsplit", "unbind", "unfold", "diagonal", "atleast_1d", "atleast_2d", "atleast_3d", "alias",
+    "detach", "detach_", "lift", "lift_fresh", "lift_fresh_copy", "broadcast_tensors", "meshgrid",
+    "conj", "_conj", "resolve_conj", "resolve_neg", "_neg_view", "positive", "view_as_real",
+    "view_as_complex", "real", "imag", "set_", "align_as", "type_as", "_indices", "_values",
+    "indices", "values", "crow_indices", "col_indices", "ccol_indices", "row_indices",
+    "_nested_view_from_buffer", "_reshape_from_tensor", "_fw_primal", "_make_dual",
+    "_unpack_dual", "data", "unflatten_dense_tensors", "_nested_tensor_from_mask",
+)
+#: metadata queries, predicates and autograd bookkeeping
+METADATA_OPS = (
+    "size", "stride", "numel", "dim", "storage_offset", "result_type", "can_cast",
+    "promote_types", "_has_compatible_shallow_copy_type", "_has_same_storage_numel",
+    "_debug_has_internal_overlap", "cudnn_is_acceptable", "_nnpack_available",
+    "_is_zerotensor", "_shape_as_tensor", "output_nr", "_version",
+    "requires_grad_", "retain_grad", "retains_grad", "_assert_tensor_metadata",
+    "_make_dep_token", "_nested_tensor_size", "_nested_tensor_strides",
+    "_nested_tensor_storage_offsets", "item", "_local_scalar_dense", "record_stream",
+)
+#: allocation (what they write is done by fill_/copy_ inside, or left uninitialised)
+ALLOCATION_OPS = (
     "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "resize_",
-    "resize_as_", "zeros", "zeros_like", "ones", "ones_like", "full", "full_like", "new_zeros",
-    "new_ones", "new_full", "scalar_tensor", "tensor", "arange", "linspace", "randn", "rand",
-    "randint", "randperm", "randn_like", "rand_like", "randint_like", "normal", "eye",
-    # wrappers whose work is done by the ops inside them
+    "resize_as_", "_resize_output_", "zeros", "zeros_like", "ones", "ones_like", "full",
+    "full_like", "new_zeros", "new_ones", "new_full", "scalar_tensor", "tensor", "arange",
+    "linspace", "randn", "rand", "randint", "randperm", "randn_like", "rand_like",
+    "randint_like", "normal", "eye",
+)
+#: wrappers whose work is done by the ops inside them
+WRAPPER_OPS = (
     "to", "_to_copy", "contiguous", "clone", "copy", "pad", "constant_pad_nd", "embedding_backward",
     "embedding_bag", "_embedding_bag_backward", "_autocast_to_reduced_precision",
-    "_autocast_to_full_precision",
-)))
+    "_autocast_to_full_precision", "_pack_padded_sequence", "_pad_packed_sequence",
+    "_thnn_differentiable_lstm_cell_backward", "_thnn_differentiable_gru_cell_backward",
+)
+#: name prefixes of zero-FLOP families: predicates (``aten::is_contiguous``, ``is_nonzero``...,
+#: ``_use_cudnn_ctc_loss``...), allocation (``aten::empty_permuted``,
+#: ``_empty_affine_quantized``), symbolic sizes (``sym_size``, ``sym_constrain_range``)
+ZERO_FLOP_PREFIXES = ("aten::is_", "aten::_use_cudnn_", "aten::empty", "aten::_empty_",
+                      "aten::sym_", "aten::_functional_sym_constrain_range")
+
+_R.no_cost(*(f"aten::{n}" for n in VIEW_OPS + METADATA_OPS + ALLOCATION_OPS + WRAPPER_OPS))
+_R.no_cost_prefix(*ZERO_FLOP_PREFIXES)
 # collective communication: no FLOPs counted (its GPU time is not a gap in FLOP coverage)
 _R.no_cost_namespace("c10d", "_c10d_functional", "c10d_functional", "_dtensor", "profiler")
 _R.no_cost_prefix("nccl:", "gloo:", "mpi:", "ucc:", "xccl:")
