@@ -138,8 +138,8 @@ def _with_peak(profile: ModuleProfile, peak_flops: float) -> ModuleProfile:
     if not summary.has_shapes:
         return profile
     known = summary.peak
-    device = known.device if known else (
-        ", ".join(sorted({d.name for d in profile.metadata.devices if d.name})) or "CPU")
+    names = sorted({d.name for d in profile.metadata.devices if d.name})
+    device = known.device if known else (", ".join(names) if profile.has_gpu and names else "CPU")
     peak = Peak(device=device, precision=summary.precision or "fp32", flop_per_s=float(peak_flops),
                 bytes_per_s=known.bytes_per_s if known else 0.0, source="given (--peak-tflops)")
     return replace(profile, flops=replace(summary, peak=peak))
@@ -550,8 +550,8 @@ def _flop_summary(trace, links, costs: OpCosts, op_keep, unsupported_keep, ancho
         precision = ranked[0][0] if ranked else "fp32"
         peak = Peak(peaks.name, precision, peaks.peak(precision), peaks.bytes_per_s, peaks.source)
 
-    # unsupported ops: calls, and the GPU time of the work launched inside them (CPU time of
-    # the ops themselves on CPU-only traces)
+    # unsupported ops: calls, and the GPU time of the work they launched themselves, not
+    # through an op inside them (their own CPU time on CPU-only traces)
     events = costs.unsupported[unsupported_keep]
     labels = costs.unsupported_label[unsupported_keep]
     n_labels = len(costs.labels)
@@ -559,12 +559,14 @@ def _flop_summary(trace, links, costs: OpCosts, op_keep, unsupported_keep, ancho
     if has_gpu:
         label_of_event = np.full(len(ev), -1, np.int64)
         label_of_event[events] = labels
-        around = links.nearest(label_of_event >= 0)
+        around = links.nearest(costs.is_op | (label_of_event >= 0))
         inside = np.where(anchor >= 0, around[np.maximum(anchor, 0)], -1)
         has = inside >= 0
+        has[has] = label_of_event[inside[has]] >= 0
         time = np.bincount(label_of_event[inside[has]], weights=busy[has], minlength=n_labels)
     else:
-        time = np.bincount(labels, weights=(links.nest_end - ev.ts)[events], minlength=n_labels)
+        own = costs.unsupported_own_us[unsupported_keep]
+        time = np.bincount(labels, weights=own, minlength=n_labels)
     listed = [
         UnsupportedOp(
             name=costs.labels[k], calls=float(calls[k] / n_steps), time_us=float(time[k] / n_steps),

@@ -7,11 +7,21 @@ thread) has one: the *outermost op with a formula*. Ops inside a counted op are 
 Ops registered as having no cost (views, ``aten::to``, ``aten::scaled_dot_product_attention``,
 autograd wrappers are not ops at all) are looked through: their children are counted.
 
+A *composite* formula (``aten::lstm``, ``aten::gru_cell``: ops whose work is done by the ops
+they run) is a fallback: the op is counted only when no op inside it is counted (on CPU a GRU
+runs ``aten::linear``, ``aten::sigmoid_``..., which are counted instead; an LSTM runs
+``aten::mkldnn_rnn_layer``).
+
 **Unsupported ops.** An op without a formula (or whose arguments its formula does not
-understand) that no counted op covers and that has no counted or unsupported op inside it is
-*unsupported*: the innermost place where FLOPs are missing. "Op" means a dispatcher op
-(``namespace::name``) or any other CPU op event that launches GPU work itself (a compiled
-graph's ``CompiledFunction``).
+understand) that no counted op covers is *unsupported* when its time is not explained by the
+ops inside it: when no counted or unsupported op is inside it (the innermost place where FLOPs
+are missing), or when more than half (:data:`OWN_SHARE`) of its time is its own, outside every
+op inside it (counted, zero-FLOP or unsupported). Its time is GPU time when GPU work was
+launched inside it, CPU time otherwise. So an op that does its work itself is reported even
+when it runs a bias ``aten::add`` first. "Op" means a dispatcher op (``namespace::name``) or any
+other CPU op event that launches GPU work itself (a compiled graph's ``CompiledFunction``).
+Zero-FLOP ops (views, metadata, predicates, allocation: the registry's no-cost entries) are
+never unsupported.
 
 Each distinct (name, Input Dims, Input type, Concrete Inputs) combination is decoded and
 evaluated once; everything else is numpy over the event columns.
@@ -35,6 +45,9 @@ _OP_NAME = re.compile(r"(?!autograd::|torch::)[A-Za-z_]\w*::\w+\Z")
 NOT_UNDERSTOOD = " (arguments not understood)"
 
 _OTHER, _FORMULA, _NO_COST, _UNKNOWN_OP = 0, 1, 2, 3
+#: an op without a formula is unsupported, despite counted ops inside it, when more than this
+#: share of its time is its own (not spent in the ops inside it)
+OWN_SHARE = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,13 +67,18 @@ class OpCosts:
     unsupported: np.ndarray  # int64 event indices of unsupported ops
     unsupported_label: np.ndarray  # int32 codes into labels
     labels: tuple[str, ...]
+    #: per unsupported op: its own CPU time (µs), outside the ops inside it
+    unsupported_own_us: np.ndarray
+    #: per event: an op, whose time (and the GPU work launched in it) is its own, not that of
+    #: an op around it; the time of an unsupported op is what no such op inside it takes
+    is_op: np.ndarray
 
     @classmethod
-    def empty(cls, has_shapes: bool) -> "OpCosts":
+    def empty(cls, has_shapes: bool, n_events: int = 0) -> "OpCosts":
         z = np.zeros(0)
         i = np.zeros(0, np.int64)
         c = np.zeros(0, np.int32)
-        return cls(has_shapes, i, z, z, z, z, c, c, (), i, c, ())
+        return cls(has_shapes, i, z, z, z, z, c, c, (), i, c, (), z, np.zeros(n_events, bool))
 
 
 def count_ops(trace: Trace, links: Links, registry: Registry | None = None,
@@ -74,11 +92,12 @@ def count_ops(trace: Trace, links: Links, registry: Registry | None = None,
     if exclude is not None:
         is_op &= ~exclude
     if not n or not np.any(ev.input_dims[is_op] >= 0):
-        return OpCosts.empty(has_shapes=False)
+        return OpCosts.empty(has_shapes=False, n_events=n)
 
     entries = [registry.get(name) for name in ev.names]
     name_class = np.array([_classify_name(name, e) for name, e in zip(ev.names, entries)], np.int8)
     cls = np.where(is_op, name_class[ev.name], _OTHER)
+    composite_name = np.array([bool(e is not None and e.composite) for e in entries], bool)
 
     candidates = np.flatnonzero(cls == _FORMULA)
     key, first = _distinct_calls(ev, candidates)
@@ -86,17 +105,23 @@ def count_ops(trace: Trace, links: Links, registry: Registry | None = None,
     ok_key = np.array([c is not None for c in costs], bool)
     ok = np.zeros(n, bool)
     ok[candidates] = ok_key[key]
+    # composite formulas are a fallback: used only where no other formula counts inside them
+    composite = ok & composite_name[ev.name]
+    counts = ok & ~composite
+    counts |= composite & ~_has_descendant(links, counts)
 
-    covered = links.nearest(ok, include_self=False) >= 0
-    counted = np.flatnonzero(ok & ~covered)
+    covered = links.nearest(counts, include_self=False) >= 0
+    counted = np.flatnonzero(counts & ~covered)
 
     launchers = links.parent[links.launch[links.launch >= 0]]
     launches_work = np.zeros(n, bool)
     launches_work[launchers[launchers >= 0]] = True
     is_op_name = np.array([bool(_OP_NAME.match(s)) for s in ev.names], bool)[ev.name]
     unknown = is_op & ~ok & (cls != _NO_COST) & (is_op_name | launches_work | (cls == _FORMULA))
-    inside = _has_descendant(links, ok | unknown)
-    unsupported = np.flatnonzero(unknown & ~covered & ~inside)
+    inside = _has_descendant(links, counts | unknown)
+    ops = is_op & ((cls != _OTHER) | unknown)
+    own_us, own_share = _own_time(trace, links, ops)
+    unsupported = np.flatnonzero(unknown & ~covered & (~inside | (own_share > OWN_SHARE)))
 
     # per counted op: its distinct call's cost
     pos = np.searchsorted(candidates, counted)
@@ -128,6 +153,8 @@ def count_ops(trace: Trace, links: Links, registry: Registry | None = None,
         unsupported=unsupported,
         unsupported_label=label_of.ravel().astype(np.int32),
         labels=tuple(labels),
+        unsupported_own_us=own_us[unsupported],
+        is_op=ops,
     )
 
 
@@ -171,6 +198,32 @@ def _evaluate(trace: Trace, entries, event: int) -> OpCost | None:
         # integer counters and boolean masks: bytes, but no floating-point operations
         return OpCost(0.0, 0.0, cost.bytes_read, cost.bytes_written, cost.dtype)
     return cost
+
+
+def _own_time(trace: Trace, links: Links, ops: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per event: its own CPU time (µs) outside the ``ops`` nested in it, and the share of its
+    time that is its own: of its GPU time when GPU work was launched inside it (the work
+    launched by it, not by an op inside it), of its CPU time otherwise."""
+    ev = trace.events
+    n = len(ev)
+    cpu = np.nan_to_num(np.maximum(links.nest_end - ev.ts, 0.0))
+    around = links.nearest(ops, include_self=False)
+    inner = np.flatnonzero(ops & (around >= 0))
+    in_ops = np.bincount(around[inner], weights=cpu[inner], minlength=n)
+    own_cpu = np.maximum(cpu - in_ops, 0.0)
+    cpu_share = np.divide(own_cpu, cpu, out=np.ones(n), where=cpu > 0)
+
+    work = links.anchor >= 0
+    anchor = links.anchor[work]
+    gpu = np.nan_to_num(np.maximum(ev.dur[links.gpu_work[work]], 0.0))
+    owner = links.nearest(ops)[anchor]
+    mine = owner >= 0
+    own_gpu = np.bincount(owner[mine], weights=gpu[mine], minlength=n)
+    total_gpu = np.bincount(anchor, weights=gpu, minlength=n)
+    for level in reversed(links.levels[1:]):  # GPU time launched anywhere inside each slice
+        np.add.at(total_gpu, links.parent[level], total_gpu[level])
+    gpu_share = np.divide(own_gpu, total_gpu, out=np.zeros(n), where=total_gpu > 0)
+    return own_cpu, np.where(total_gpu > 0, gpu_share, cpu_share)
 
 
 def _has_descendant(links: Links, mark: np.ndarray) -> np.ndarray:

@@ -4,11 +4,14 @@ Three kinds of entries:
 
 - a **formula**: a function ``OpArgs -> OpCost`` for one op or a family of ops. An op with a
   formula is counted, and ops running inside it are not (see :mod:`traceprof.flops.count`);
-- **no cost**: ops that compute nothing themselves (views, allocation, wrappers such as
-  ``aten::to`` whose copy is done by an ``aten::copy_`` inside, communication). Ops inside them
-  are still looked at;
+  a formula registered as ``composite`` (``aten::lstm``, ``aten::gru_cell``: ops that run other
+  ops) is a fallback, counted only when nothing inside the op is counted;
+- **no cost** (zero FLOPs by definition): ops that compute nothing themselves (views,
+  metadata, predicates, allocation, wrappers such as ``aten::to`` whose copy is done by an
+  ``aten::copy_`` inside, communication). They are never unsupported; ops inside them are still
+  looked at;
 - not registered: an op traceprof has no formula for. It is listed as unsupported, with its
-  count and share of time, unless ops inside it are covered.
+  count and share of time, unless ops inside it explain its time (see :mod:`.count`).
 
 Each formula belongs to a :class:`Family`, so that a registry can be narrowed to some families
 (``registry.only(Family.MATMUL)``).
@@ -38,6 +41,7 @@ class Family(str, enum.Enum):
     LOSS = "loss"
     POOLING = "pooling"
     OPTIMIZER = "optimizer"
+    RNN = "rnn"  # LSTM, GRU and Elman RNN layers and cells
     MEMORY = "memory"  # copies, fills, gathers: bytes, no FLOPs
     NO_COST = "no cost"  # views, allocation, wrappers, communication
 
@@ -54,6 +58,7 @@ class Entry:
     name: str
     family: Family
     formula: Formula | None  # None: no cost of its own
+    composite: bool = False  # counted only when no op inside it is counted
 
     @property
     def has_cost(self) -> bool:
@@ -71,14 +76,17 @@ class Registry:
 
     # --- building
 
-    def formula(self, *names: str, family: Family) -> Callable[[Formula], Formula]:
-        """Decorator: register ``fn`` as the formula of every op in ``names``."""
+    def formula(self, *names: str, family: Family,
+                composite: bool = False) -> Callable[[Formula], Formula]:
+        """Decorator: register ``fn`` as the formula of every op in ``names``. ``composite``:
+        the ops run other ops that do the work (``aten::lstm`` runs ``aten::mkldnn_rnn_layer``
+        or linear layers); the formula counts only when nothing inside the op is counted."""
 
         def register(fn: Formula) -> Formula:
             for name in names:
                 if name in self._entries:
                     raise ValueError(f"{name} is registered twice")
-                self._entries[name] = Entry(name, family, fn)
+                self._entries[name] = Entry(name, family, fn, composite)
             return fn
 
         return register
