@@ -7,12 +7,14 @@ one per op or op family (docs/flops.md).
 - :mod:`.registry`: the registry (:data:`REGISTRY`) and op families;
 - :mod:`.shapes`: decoded op arguments and the cost record;
 - :mod:`.matmul`, :mod:`.conv`, :mod:`.attention`, :mod:`.norm`, :mod:`.pointwise`,
-  :mod:`.reduction`, :mod:`.data_movement`, :mod:`.losses`, :mod:`.pooling`, :mod:`.optim`: formulas;
+  :mod:`.reduction`, :mod:`.data_movement`, :mod:`.losses`, :mod:`.pooling`, :mod:`.optim`,
+  :mod:`.rnn`: formulas;
 - :mod:`.count`: which ops of a trace are counted, and which are unsupported.
 """
 
 from . import (  # noqa: F401  (importing them fills REGISTRY)
     attention, conv, data_movement, losses, matmul, norm, optim, pointwise, pooling, reduction,
+    rnn,
 )
 from .count import OpCosts, count_ops
 from .registry import FAMILIES, MATRIX_FAMILIES, REGISTRY, Entry, Family, Registry
