@@ -146,3 +146,12 @@ def test_terminal_gets_colors_and_guides_and_the_same_text(fmt):
     code, shown, _ = _run_with_terminal("analyze", trace, "--format", fmt, "--depth", "2",
                                         on="stdout", NO_COLOR="1")
     assert code == 0 and "\x1b[" not in shown and shown == piped
+
+
+def test_formats_without_a_place_for_warnings_print_them_on_stderr(tmp_path):
+    qwen = SHARED_TRACES / "module_tree/h100_qwen1.5_0.5b_inference.json.gz"
+    proc = run("analyze", qwen, "-f", "csv")
+    assert proc.stdout.startswith("id,parent,depth")
+    assert proc.stderr.startswith("traceprof: warning: 29.6% of the step's GPU busy time")
+    assert "launched before the trace" in proc.stderr
+    assert "warning" not in run("analyze", qwen, "-f", "json").stderr  # in the document

@@ -253,8 +253,8 @@ def test_a_frontend_that_cannot_be_inlined_is_refused(monkeypatch):
 # ---- headless Chromium ---------------------------------------------------------------------------
 
 def test_chromium_renders_the_sample_report(reports, browser):
-    """A CPU-only training trace: forward and backward icicles side by side (CPU time), the table
-    with qualified names, the filter."""
+    """A CPU-only training trace: forward, backward and other (optimizer step, time between ops)
+    icicles side by side (CPU time), the table with qualified names, the filter."""
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import Select
 
@@ -265,18 +265,22 @@ def test_chromium_renders_the_sample_report(reports, browser):
     assert Select(browser.find_element(By.ID, "tp-phase")).first_selected_option.get_attribute(
         "value") == "split"
     heads = [h.text for h in browser.find_elements(By.CSS_SELECTOR, ".tp-pass-head")]
-    assert [h.split()[0] for h in heads] == ["Forward", "Backward"]
+    assert [h.split()[0] for h in heads] == ["Forward", "Backward", "Other"]
     forward, backward = cells(browser, "forward"), cells(browser, "backward")
     assert len(forward) > 30 and len(backward) > 30
     assert cell_titles(forward)[0].startswith("ResNet18") and cell_titles(backward)[0].startswith(
         "ResNet18")
     # one scale: each pass as wide as its share of the time
     widths = [p.size["width"] for p in browser.find_elements(By.CSS_SELECTOR, ".tp-pass")]
-    shares = [float(re.search(r"· ([\d.]+)% of forward \+ backward$", h)[1]) for h in heads]
-    assert widths[0] / sum(widths) == pytest.approx(shares[0] / 100, abs=0.02)
+    shares = [float(re.search(r"· ([\d.]+)% of all passes$", h)[1]) for h in heads]
+    assert sum(shares) == pytest.approx(100, abs=0.2)
+    assert widths[1] / sum(widths) == pytest.approx(shares[1] / 100, abs=0.02)
+    other = cell_titles(cells(browser, "other"))
+    assert other[0].startswith("(not in any module)")
+    assert any(t.startswith("(not in any module)/Optimizer.step#AdamW.step") for t in other)
 
     header = [th.text for th in browser.find_elements(By.CSS_SELECTOR, ".tp-tree th")]
-    assert header[:4] == ["Module", "Forward", "Backward", "Share of step"]
+    assert header[:5] == ["Module", "Forward", "Backward", "Other", "Share of step"]
     assert header[-2:] == ["Params", "Input → output shapes"]  # from the module table
     browser.find_element(By.XPATH, "//button[text()='Expand all']").click()
     names = row_names(browser)

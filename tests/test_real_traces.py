@@ -175,3 +175,31 @@ def test_annotation_traces_show_their_annotations():
     names = {p.nodes[r].name for r in p.roots}
     assert "## forward ##" in names or any("forward" in n for n in names)
     assert p.selection.count == 5
+
+
+def test_qwen_gpu_work_launched_before_the_trace_is_named_and_warned():
+    """The H100 Qwen trace: 29.6% of the step's GPU time ran kernels launched before the
+    profiler's CPU window opened (their correlation ids are below the trace's first launch)."""
+    path = SHARED_TRACES / "module_tree" / "h100_qwen1.5_0.5b_inference.json.gz"
+    p = profile_of(path)
+    raw = raw_events(path)
+    launches = {e["args"]["correlation"] for e in raw
+                if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})}
+    first_launch = min(launches)
+    orphans = [e for e in raw if e.get("cat") in KERNEL_CATEGORIES | {"gpu_memcpy", "gpu_memset"}
+               and e["args"].get("correlation") not in launches]
+    assert orphans and all(e["args"]["correlation"] < first_launch for e in orphans)
+
+    group = {p.nodes[c].name: p.nodes[c] for c in p.unattributed.children}
+    before = group["(launched before the trace)"]
+    assert "(launch not in trace)" not in group
+    assert before.other.total.gpu_busy_us == pytest.approx(p.selection.gpu_launched_before_trace_us)
+    assert before.forward.total.gpu_busy_us == before.backward.total.gpu_busy_us == 0
+    share = before.total.gpu_busy_us / p.selection.gpu_busy_us
+    assert share == pytest.approx(0.296, abs=0.001)
+    warning = [w for w in p.warnings if "launched before the trace began" in w]
+    assert len(warning) == 1 and warning[0].startswith("29.6% of the step's GPU busy time")
+    assert "(not in any module)/(launched before the trace)" in warning[0]
+    # counted in the step's GPU time: the header's GPU busy time is the tree's total
+    roots = sum(p.nodes[r].total.gpu_busy_us for r in p.roots)
+    assert roots == pytest.approx(p.selection.gpu_busy_us)

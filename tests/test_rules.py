@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 
 import pytest
 
@@ -355,3 +356,200 @@ def test_trace_written_gzip_with_invalid_utf8_name(tmp_path):
     p = traceprof.analyze(path)
     p.self_check()
     assert any("UTF-8" in w for w in p.warnings)
+
+
+# ---- reports that mislead: one test per class -------------------------------------------------
+
+F = "float"
+
+
+def training_step(b: TraceBuilder) -> TraceBuilder:
+    """backward_model plus a loss outside the modules (autograd records it: forward), the
+    optimizer step and zero_grad (neither forward nor backward), with time between the ops."""
+    backward_model(b, accumulate=True)
+    b.op("aten::cross_entropy_loss", 515, 20, seq=50)  # outside Net (10..510), in the step
+    b.launch(520, 320, 6)
+    b.op("autograd::engine::evaluate_function: NllLossBackward0", 560, 30, tid=2, seq=50, fwd_tid=1)
+    b.op("NllLossBackward0", 561, 20, tid=2, seq=50, fwd_tid=1)
+    b.annotation("Optimizer.step#SGD.step", 850, 60)
+    b.op("aten::_foreach_add_", 855, 40)
+    b.launch(860, 900, 12)
+    b.annotation("Optimizer.zero_grad#SGD.zero_grad", 920, 20)
+    b.op("aten::zero_", 925, 10)
+    b.launch(926, 950, 3)
+    return b
+
+
+def test_work_neither_forward_nor_backward_is_the_other_pass(analyze_built):
+    from traceprof.profile import PASSES, Pass
+    from traceprof.render import render
+    from traceprof.render.tree import summarize
+
+    p = analyze_built(training_step(TraceBuilder()))
+    group = {p.nodes[c].name: p.nodes[c] for c in p.unattributed.children}
+    opt, zero = group["Optimizer.step#SGD.step"], group["Optimizer.zero_grad#SGD.zero_grad"]
+    assert opt.other.total.gpu_busy_us == pytest.approx(12) and opt.forward.total.gpu_busy_us == 0
+    assert zero.other.total.gpu_busy_us == pytest.approx(3) and zero.forward.total.gpu_busy_us == 0
+    loss = group["aten::cross_entropy_loss"]  # an op autograd recorded: forward
+    assert loss.forward.total.gpu_busy_us == pytest.approx(6) and loss.other.total.gpu_busy_us == 0
+    gaps = group["(step, between ops)"]
+    assert gaps.other.total.cpu_us > 0 and gaps.forward.total.cpu_us == 0
+    for name in ("", "fc", "act"):  # a module's work is forward or backward
+        assert p.find(name).other.total == p.find(name).other.own == traceprof.Times()
+    assert p.find("fc").total == sum((p.find("fc").phase(x).total for x in PASSES), traceprof.Times())
+    assert p.optimizer_step.other.gpu_busy_us == pytest.approx(12)
+
+    s = summarize(p)  # DeepSpeed's step latency is the optimizer; other the rest of that pass
+    assert (s.step_us, s.other_us) == (pytest.approx(12), pytest.approx(3))
+    assert s.fwd_us == pytest.approx(40 + 6) and s.bwd_us == pytest.approx(25 + 7)
+    assert s.iter_us == pytest.approx(p.selection.gpu_busy_us)
+    tree = render(p, "tree")
+    assert "(Optimizer.step#SGD.step)(fwd 0, bwd 0, other 12.0 us, 12.0 us" in tree
+    assert re.search(r"^other latency \(neither fwd, bwd nor step\):\s+3\.0 us$", tree, re.M)
+    table = render(p, "table")
+    assert re.search(r"Fwd GPU\s+Bwd GPU\s+Other GPU", table)
+    doc = json.loads(render(p, "json"))
+    node = next(n for n in doc["nodes"] if n["name"] == "Optimizer.step#SGD.step")
+    assert node["other_total_gpu_busy_us"] == pytest.approx(12) and node["forward_total_gpu_busy_us"] == 0
+    header = render(p, "csv").splitlines()[0].split(",")
+    assert {f"{x.value}_total_gpu_busy_us" for x in Pass} <= set(header)
+
+
+def cpu_only_step(b: TraceBuilder, t0=0.0) -> TraceBuilder:
+    """A CPU-only step of 1000 us with 300 us in ops: 700 us between them."""
+    b.step(1, t0, 1000)
+    b.scope("", "Net", t0 + 100, 200)
+    b.op("aten::mm", t0 + 110, 150, seq=1)
+    b.op("aten::add", t0 + 500, 100)
+    return b
+
+
+def test_cpu_time_of_a_cpu_only_trace_leaves_out_the_time_between_ops(analyze_built):
+    from traceprof.render import render
+
+    p = analyze_built(cpu_only_step(TraceBuilder()))
+    assert not p.has_gpu
+    sel = p.selection
+    assert sel.wall_us == pytest.approx(1000)
+    assert sel.cpu_in_ops_us == pytest.approx(300)  # the union of the top-level slices
+    assert sel.cpu_between_ops_us == pytest.approx(700)
+    assert sel.cpu_us == pytest.approx(1000)  # what the tree adds up to, gaps included
+    gaps = next(p.nodes[c] for c in p.unattributed.children
+                if p.nodes[c].name == "(step, between ops)")
+    assert gaps.other.total.cpu_us == pytest.approx(700)
+    line = next(x for x in render(p, "tree").splitlines() if x.startswith("per step:"))
+    assert line == "per step:  wall 1.00 ms, CPU 300.0 us in ops + 700.0 us between ops"
+    doc = json.loads(render(p, "json"))
+    assert doc["steps"]["cpu_in_ops_us"] == pytest.approx(300)
+    assert doc["steps"]["cpu_between_ops_us"] == pytest.approx(700)
+
+
+def launched_early(b: TraceBuilder) -> TraceBuilder:
+    """A kernel launched before the trace began (its correlation id is below every launch in the
+    trace) and one whose launch is missing for no such reason, around forward_model."""
+    b.launch(0, 50, 20, with_runtime=False)  # correlation 1001, before the first launch (1002)
+    forward_model(b)
+    b.launch(0, 400, 5, with_runtime=False)  # correlation 1004: a launch missing from the trace
+    return b
+
+
+def test_gpu_work_without_a_launch_is_named_and_warned(analyze_built):
+    from traceprof.render import render
+
+    p = analyze_built(launched_early(TraceBuilder()))
+    group = {p.nodes[c].name: p.nodes[c] for c in p.unattributed.children}
+    before, missing = group["(launched before the trace)"], group["(launch not in trace)"]
+    assert before.other.total.gpu_busy_us == pytest.approx(20)
+    assert missing.other.total.gpu_busy_us == pytest.approx(5)
+    # counted in the step's GPU time, in the header as in the tree
+    assert p.selection.gpu_busy_us == pytest.approx(30 + 10 + 20 + 5)
+    assert p.selection.gpu_launched_before_trace_us == pytest.approx(20)
+    assert p.selection.gpu_launch_missing_us == pytest.approx(5)
+    early = [w for w in p.warnings if "launched before the trace began" in w]
+    lost = [w for w in p.warnings if "has no launch in the trace" in w]
+    assert len(early) == len(lost) == 1
+    assert early[0].startswith("30.8% of the step's GPU busy time (20.0 us per step; 1 of the 4")
+    assert "(not in any module)/(launched before the trace)" in early[0]
+    assert lost[0].startswith("7.7% of the step's GPU busy time")
+    # every format carries the warnings
+    for fmt in ("tree", "table"):
+        assert f"warning:   {early[0]}" in render(p, fmt)
+    assert early[0] in json.loads(render(p, "json"))["warnings"]
+    assert early[0].replace("<", "\\u003c") in render(p, "html")
+
+
+def test_gpu_work_without_a_launch_below_one_percent_is_no_warning(analyze_built):
+    b = TraceBuilder()
+    b.launch(0, 50, 0.2, with_runtime=False)
+    forward_model(b, k_fc=3000)
+    p = analyze_built(b)
+    assert p.selection.gpu_launched_before_trace_us == pytest.approx(0.2)
+    assert not [w for w in p.warnings if "launch" in w]
+
+
+def test_sort_by_time_on_a_cpu_only_trace_sorts_by_cpu_time(analyze_built):
+    from traceprof.transforms import sort_children
+
+    b = TraceBuilder()
+    b.step(1, 0, 1000)
+    b.scope("", "Net", 10, 200)
+    b.scope("a", "A", 20, 20)  # forward 20 us, backward 100 us
+    b.op("aten::mm", 21, 18, seq=1)
+    b.scope("b", "B", 50, 70)  # forward 70 us, backward 10 us
+    b.op("aten::mm", 51, 68, seq=2)
+    b.op("autograd::engine::evaluate_function: MmBackward0", 300, 100, tid=2, seq=1, fwd_tid=1)
+    b.op("autograd::engine::evaluate_function: MmBackward0", 410, 10, tid=2, seq=2, fwd_tid=1)
+    p = analyze_built(b)
+    assert not p.has_gpu
+    order = lambda q: [q.nodes[c].name for c in q.nodes[q.roots[0]].children]  # noqa: E731
+    assert order(p) == ["a", "b"]
+    for key, want in (("fwd", ["b", "a"]), ("bwd", ["a", "b"]), ("gpu", ["a", "b"])):
+        sorted_p = sort_children(p, key)
+        sorted_p.self_check()
+        assert order(sorted_p) == want, key
+    assert order(traceprof.analyze(b.write(p.metadata.path), sort="fwd")) == ["b", "a"]
+
+
+def test_a_trace_without_modules_says_how_to_get_them(analyze_built):
+    from traceprof.render import render
+
+    b = TraceBuilder()
+    b.step(1, 0, 1000)
+    b.op("aten::mm", 10, 100)
+    b.launch(20, 200, 30)
+    p = analyze_built(b)
+    assert p.module_nodes == 0
+    hint = [w for w in p.warnings if "no module events" in w]
+    assert len(hint) == 1 and "with_stack=True" in hint[0] and "traceprof.capture" in hint[0]
+    assert f"warning:   {hint[0]}" in render(p, "tree")
+    forced = analyze_built(b, hierarchy="annotations")  # the user chose: no hint
+    assert not [w for w in forced.warnings if "no module events" in w]
+    assert not [w for w in analyze_built(forward_model(TraceBuilder())).warnings
+                if "no module events" in w]
+
+
+def test_an_unknown_step_names_the_file(tmp_path):
+    path = forward_model(TraceBuilder()).write(tmp_path / "t.json")
+    with pytest.raises(OptionError) as err:
+        traceprof.analyze(path, step=7)
+    assert err.value.message == f"{path}: step 7 is not in the trace (steps in the trace: 1)"
+
+
+def test_peak_tflops_gives_mfu_on_a_cpu_only_trace(analyze_built):
+    from traceprof.render import render
+
+    b = TraceBuilder()
+    b.step(1, 0, 1000)
+    b.scope("", "Net", 10, 500)
+    b.shaped_op("aten::mm", 20, 100, [[64, 32], [32, 16]], [F, F], ["", ""])  # 65536 FLOPs
+    p = analyze_built(b)
+    assert p.throughput(p.selection).mfu is None  # no peak known for a CPU
+    given = analyze_built(b, peak_tflops=1e-3)  # 1 GFLOP/s
+    rates = given.throughput(given.selection)  # over the CPU time in ops: Net's 500 us
+    assert given.selection.cpu_in_ops_us == pytest.approx(500)
+    assert rates.flop_per_s == pytest.approx(65536 / 500e-6)
+    assert rates.mfu == pytest.approx(65536 / 500e-6 / 1e9)
+    assert given.flops.peak.source == "given (--peak-tflops)"
+    assert given.throughput(given.find("").total).mfu == pytest.approx(rates.mfu)
+    assert re.search(r"^achieved: .* MFU [\d.]+% of the CPU fp32 peak .* \(--peak-tflops\)",
+                     render(given, "tree"), re.M)

@@ -428,7 +428,7 @@ def test_chromium_renders_the_module_tree(tensorboard, tmp_path):
         assert root_cells[1] == "309.4 us"  # forward GPU busy time per step
         assert driver.find_elements(By.CSS_SELECTOR, ".tp-icicle-svg .tp-cell")
         header = [th.text for th in driver.find_elements(By.CSS_SELECTOR, ".tp-tree th")]
-        assert header[:4] == ["Module", "Forward", "Backward", "Share of step"]
+        assert header[:5] == ["Module", "Forward", "Backward", "Other", "Share of step"]
         driver.switch_to.default_content()
         update = os.environ.get("TRACEPROF_UPDATE_SCREENSHOTS") == "1"
         target = SCREENSHOT if update else tmp_path / SCREENSHOT.name

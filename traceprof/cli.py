@@ -144,6 +144,9 @@ def analyze(trace, fmt, output, depth, top, ignore, batch_size, sort, step, hier
             **({"top_modules": top} if top is not None else {}),
         )
         text = render.render(profile, fmt, options)
+        if not render.get(fmt).shows_warnings:  # rows only (CSV, Parquet): warnings on stderr
+            for warning in profile.warnings:
+                click.echo(f"traceprof: warning: {warning}", err=True)
         if isinstance(text, bytes):
             write_atomic_bytes(output, text)
         elif output:

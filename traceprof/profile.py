@@ -299,7 +299,10 @@ class ModuleProfile:
     def throughput(self, t: Times | StepSelection) -> Throughput:
         """Achieved FLOP/s and bytes/s of ``t`` (a node's times, or the step's) over its GPU busy
         time (CPU time on CPU-only traces), and their fractions of the device's peaks."""
-        time_us = t.gpu_busy_us if self.has_gpu else t.cpu_us
+        if self.has_gpu:
+            time_us = t.gpu_busy_us
+        else:  # a step's CPU time without the time between ops, as the header shows it
+            time_us = t.cpu_in_ops_us if isinstance(t, StepSelection) else t.cpu_us
         moved = t.bytes_read + t.bytes_written
         if time_us <= 0 or not self.flops.has_shapes:
             return Throughput(None, None, None, None, t.flops / moved if moved else None)

@@ -26,14 +26,17 @@ class Renderer:
     description: str
     render: Callable[[ModuleProfile, RenderOptions], str | bytes]
     binary: bool = False  # returns bytes, written to a file only
+    #: the output has a place for the profile's warnings; else the command line prints them
+    shows_warnings: bool = True
 
 
 REGISTRY: dict[str, Renderer] = {}
 
 
-def register(name: str, extensions: tuple[str, ...], description: str, binary: bool = False):
+def register(name: str, extensions: tuple[str, ...], description: str, binary: bool = False,
+             shows_warnings: bool = True):
     def wrap(fn: Callable[[ModuleProfile, RenderOptions], str | bytes]):
-        REGISTRY[name] = Renderer(name, extensions, description, fn, binary)
+        REGISTRY[name] = Renderer(name, extensions, description, fn, binary, shows_warnings)
         return fn
 
     return wrap

@@ -10,7 +10,7 @@ from . import RenderOptions, register
 from .records import profile_rows
 
 
-@register("csv", (".csv",), "one row per node, numbers in microseconds")
+@register("csv", (".csv",), "one row per node, numbers in microseconds", shows_warnings=False)
 def render_csv(profile: ModuleProfile, opts: RenderOptions) -> str:
     rows = profile_rows(profile)
     buf = io.StringIO()

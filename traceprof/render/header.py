@@ -58,7 +58,8 @@ def flop_lines(profile: ModuleProfile, opts: RenderOptions) -> list[str]:
     ]
     rates = profile.throughput(sel)
     over = "GPU busy time" if profile.has_gpu else "CPU time"
-    achieved = f"achieved:  {units.flop_rate(rates.flop_per_s)} over {over}"
+    achieved = (f"achieved:  {units.flop_rate(rates.flop_per_s)} over "
+                f"{over if profile.has_gpu else 'CPU time in ops'}")
     peak = summary.peak
     if peak is not None:
         if peak.flop_per_s:

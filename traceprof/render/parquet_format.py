@@ -6,6 +6,7 @@ Needs pyarrow (``pip install 'traceprof[parquet]'``); without it, a one-line err
 from __future__ import annotations
 
 import io
+import json
 
 from ..errors import MissingDependencyError
 from ..profile import ModuleProfile
@@ -14,7 +15,7 @@ from .records import JSON_SCHEMA
 
 
 @register("parquet", (".parquet", ".pq"), "one row per node, typed columns (needs pyarrow)",
-          binary=True)
+          binary=True, shows_warnings=False)
 def render_parquet(profile: ModuleProfile, opts: RenderOptions) -> bytes:
     try:
         import pyarrow as pa
@@ -29,6 +30,7 @@ def render_parquet(profile: ModuleProfile, opts: RenderOptions) -> bytes:
         b"traceprof.schema": JSON_SCHEMA.encode(),
         b"traceprof.trace": profile.metadata.path.encode("utf-8", "surrogateescape"),
         b"traceprof.hierarchy": profile.source.encode(),
+        b"traceprof.warnings": json.dumps(list(profile.warnings)).encode(),
     })
     buf = io.BytesIO()
     pq.write_table(table, buf)

@@ -465,7 +465,9 @@ class TraceprofView {
               el('span', {class: 'tp-pass-time'}, `${duration(p.total)} · ${percent(p.total / sum)} of all passes`)),
           this.icicleChart(top, p.phase, w)));
     });
-    const missing = passes.filter((p) => p.total <= 0).map((p) =>
+    // an empty forward or backward pass says so (inference has no backward); an empty other
+    // pass (modules never have one) stays silent
+    const missing = passes.filter((p) => p.total <= 0 && p.phase !== 'other').map((p) =>
       el('div', {class: `tp-empty tp-pass-missing tp-pass-${p.phase}`},
           `${p.label}: no ${timeName} in this selection.`));
     this.icicleBox.replaceChildren(crumbs, row, ...missing);
