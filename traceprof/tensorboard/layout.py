@@ -53,11 +53,48 @@ def find_runs(logdir: str) -> dict[str, str]:
 
 
 def read_run_index(run_dir: str) -> dict | None:
+    """The run index of ``run_dir``; None when it is missing, unreadable or malformed."""
     try:
-        with open(run_index_path(run_dir), encoding="utf-8") as f:
-            index = json.load(f)
+        with open(run_index_path(run_dir), "rb") as f:
+            return parse_run_index(f.read())
     except (OSError, ValueError):
         return None
-    if not isinstance(index, dict) or index.get("schema") != RUN_SCHEMA:
-        return None
+
+
+def parse_json_object(data: bytes) -> dict:
+    """A JSON object from UTF-8 bytes; ValueError with a short reason for anything else."""
+    try:
+        doc = json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise ValueError(f"is not UTF-8 (byte {e.start})") from None
+    except json.JSONDecodeError as e:
+        raise ValueError(f"is not valid JSON (line {e.lineno} column {e.colno})") from None
+    except RecursionError:
+        raise ValueError("is not valid JSON (nested too deeply)") from None
+    if not isinstance(doc, dict):
+        raise ValueError(f"is a JSON {type(doc).__name__}, not an object")
+    return doc
+
+
+def is_plain_file_name(name) -> bool:
+    """A file name without a directory part: what run.json may name as a profile."""
+    return (isinstance(name, str) and name not in ("", ".", "..")
+            and not any(c in name for c in "/\\\0"))
+
+
+def parse_run_index(data: bytes) -> dict:
+    """The run index (run.json) from its bytes, with the fields the plugin follows checked:
+    ``schema``, ``profiles.mean`` and ``steps[].{step,profile}`` (profiles are plain file names
+    in the run's plugin directory). ValueError with a short reason when it is malformed."""
+    index = parse_json_object(data)
+    if index.get("schema") != RUN_SCHEMA:
+        raise ValueError(f"has schema {str(index.get('schema'))[:60]!r}, not {RUN_SCHEMA!r}")
+    profiles = index.get("profiles")
+    if not isinstance(profiles, dict) or not is_plain_file_name(profiles.get("mean")):
+        raise ValueError("has no profiles.mean file name")
+    steps = index.get("steps", [])
+    if not isinstance(steps, list) or not all(
+            isinstance(s, dict) and type(s.get("step")) is int
+            and is_plain_file_name(s.get("profile")) for s in steps):
+        raise ValueError("has steps that are not {step: integer, profile: file name}")
     return index

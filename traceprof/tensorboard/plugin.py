@@ -7,12 +7,19 @@ that ``traceprof tensorboard`` wrote (layout.py) and a small self-contained fron
 - ``/data/plugin/traceprof/profile?run=NAME[&step=N]``: traceprof's JSON profile of the run
   (render/json_format.py), the mean of the complete steps or one step;
 - ``/data/plugin/traceprof/index.js``, ``style.css``: the frontend (an ES module).
+
+It serves only regular files inside the log directory: every path is resolved (symlinks
+followed) and one that leaves the logdir is refused (403). A missing or malformed run file is a
+404; each error is a JSON ``{"error": message}`` and one line in the server log.
 """
 
 from __future__ import annotations
 
+import functools
 import json
+import logging
 import os
+import stat
 import threading
 import time
 
@@ -29,16 +36,50 @@ _STATIC_FILES = {
 _JSON = "application/json"
 _RUNS_CACHE_S = 2.0
 
+logger = logging.getLogger(__name__)
+
+
+class _Refused(Exception):
+    """A request answered with an HTTP error: ``message`` goes to the client and, with the
+    ``detail`` only the server's owner may see (a resolved path), to one line of the log."""
+
+    def __init__(self, status: int, message: str, detail: str = ""):
+        super().__init__(message)
+        self.status, self.message, self.detail = status, message, detail
+
+
+def _answers_errors(handler):
+    """A route that answers a _Refused as JSON ``{"error": message}`` and logs it in one line."""
+
+    @functools.wraps(handler)
+    def route(self, request):
+        try:
+            return handler(self, request)
+        except _Refused as e:
+            detail = f" ({e.detail})" if e.detail else ""
+            logger.warning("traceprof plugin: HTTP %d for %s: %s%s", e.status,
+                           _one_line(request.full_path), e.message, detail)
+            return _respond_json(json.dumps({"error": e.message}).encode(), status=e.status)
+
+    return wrappers.Request.application(route)
+
+
+def _one_line(text: str, limit: int = 200) -> str:
+    text = text.encode("unicode_escape").decode("ascii")
+    return text if len(text) <= limit else text[:limit] + "..."
+
 
 class TraceprofPlugin(base_plugin.TBPlugin):
     plugin_name = layout.PLUGIN_NAME
 
     def __init__(self, context: base_plugin.TBContext):
         super().__init__(context)
-        self._logdir = os.path.abspath(context.logdir) if context.logdir else ""
+        # resolved once: every file served must resolve to a path under it
+        self._logdir = os.path.realpath(context.logdir) if context.logdir else ""
         self._lock = threading.Lock()
         self._runs: dict[str, str] = {}
         self._runs_time = float("-inf")
+        self._logged: set[str] = set()  # run list problems, logged once each
 
     # -- TensorBoard interface -----------------------------------------------------------------
 
@@ -66,45 +107,106 @@ class TraceprofPlugin(base_plugin.TBPlugin):
 
     def _run_dir(self, name: str | None) -> str:
         if not name:
-            raise exceptions.BadRequest("missing run")
+            raise _Refused(400, "missing run")
         run_dir = self._find_runs().get(name)
         if run_dir is None:
             self._runs_time = float("-inf")  # a run written since the last scan
             run_dir = self._find_runs().get(name)
         if run_dir is None:
-            raise exceptions.NotFound(f"no traceprof run {name!r}")
+            raise _Refused(404, f"no traceprof run {_one_line(name, 100)!r}")
         return run_dir
 
-    @wrappers.Request.application
-    def _serve_runs(self, request):
-        runs = []
-        for name, run_dir in self._find_runs().items():
-            index = layout.read_run_index(run_dir)
-            if index is not None:
-                runs.append({**index, "name": name})
-        return _respond_json(json.dumps({"logdir": self._logdir, "runs": runs}).encode())
+    def _inside_logdir(self, path: str) -> bool:
+        root = self._logdir
+        return bool(root) and (path == root or path.startswith(root.rstrip(os.sep) + os.sep))
 
-    @wrappers.Request.application
+    def _read(self, run_dir: str, file_name: str, what: str) -> bytes:
+        """The bytes of a regular file of the run's plugin directory that resolves inside the
+        logdir (``what`` names it in messages); _Refused otherwise."""
+        real = os.path.realpath(os.path.join(run_dir, layout.PLUGIN_DIR, file_name))
+        if not self._inside_logdir(real):
+            raise _Refused(403, f"{what} resolves outside the log directory: refused", real)
+        flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+        try:  # non-blocking: a FIFO must not hang the request
+            fd = os.open(real, flags | getattr(os, "O_CLOEXEC", 0))
+        except FileNotFoundError:
+            raise _Refused(404, f"{what} is missing") from None
+        except OSError as e:
+            raise _Refused(404, f"cannot read {what} ({e.strerror or e})") from None
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise _Refused(404, f"{what} is not a regular file")
+            # the file opened, should a directory have been swapped for a symlink since
+            opened = _fd_path(fd)
+            if opened is not None and not self._inside_logdir(opened):
+                raise _Refused(403, f"{what} resolves outside the log directory: refused",
+                               opened)
+            with open(fd, "rb", closefd=False) as f:
+                return f.read()
+        except OSError as e:
+            raise _Refused(404, f"cannot read {what} ({e.strerror or e})") from None
+        finally:
+            os.close(fd)
+
+    def _run_index(self, name: str, run_dir: str) -> dict:
+        what = f"run {name!r}: {layout.RUN_INDEX}"
+        data = self._read(run_dir, layout.RUN_INDEX, what)
+        try:
+            return layout.parse_run_index(data)
+        except ValueError as e:
+            raise _Refused(404, f"{what} {e}") from None
+
+    def _public_index(self, index: dict) -> dict:
+        """The run index as /runs serves it: the input trace's path relative to the logdir when
+        it lies inside, else its file name; no absolute path leaves the server."""
+        trace = index.get("trace")
+        if isinstance(trace, dict) and isinstance(trace.get("path"), str):
+            path = trace["path"]
+            real = os.path.realpath(path) if os.path.isabs(path) else ""
+            if real and self._inside_logdir(real):
+                path = os.path.relpath(real, self._logdir).replace(os.sep, "/")
+            else:
+                path = os.path.basename(path.replace("\\", "/"))
+            index = {**index, "trace": {**trace, "path": path}}
+        return index
+
+    @_answers_errors
+    def _serve_runs(self, request):
+        runs, invalid = [], []
+        for name, run_dir in self._find_runs().items():
+            try:
+                index = self._run_index(name, run_dir)
+            except _Refused as e:
+                invalid.append({"name": name, "error": e.message})
+                line = f"{e.message} ({e.detail})" if e.detail else e.message
+                if line not in self._logged:  # the list is asked for often: once each
+                    self._logged.add(line)
+                    logger.warning("traceprof plugin: run not listed: %s", line)
+                continue
+            runs.append({**self._public_index(index), "name": name})
+        # run names are paths relative to the logdir; the logdir itself is not served
+        return _respond_json(json.dumps({"runs": runs, "invalid_runs": invalid}).encode())
+
+    @_answers_errors
     def _serve_profile(self, request):
-        run_dir = self._run_dir(request.args.get("run"))
-        index = layout.read_run_index(run_dir)
-        if index is None:
-            raise exceptions.NotFound("the run has no readable run.json")
+        name = request.args.get("run")
+        run_dir = self._run_dir(name)
+        index = self._run_index(name, run_dir)
         step = request.args.get("step", "mean")
         if step in ("", "mean"):
             file_name = index["profiles"]["mean"]
         else:
             by_step = {str(s["step"]): s["profile"] for s in index.get("steps", [])}
             if step not in by_step:
-                raise exceptions.NotFound(f"run has no profile of step {step!r}")
+                raise _Refused(404, f"run {name!r} has no profile of step "
+                                    f"{_one_line(step, 40)!r}")
             file_name = by_step[step]
-        # names come from run.json; never leave the run's plugin directory
-        path = os.path.join(run_dir, layout.PLUGIN_DIR, os.path.basename(file_name))
+        what = f"run {name!r}: {file_name}"
+        data = self._read(run_dir, file_name, what)  # a plain file name (parse_run_index)
         try:
-            with open(path, "rb") as f:
-                data = f.read()
-        except OSError:
-            raise exceptions.NotFound(f"cannot read {file_name}") from None
+            layout.parse_json_object(data)
+        except ValueError as e:
+            raise _Refused(404, f"{what} {e}") from None
         return _respond_json(data)
 
     @wrappers.Request.application
@@ -118,7 +220,15 @@ class TraceprofPlugin(base_plugin.TBPlugin):
                                  headers=[("X-Content-Type-Options", "nosniff")])
 
 
-def _respond_json(data: bytes):
-    return wrappers.Response(data, content_type=_JSON,
+def _fd_path(fd: int) -> str | None:
+    """The path of an open file as the kernel names it (Linux), or None."""
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return None
+
+
+def _respond_json(data: bytes, status: int = 200):
+    return wrappers.Response(data, status=status, content_type=_JSON,
                              headers=[("X-Content-Type-Options", "nosniff"),
                                       ("Cache-Control", "no-cache")])
