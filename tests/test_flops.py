@@ -190,6 +190,92 @@ OPS = [
     ("fill_", "aten::fill_", [[4, 8], []], [F, S], ["", "0."], (0, 0, 0, 128)),
     ("cat", "aten::cat", [[[2, 3], [2, 5]], []], [TL, S], ["", "1"], (0, 0, 64, 64)),
     ("index_select", "aten::index_select", [[100, 8], [], [5]], [F, S, L], ["", "0", ""], (0, 0, 40 + 160, 160)),
+    # --- recurrent layers (traceprof/flops/rnn.py). LSTM I=16 H=32 over 5 steps x 3 rows = 15
+    # rows: gate GEMMs 15*4*32*(16+32) = 92160 MACs; gate math 15*13*32 = 6240
+    ("mkldnn_rnn_layer", "aten::mkldnn_rnn_layer",
+     [[5, 3, 16], [128, 16], [128, 32], [128], [128], [3, 32], [3, 32]] + [[]] * 9, [F] * 7 + [S, SL] + [S] * 7,
+     [""] * 7 + ["False", "[]", "2", "32", "1", "True", "False", "False", "True"],
+     # reads input, 4 weights, hx, cx; writes output [15, 32], hy, cy
+     (2 * 92160 + 6240, 92160, (240 + 2048 + 4096 + 128 + 128 + 96 + 96) * 4, (480 + 96 + 96) * 4)),
+    # backward: data and weight gradients (2 x 92160 MACs), gate math twice
+    ("mkldnn_rnn_layer_backward", "aten::mkldnn_rnn_layer_backward",
+     [[5, 3, 16], [128, 16], [128, 32], [128], [128], [3, 32], [3, 32], [5, 3, 32], [3, 32], [3, 32],
+      [5, 3, 32], [], []] + [[]] * 9 + [[53248]],
+     [F] * 11 + ["", ""] + [S] * 7 + [SL, S, "unsigned char"],
+     [""] * 13 + ["False", "2", "32", "1", "True", "True", "False", "[]", "False", ""],
+     (4 * 92160 + 2 * 6240, 2 * 92160, None, (240 + 2048 + 4096 + 128 + 128 + 96 + 96) * 4)),
+    # cuDNN, bf16 LSTM with projection P=8, 2 layers, bidirectional: every layer-direction has
+    # 16 inputs (layer 1: 2*8) -> 4*32*(16+8) + 8*32 = 3328 MACs per row, 4 of them; gate math
+    # 4*13*32 per row. Reads input, hx, cx, the weights once (13312 + 4*256 biases); writes
+    # output [15, 2*8], hy, cy
+    ("_cudnn_rnn lstm proj bidir", "aten::_cudnn_rnn",
+     [[5, 3, 16], [[128, 16], [128, 8], [128], [128], [8, 32]] * 4, [], [14336], [4, 3, 8], [4, 3, 32]] + [[]] * 10,
+     [B, TL, S, B, B, B] + [S] * 8 + [SL, ""],
+     ["", "", "5", "", "", "", "2", "32", "8", "2", "False", "0.", "True", "True", "[]", ""],
+     (2 * 15 * 13312 + 15 * 4 * 13 * 32, 15 * 13312, (240 + 96 + 384 + 13312 + 1024) * 2, (240 + 96 + 384) * 2)),
+    # the schema before proj_size (PyTorch < 1.8): GRU, 15 rows x 3*32*(16+32); gate math 10*32
+    ("_cudnn_rnn gru old schema", "aten::_cudnn_rnn",
+     [[5, 3, 16], [[96, 16], [96, 32], [96], [96]], [], [4800], [1, 3, 32]] + [[]] * 10,
+     [F, TL, S, F, F, ""] + [S] * 7 + [SL, ""],
+     ["", "", "4", "", "", "", "3", "32", "1", "False", "0.", "True", "False", "[]", ""],
+     (2 * 15 * 4608 + 15 * 320, 15 * 4608, None, None)),
+    # backward of an RNN (tanh, mode 1) whose input needs no gradient (output_mask[0] False):
+    # data gradients 32*(16+32) - 32*16 (the input's), weight gradients 32*(16+32); gate math 2*2*32
+    ("_cudnn_rnn_backward no input grad", "aten::_cudnn_rnn_backward",
+     [[5, 3, 16], [[32, 16], [32, 32], [32], [32]], [], [1600], [1, 3, 32], [], [5, 3, 32], [5, 3, 32],
+      [], []] + [[]] * 10 + [[100], []],
+     [F, TL, S, F, F, "", F, F, "", ""] + [S] * 8 + [SL, "", "unsigned char", SL],
+     ["", "", "4", "", "", "", "", "", "", "", "1", "32", "0", "1", "False", "0.", "True", "False", "[]",
+      "", "", "[False, True, False, True]"],
+     (2 * 15 * (1024 + 1536) + 15 * 4 * 32, 15 * (1024 + 1536), None, None)),
+    ("miopen_rnn lstm", "aten::miopen_rnn",
+     [[5, 3, 16], [[128, 16], [128, 32], [128], [128]], [], [1, 3, 32], [1, 3, 32]] + [[]] * 9,
+     [H, TL, S, H, H] + [S] * 7 + [SL, ""],
+     ["", "", "4", "", "", "2", "32", "1", "False", "0.", "True", "False", "[]", ""],
+     (2 * 92160 + 6240, 92160, None, (480 + 96 + 96) * 2)),
+    ("miopen_rnn_backward lstm", "aten::miopen_rnn_backward",
+     [[5, 3, 16], [[128, 16], [128, 32], [128], [128]], [], [6400], [1, 3, 32], [1, 3, 32], [5, 3, 32],
+      [5, 3, 32], [], []] + [[]] * 9 + [[100], []],
+     [F, TL, S, F, F, F, F, F, "", ""] + [S] * 7 + [SL, "", "unsigned char", SL],
+     ["", "", "4", "", "", "", "", "", "", "", "2", "32", "1", "False", "0.", "True", "False", "[]", "", "",
+      "[True, True, True, True]"],
+     (4 * 92160 + 2 * 6240, 2 * 92160, None, None)),
+    # the CUDA cells' fused gate math over 3 rows: LSTM 13*32 per row, GRU 10*32; backward twice
+    ("_thnn_fused_lstm_cell", "aten::_thnn_fused_lstm_cell", [[3, 128], [3, 128], [3, 32], [128], [128]],
+     [F] * 5, [""] * 5, (3 * 13 * 32, 0, None, 2 * 96 * 4)),
+    ("_thnn_fused_lstm_cell_backward", "aten::_thnn_fused_lstm_cell_backward_impl",
+     [[3, 32], [3, 32], [3, 32], [3, 32], [3, 128], []], [F] * 5 + [S], [""] * 5 + ["True"],
+     (2 * 3 * 13 * 32, 0, None, (96 + 384) * 4)),
+    ("_thnn_fused_gru_cell", "aten::_thnn_fused_gru_cell", [[3, 96], [3, 96], [3, 32], [96], [96]],
+     [F] * 5, [""] * 5, (3 * 10 * 32, 0, None, 96 * 4)),
+    ("_thnn_fused_gru_cell_backward", "aten::_thnn_fused_gru_cell_backward", [[3, 32], [3, 160], []],
+     [F, F, S], ["", "", "True"], (2 * 3 * 10 * 32, 0, None, None)),
+    # composite ops alone in a trace (nothing inside them counted): their fallback formulas
+    ("lstm_cell", "aten::lstm_cell", [[3, 16], [[3, 32], [3, 32]], [128, 16], [128, 32], [128], [128]],
+     [F, TL, F, F, F, F], [""] * 6, (2 * 3 * 6144 + 3 * 13 * 32, 3 * 6144, None, 2 * 96 * 4)),
+    ("gru_cell", "aten::gru_cell", [[3, 16], [3, 32], [96, 16], [96, 32], [96], [96]], [F] * 6, [""] * 6,
+     (2 * 3 * 4608 + 3 * 10 * 32, 3 * 4608, None, 96 * 4)),
+    # unbatched: one row
+    ("rnn_relu_cell", "aten::rnn_relu_cell", [[16], [32], [32, 16], [32, 32], [], []], [F, F, F, F, "", ""],
+     [""] * 6, (2 * 1536 + 2 * 32, 1536, None, 32 * 4)),
+    ("lstm", "aten::lstm", [[5, 3, 16], [[1, 3, 32], [1, 3, 32]], [[128, 16], [128, 32], [128], [128]]] + [[]] * 6,
+     [F, TL, TL] + [S] * 6, ["", "", "", "True", "1", "0.", "True", "False", "False"],
+     (2 * 92160 + 6240, 92160, None, 480 * 4)),
+    # the packed overload (data, batch_sizes, hx, params, ...): 11 rows
+    ("gru packed", "aten::gru", [[11, 16], [5], [1, 3, 32], [[96, 16], [96, 32], [96], [96]]] + [[]] * 5,
+     [F, L, F, TL] + [S] * 5, ["", "", "", "", "True", "1", "0.", "True", "False"],
+     (2 * 11 * 4608 + 11 * 320, 11 * 4608, None, 11 * 32 * 4)),
+    # 2 layers, bidirectional, no biases: 2 x 32*(16+32) + 2 x 32*(64+32) MACs per row
+    ("rnn_tanh 2 layers bidir", "aten::rnn_tanh",
+     [[5, 3, 16], [4, 3, 32], [[32, 16], [32, 32]] * 2 + [[32, 64], [32, 32]] * 2] + [[]] * 6,
+     [F, F, TL] + [S] * 6, ["", "", "", "False", "2", "0.", "True", "True", "False"],
+     (2 * 15 * 9216 + 15 * 4 * 2 * 32, 15 * 9216, None, 15 * 64 * 4)),
+    ("_lstm_mps", "aten::_lstm_mps", [[5, 3, 16], [[1, 3, 32], [1, 3, 32]], [[128, 16], [128, 32], [128], [128]]] + [[]] * 6,
+     [F, TL, TL] + [S] * 6, ["", "", "", "True", "1", "0.", "True", "False", "False"],
+     (2 * 92160 + 6240, 92160, None, None)),
+    ("_cudnn_rnn_flatten_weight", "aten::_cudnn_rnn_flatten_weight",
+     [[[128, 16], [128, 32], [128], [128]]] + [[]] * 8, [TL] + [S] * 8,
+     ["", "4", "16", "2", "32", "0", "1", "False", "False"], (0, 0, 6400 * 4, 6400 * 4)),
 ]
 
 
@@ -264,6 +350,83 @@ def test_nested_ops_are_counted_once_at_the_outermost_op_with_a_formula(trace_of
     assert costs.flops.tolist() == [2 * 4 * 16 * 8, 2 * 2 * 3 * 5 * 4, 0]
     assert costs.bytes_written[2] == 16 * 2
     assert len(costs.unsupported) == 0
+
+
+LSTM_ARGS = ([[5, 3, 16], [[1, 3, 32], [1, 3, 32]], [[128, 16], [128, 32], [128], [128]]] + [[]] * 6,
+             [F, TL, TL] + [S] * 6, ["", "", "", "True", "1", "0.", "True", "False", "False"])
+MKLDNN_LAYER_ARGS = ([[5, 3, 16], [128, 16], [128, 32], [128], [128], [3, 32], [3, 32]] + [[]] * 9,
+                     [F] * 7 + [S, SL] + [S] * 7,
+                     [""] * 7 + ["False", "[]", "2", "32", "1", "True", "False", "False", "True"])
+LSTM_FLOPS = 2 * 15 * 4 * 32 * (16 + 32) + 15 * 13 * 32  # 15 rows, I=16, H=32
+
+
+def test_composite_rnn_ops_count_only_when_nothing_inside_them_is_counted(trace_of):
+    b = TraceBuilder()
+    # CPU LSTM: aten::lstm -> aten::mkldnn_rnn_layer -> aten::add (its two biases): the layer
+    b.shaped_op("aten::lstm", 0, 100, *LSTM_ARGS)
+    b.shaped_op("aten::cudnn_is_acceptable", 2, 1, [[5, 3, 16]], [F], [""])
+    b.shaped_op("aten::mkldnn_rnn_layer", 5, 90, *MKLDNN_LAYER_ARGS)
+    b.shaped_op("aten::add", 10, 5, [[128], [128], []], [F, F, S], ["", "", "1"])
+    # CPU GRU: aten::gru runs linear layers and the gate math as separate ops: those count
+    b.shaped_op("aten::gru", 200, 100, [[5, 3, 16], [1, 3, 32], [[96, 16], [96, 32], [96], [96]]] + [[]] * 6,
+                [F, F, TL] + [S] * 6, ["", "", "", "True", "1", "0.", "True", "False", "False"])
+    b.shaped_op("aten::linear", 210, 20, [[5, 3, 16], [96, 16], [96]], [F, F, F], ["", "", ""])
+    b.shaped_op("aten::addmm", 212, 15, [[96], [15, 16], [16, 96], [], []], [F, F, F, S, S], ["", "", "", "1", "1"])
+    b.shaped_op("aten::unsafe_chunk", 240, 10, [[3, 96], [], []], [F, S, S], ["", "3", "1"])
+    b.shaped_op("aten::sigmoid_", 260, 10, [[3, 32]], [F], [""])
+    # an LSTM whose backend op traceprof does not know: the composite op's own formula
+    b.shaped_op("aten::lstm", 400, 100, *LSTM_ARGS)
+    b.shaped_op("mylib::fused_lstm", 410, 80, [[5, 3, 16]], [F], [""])
+    trace = trace_of(b)
+    costs = count_ops(trace, link(trace))
+    names = [trace.events.names[trace.events.name[e]] for e in costs.counted.tolist()]
+    assert names == ["aten::mkldnn_rnn_layer", "aten::linear", "aten::sigmoid_", "aten::lstm"]
+    assert costs.flops.tolist() == [LSTM_FLOPS, 2 * 15 * 96 * 16, 96, LSTM_FLOPS]
+    assert len(costs.unsupported) == 0
+
+
+def test_an_op_doing_its_work_itself_is_unsupported_despite_a_counted_op_inside(analyze_built):
+    """The rule is about time: an op without a formula is reported when most of its time is its
+    own, not only when nothing inside it is counted (a bias add inside an RNN layer)."""
+    b = TraceBuilder()
+    b.top["deviceProperties"] = []
+    b.step(1, 0, 1000)
+    b.shaped_op("mylib::rnn_layer", 10, 400, [[5, 3, 16]], [F], [""])
+    b.shaped_op("aten::add", 20, 10, [[128], [128], []], [F, F, S], ["", "", "1"])
+    # most of the time in the counted op inside: looked through
+    b.shaped_op("aten::einsum", 500, 100, [[], [[2, 3, 4], [2, 4, 5]], []], ["", TL, ""], ["", "", ""])
+    b.shaped_op("aten::bmm", 505, 90, [[2, 3, 4], [2, 4, 5]], [F, F], ["", ""])
+    # zero-FLOP ops: views, metadata, predicates are never unsupported
+    b.shaped_op("aten::unsafe_chunk", 700, 50, [[3, 96], [], []], [F, S, S], ["", "3", "1"])
+    b.shaped_op("aten::unsafe_split", 705, 40, [[3, 96], [], []], [F, S, S], ["", "32", "1"])
+    b.shaped_op("aten::cudnn_is_acceptable", 760, 5, [[5, 3, 16]], [F], [""])
+    b.shaped_op("aten::_nnpack_available", 770, 5, [], [], [])
+    b.shaped_op("aten::is_contiguous", 780, 5, [[3, 96], []], [F, S], ["", "0"])
+    b.shaped_op("aten::empty_permuted", 790, 5, [[], [], [], [], [], []], [""] * 6, ["[3]", "[0]", "6", "", "", ""])
+    p = analyze_built(b)
+    listed = {u.name: u for u in p.flops.unsupported}
+    assert set(listed) == {"mylib::rnn_layer"}
+    assert listed["mylib::rnn_layer"].time_us == pytest.approx(390)  # its own time, not the add's
+    assert 0 < listed["mylib::rnn_layer"].share_of_step <= 1
+
+
+def test_on_gpu_an_op_is_unsupported_when_it_launches_most_of_its_gpu_work_itself(analyze_built):
+    b = TraceBuilder()
+    b.step(1, 0, 1000)
+    b.shaped_op("mylib::rnn_layer", 10, 100, [[5, 3, 16]], [F], [""])
+    b.shaped_op("aten::add", 20, 10, [[128], [128], []], [F, F, S], ["", "", "1"])
+    b.launch(22, 200, 5)  # the add's kernel
+    b.launch(40, 210, 50)  # the layer's own kernel
+    # 5 of 65 µs launched by the op itself, the rest by the counted mm inside it: explained
+    b.shaped_op("mylib::wrapper", 300, 100, [[4, 8]], [F], [""])
+    b.shaped_op("aten::mm", 310, 50, [[4, 8], [8, 16]], [F, F], ["", ""])
+    b.launch(320, 400, 60)
+    b.launch(380, 470, 5)
+    p = analyze_built(b)
+    assert [u.name for u in p.flops.unsupported] == ["mylib::rnn_layer"]
+    layer = p.flops.unsupported[0]
+    assert layer.time_us == pytest.approx(50)  # the GPU time of its own kernel only
+    assert layer.share_of_step == pytest.approx(50 / 120)
 
 
 def test_an_op_without_formula_is_listed_unsupported_with_calls_and_time(analyze_built):
