@@ -197,6 +197,28 @@ class CausalLM(nn.Module):
         return self.head(x + self.attn(self.norm(x)))
 
 
+class Recurrent(nn.Module):
+    """GRU, RNN and cells run on CPU as linear layers and gate math, which FlopCounterMode
+    counts; oneDNN's LSTM layer (aten::mkldnn_rnn_layer) it counts as 0, and so does traceprof
+    with the matrix families only (its RNN formulas are checked in tests/test_flops_rnn.py)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lstm = nn.LSTM(16, 32)
+        self.gru = nn.GRU(32, 32, num_layers=2, bidirectional=True)
+        self.rnn = nn.RNN(64, 32, nonlinearity="relu")
+        self.cell = nn.GRUCell(32, 32)
+        self.head = nn.Linear(32, 10)
+
+    def forward(self, x):
+        y, _ = self.gru(self.lstm(x)[0])
+        y, _ = self.rnn(y)
+        h = None
+        for t in range(y.shape[0]):
+            h = self.cell(y[t], h)
+        return self.head(h)
+
+
 def _models():
     gen = torch.Generator().manual_seed(0)
     gpt = sample_models.GPTConfig(vocab_size=512, block_size=64, n_layer=2, n_head=4, d_model=64)
@@ -216,6 +238,7 @@ def _models():
                  (torch.randint(0, 512, (2, 32), generator=gen), mask)),
         "depthwise_cnn": (DepthwiseCNN, (torch.randn(2, 3, 32, 32, generator=gen),)),
         "causal_attention": (CausalLM, (torch.randint(0, 100, (2, 48), generator=gen),)),
+        "recurrent": (Recurrent, (torch.randn(5, 3, 16, generator=gen),)),
     }
 
 

@@ -23,6 +23,13 @@ def copy(a: OpArgs) -> OpCost:
     return a.cost(flops=0, reads=nbytes(src, a.dtype(1)), writes=[(dst, a.dtype(0))])
 
 
+@_R.formula("aten::_pin_memory", family=Family.MEMORY)
+def pin_memory(a: OpArgs) -> OpCost:
+    """_pin_memory(self, device?): a copy of self into page-locked host memory."""
+    x = a.shape(0)
+    return a.cost(flops=0, reads=nbytes(x, a.dtype(0)), writes=[(x, a.dtype(0))])
+
+
 @_R.formula("aten::fill_", "aten::zero_", "aten::fill", family=Family.MEMORY)
 def fill(a: OpArgs) -> OpCost:
     x = a.shape(0)
@@ -189,6 +196,9 @@ WRAPPER_OPS = (
     "embedding_bag", "_embedding_bag_backward", "_autocast_to_reduced_precision",
     "_autocast_to_full_precision", "_pack_padded_sequence", "_pad_packed_sequence",
     "_thnn_differentiable_lstm_cell_backward", "_thnn_differentiable_gru_cell_backward",
+    "einsum", "tensordot", "sum_to_size", "flatten_dense_tensors", "pin_memory",
+    # the backward of a view: a zero-filled tensor with the gradient copied into the view
+    "select_backward", "slice_backward", "diagonal_backward",
 )
 #: name prefixes of zero-FLOP families: predicates (``aten::is_contiguous``, ``is_nonzero``...,
 #: ``_use_cudnn_ctc_loss``...), allocation (``aten::empty_permuted``,
