@@ -1,5 +1,6 @@
 """Per-module FLOPs from traces against torch.utils.flop_counter.FlopCounterMode, forward and
-backward, on CPU: the sample models, a depthwise/grouped CNN and attention with a causal mask.
+backward, on CPU: the sample models, a depthwise/grouped CNN, attention with a causal mask and
+recurrent layers.
 
 Each model runs once under traceprof.capture (torch.profiler with record_shapes=True and
 traceprof's module scopes); traceprof analyzes the exported trace with the formulas of the op
