@@ -263,12 +263,14 @@ class TraceprofView {
     const rates = new Set();
     const plain = new Set();
     let anyFlops = false;
+    let otherFlops = false;  // the optimizer's FLOPs: a column only when there are some
     for (const n of this.doc.nodes) {
       for (const [k, v] of Object.entries(n)) {
         let m;
         if ((m = /^(forward|backward|other)_total_(.+)$/.exec(k))) {
           if (!TIME_FIELDS.has(m[2])) phased.add(m[2]);
           if (m[2] === 'flops' && v) anyFlops = true;
+          if (m[2] === 'flops' && v && m[1] === 'other') otherFlops = true;
         } else if (/^(forward|backward|other)_own_/.test(k)) {
           continue;
         } else if ((m = /^(forward|backward|other)_(.+)$/.exec(k))) {
@@ -281,7 +283,7 @@ class TraceprofView {
     const flops = this.doc.flops || {};
     const peak = flops.peak && flops.peak.flop_per_s ? flops.peak : null;
     return {phased: [...phased].sort(), rates: [...rates].sort(), plain: [...plain].sort(),
-      flops: anyFlops, peak};
+      flops: anyFlops, otherFlops, peak};
   }
 
   // Throughput time of a node: GPU busy time (CPU time on CPU-only traces), as traceprof defines it
@@ -579,7 +581,7 @@ class TraceprofView {
     }
     const x = this.extraFields;
     if (x.flops) {
-      for (const [phase, , short] of PASSES) {
+      for (const [phase, , short] of PASSES.filter(([p]) => p !== 'other' || x.otherFlops)) {
         cols.push({key: `${phase}_flops`, label: `${short} FLOPs`, num: true,
           get: (n) => n[`${phase}_total_flops`], fmt: (v) => formatField('flops', v)});
       }
