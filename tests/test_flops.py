@@ -386,6 +386,39 @@ def test_composite_rnn_ops_count_only_when_nothing_inside_them_is_counted(trace_
     assert len(costs.unsupported) == 0
 
 
+def test_a_cudnn_lstm_is_counted_in_its_module_forward_and_backward(analyze_built):
+    """aten::lstm -> aten::_cudnn_rnn on a GPU, and its backward on the autograd thread: the
+    backend ops are counted (not the composite aten::lstm around them) in the module's passes."""
+    cudnn = ([[5, 3, 16], [[128, 16], [128, 32], [128], [128]], [], [6400], [1, 3, 32], [1, 3, 32]] + [[]] * 10,
+             [F, TL, S, F, F, F] + [S] * 8 + [SL, ""],
+             ["", "", "4", "", "", "", "2", "32", "0", "1", "False", "0.", "True", "False", "[]", ""])
+    backward = ([[5, 3, 16], [[128, 16], [128, 32], [128], [128]], [], [6400], [1, 3, 32], [1, 3, 32],
+                 [5, 3, 32], [5, 3, 32], [], []] + [[]] * 10 + [[100], []],
+                [F, TL, S, F, F, F, F, F, "", ""] + [S] * 8 + [SL, "", "unsigned char", SL],
+                ["", "", "4", "", "", "", "", "", "", "", "2", "32", "0", "1", "False", "0.", "True", "False",
+                 "[]", "", "", "[True, True, True, True]"])
+    b = TraceBuilder()
+    b.step(1, 0, 1000)
+    b.scope("", "Net", 10, 300)
+    b.scope("lstm", "LSTM", 20, 200)
+    b.shaped_op("aten::lstm", 30, 150, *LSTM_ARGS)
+    b.shaped_op("aten::cudnn_is_acceptable", 32, 2, [[5, 3, 16]], [F], [""])
+    b.shaped_op("aten::_cudnn_rnn_flatten_weight", 40, 20, [[[128, 16], [128, 32], [128], [128]]] + [[]] * 8,
+                [TL] + [S] * 8, ["", "4", "16", "2", "32", "0", "1", "False", "False"])
+    b.launch(45, 100, 5, kind="memcpy")
+    b.shaped_op("aten::_cudnn_rnn", 70, 100, *cudnn, seq=7)
+    b.launch(80, 110, 200)
+    b.op("autograd::engine::evaluate_function: CudnnRnnBackward0", 600, 200, tid=2, seq=7, fwd_tid=1)
+    b.op("CudnnRnnBackward0", 601, 190, tid=2, seq=7, fwd_tid=1)
+    b.shaped_op("aten::_cudnn_rnn_backward", 610, 150, *backward, tid=2)
+    b.launch(620, 700, 400, tid=2)
+    p = analyze_built(b)
+    lstm = p.find("lstm")
+    assert lstm.forward.total.flops == LSTM_FLOPS
+    assert lstm.backward.total.flops == 2 * LSTM_FLOPS
+    assert p.flops.unsupported == ()
+
+
 def test_an_op_doing_its_work_itself_is_unsupported_despite_a_counted_op_inside(analyze_built):
     """The rule is about time: an op without a formula is reported when most of its time is its
     own, not only when nothing inside it is counted (a bias add inside an RNN layer)."""
