@@ -288,7 +288,7 @@ class ModuleProfile:
         raise KeyError(qualified_name)
 
     def share_of_step(self, node: ModuleNode) -> float:
-        """The node's GPU busy time (forward + backward) as a fraction of the step's; CPU time
+        """The node's GPU busy time (all passes) as a fraction of the step's; CPU time
         for traces without GPU work."""
         if self.has_gpu:
             denom, num = self.selection.gpu_busy_us, node.total.gpu_busy_us
@@ -330,6 +330,8 @@ class ModuleProfile:
                     assert close(a, b), f"{node.qualified_name} {phase} {f.name}: {a} != {b}"
             for c in node.children:
                 assert self.nodes[c].parent == node.id, f"bad parent link under {node.id}"
+            if node.kind is NodeKind.MODULE:  # a module's work is forward or backward
+                assert node.other.total == ZERO, f"{node.qualified_name} has other-pass work"
         roots = ZERO
         for r in self.roots:
             roots = roots + self.nodes[r].total

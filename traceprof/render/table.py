@@ -352,11 +352,11 @@ COLUMNS: dict[str, Column] = {c.name: c for c in (
            lambda p: "MACs (fwd)",
            lambda ctx, n: units.si(n.forward.total.macs, "MAC", ctx.opts.raw_numbers),
            lambda p: p.flops.has_shapes),
-    Column("flops", "FLOPs: forward + backward FLOPs, per step",
+    Column("flops", "FLOPs: FLOPs of all passes, per step",
            lambda p: "FLOPs",
            lambda ctx, n: units.flops(n.total.flops, ctx.opts.raw_numbers),
            lambda p: p.flops.has_shapes),
-    Column("flop_rate", "FLOP/s: achieved, forward + backward, over the row's time",
+    Column("flop_rate", "FLOP/s: achieved, all passes, over the row's time",
            lambda p: "FLOP/s",
            lambda ctx, n: units.flop_rate(ctx.profile.throughput(n.total).flop_per_s)
            if n.total.flops else "--",
