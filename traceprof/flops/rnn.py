@@ -69,8 +69,7 @@ GATE_MATH = {LSTM: 13, GRU: 10, RNN: 2}
 #: cuDNN's and MIOpen's ``mode`` argument: RNN_RELU, RNN_TANH, LSTM, GRU
 MODE_GATES = {0: RNN, 1: RNN, 2: LSTM, 3: GRU}
 #: the gates of the composite layer ops, by name
-_GATES_OF = {"lstm": LSTM, "gru": GRU, "rnn_tanh": RNN, "rnn_relu": RNN, "_lstm_mps": LSTM,
-             "lstm_mps_backward": LSTM}
+_GATES_OF = {"lstm": LSTM, "gru": GRU, "rnn_tanh": RNN, "rnn_relu": RNN, "_lstm_mps": LSTM}
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,7 +107,9 @@ class Layer:
         """Weight elements, biases left out (one MAC per weight element and row)."""
         return self.macs
 
+    @property
     def biases(self) -> int:
+        """Bias elements (b_ih and b_hh), when the layer has biases."""
         return 2 * self.gates * self.hidden
 
 
@@ -164,10 +165,9 @@ def _tensor_bytes(a: OpArgs, positions) -> float:
 def _mkldnn_layer(a: OpArgs, hidden_pos: int) -> tuple[Layer, int]:
     x, w_ih, w_hh = a.shape(0), a.shape(1), a.shape(2)
     hidden = a.integer(hidden_pos)
-    if len(w_ih) != 2 or len(w_hh) != 2 or not x or w_ih[1] != x[-1]:
+    if len(w_ih) != 2 or len(w_hh) != 2 or not x or w_ih[1] != x[-1] or w_hh != (w_ih[0], hidden):
         raise ArgumentError(f"{a.name}: weights {w_ih}, {w_hh} for input {x}")
-    gates = _gates(w_ih[0], hidden, a.name)
-    return Layer(w_ih[1], hidden, gates, 0 if w_hh[1] == hidden else w_hh[1]), rows_of(x)
+    return Layer(w_ih[1], hidden, _gates(w_ih[0], hidden, a.name)), rows_of(x)
 
 
 @_R.formula("aten::mkldnn_rnn_layer", family=Family.RNN)
@@ -241,9 +241,11 @@ def _backend_stack(a: OpArgs, p: _Positions) -> tuple[list[Layer], int]:
     return layers, rows_of(x)
 
 
-def _weight_bytes(a: OpArgs, layers: list[Layer]) -> float:
-    dtype = a.dtype(0)
-    return nbytes((sum(l.weights + l.biases() for l in layers),), dtype)
+def _parameters(a: OpArgs, layers: list[Layer]) -> int:
+    """Weight and bias elements; ``weight_stride0`` (argument 2) is the number of tensors per
+    layer and direction: 4 or 5 (with a projection) with biases, 2 or 3 without."""
+    biases = a.integer(2, 4) in (4, 5)
+    return sum(l.weights + (l.biases if biases else 0) for l in layers)
 
 
 def _backend_forward(a: OpArgs, p: _Positions) -> OpCost:
@@ -253,7 +255,7 @@ def _backend_forward(a: OpArgs, p: _Positions) -> OpCost:
     directions = 2 if a.flag(p.bidirectional) else 1
     out = (rows, directions * layers[-1].state)
     states = [(a.shape(i), a.dtype(i)) for i in (p.hx, p.cx) if a.is_tensor(i)]
-    reads = _tensor_bytes(a, p.reads) + _weight_bytes(a, layers)
+    reads = _tensor_bytes(a, p.reads) + nbytes((_parameters(a, layers),), dtype)
     return a.cost(flops, macs, writes=[(out, dtype)] + states, reads=reads, dtype=dtype)
 
 
@@ -267,8 +269,8 @@ def _backend_backward(a: OpArgs, p: _Positions) -> OpCost:
     writes = [(a.shape(i), a.dtype(i)) for i, need in ((0, mask[0]), (p.hx, mask[1]), (p.cx, mask[2]))
               if need and a.is_tensor(i)]
     if mask[3]:
-        writes.append(((sum(l.weights + l.biases() for l in layers),), dtype))
-    reads = _tensor_bytes(a, p.reads) + _weight_bytes(a, layers)
+        writes.append(((_parameters(a, layers),), dtype))
+    reads = _tensor_bytes(a, p.reads) + nbytes((_parameters(a, layers),), dtype)
     return a.cost(flops, macs, writes=writes, reads=reads, dtype=dtype)
 
 
@@ -372,12 +374,10 @@ def _cell(a: OpArgs, gates: int) -> tuple[Layer, int]:
     """lstm_cell(input, hx[], w_ih, w_hh, b_ih?, b_hh?); gru_cell / rnn_*_cell(input, hx, w_ih,
     w_hh, b_ih?, b_hh?)"""
     x, w_ih, w_hh = a.shape(0), a.shape(2), a.shape(3)
-    if len(w_ih) != 2 or len(w_hh) != 2 or not x or x[-1] != w_ih[1]:
+    hidden = w_ih[0] // gates if len(w_ih) == 2 else 0
+    if not x or len(w_ih) != 2 or x[-1] != w_ih[1] or hidden * gates != w_ih[0] or w_hh != (w_ih[0], hidden):
         raise ArgumentError(f"{a.name}: weights {w_ih}, {w_hh} for input {x}")
-    hidden = w_ih[0] // gates
-    if hidden * gates != w_ih[0]:
-        raise ArgumentError(f"{a.name}: {w_ih[0]} gate rows")
-    return Layer(w_ih[1], hidden, gates, 0 if w_hh[1] == hidden else w_hh[1]), rows_of(x)
+    return Layer(w_ih[1], hidden, gates), rows_of(x)
 
 
 def _cell_cost(a: OpArgs, gates: int, states: int) -> OpCost:
