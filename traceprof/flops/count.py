@@ -220,7 +220,8 @@ def _own_time(trace: Trace, links: Links, ops: np.ndarray) -> tuple[np.ndarray, 
     mine = owner >= 0
     own_gpu = np.bincount(owner[mine], weights=gpu[mine], minlength=n)
     total_gpu = np.bincount(anchor, weights=gpu, minlength=n)
-    for level in reversed(links.levels[1:]):  # GPU time launched anywhere inside each slice
+    for level in reversed(links.levels[1:] if len(anchor) else ()):
+        # GPU time launched anywhere inside each slice
         np.add.at(total_gpu, links.parent[level], total_gpu[level])
     gpu_share = np.divide(own_gpu, total_gpu, out=np.zeros(n), where=total_gpu > 0)
     return own_cpu, np.where(total_gpu > 0, gpu_share, cpu_share)
