@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 import shlex
+import signal
 import sys
+import threading
 
 import click
 
@@ -12,7 +14,7 @@ from . import render
 from .api import analyze as analyze_api
 from .errors import OptionError, TraceprofError
 from .hierarchy import Source
-from .output import write_atomic, write_atomic_bytes
+from .output import STDOUT, resolve_output, write_output
 from .render.table import COLUMNS as TABLE_COLUMNS, DEFAULT_COLUMNS as DEFAULT_TABLE_COLUMNS
 from .render.table import parse_columns
 from .transforms import SortKey, ignore_modules
@@ -79,15 +81,43 @@ def _close(reporter: _ProgressBar | None) -> None:
 @click.version_option(package_name="traceprof")
 def main() -> None:
     """Per-nn.Module GPU time, forward and backward, from PyTorch profiler traces."""
+    _stop_cleanly_on_sigterm()
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM arrived. Raised like Ctrl-C's KeyboardInterrupt, so that finally blocks run (a
+    temporary output file is removed) before the process ends."""
+
+
+def _raise_terminated(signum, frame) -> None:
+    raise _Terminated()
+
+
+def _stop_cleanly_on_sigterm() -> None:
+    """While a command runs, SIGTERM raises :class:`_Terminated` instead of ending the process
+    at once; the previous handler is back when the command ends."""
+    if threading.current_thread() is not threading.main_thread():
+        return  # signal handlers can only be set from the main thread
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    click.get_current_context().call_on_close(lambda: signal.signal(signal.SIGTERM, previous))
+
+
+def _interrupted(e: KeyboardInterrupt) -> None:
+    """Ctrl-C exits 130 and SIGTERM 143 (128 + the signal), as shells report them."""
+    if isinstance(e, _Terminated):
+        _fail("terminated", 128 + signal.SIGTERM)
+    _fail("interrupted", 130)
 
 
 @main.command()
 @click.argument("trace", type=click.Path(dir_okay=True, path_type=str))
 @click.option("-f", "--format", "fmt", type=click.Choice(sorted(render.REGISTRY)), default=None,
               help="Output format [default: from -o's extension, else tree].")
-@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=str), default=None,
-              help="Write to FILE (atomically) instead of standard output; the format follows "
-                   "its extension (.txt, .table, .json, .csv, .html, .parquet).")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, allow_dash=True, path_type=str),
+              default=None,
+              help="Write to FILE (atomically; devices and pipes in place; '-' is standard "
+                   "output) instead of standard output; the format follows its extension "
+                   "(.txt, .table, .json, .csv, .html, .parquet). Never the input trace.")
 @click.option("--depth", type=int, default=None, help="Show nodes down to this depth (0 = roots).")
 @click.option("--top", type=int, default=None, help="Keep the N largest children of each node; in the tree report also the "
                    "modules per depth of the aggregated profile [default there: 3].")
@@ -121,9 +151,17 @@ def analyze(trace, fmt, output, depth, top, ignore, batch_size, sort, step, hier
             unsupported_ops, tensorboard_logdir, columns, peak_tflops):
     """Per-module forward and backward GPU time of TRACE (.json or .json.gz)."""
     try:
+        if output:  # refused before the analysis, and checked again when written
+            resolve_output(output, inputs=[trace])
         if fmt is None:
             chosen = render.for_path(output) if output else None
             fmt = chosen.name if chosen else "tree"
+        if render.get(fmt).binary and not output:
+            raise OptionError(f"--format {fmt} is binary: give an output file with -o FILE, "
+                              "or -o - for standard output")
+        if render.get(fmt).binary and output == STDOUT and sys.stdout.isatty():
+            raise OptionError(f"--format {fmt} is binary: not written to a terminal; redirect "
+                              "standard output or give -o FILE")
         reporter = _progress_reporter(trace)
         try:
             profile = analyze_api(
@@ -132,8 +170,6 @@ def analyze(trace, fmt, output, depth, top, ignore, batch_size, sort, step, hier
             )
         finally:
             _close(reporter)
-        if render.get(fmt).binary and not output:
-            raise OptionError(f"--format {fmt} is binary: give an output file with -o")
         if ignore:
             profile = ignore_modules(profile, ignore)
         if columns is not None and fmt != "table":
@@ -147,10 +183,8 @@ def analyze(trace, fmt, output, depth, top, ignore, batch_size, sort, step, hier
         if not render.get(fmt).shows_warnings:  # rows only (CSV, Parquet): warnings on stderr
             for warning in profile.warnings:
                 click.echo(f"traceprof: warning: {warning}", err=True)
-        if isinstance(text, bytes):
-            write_atomic_bytes(output, text)
-        elif output:
-            write_atomic(output, text)
+        if isinstance(text, bytes) or (output and output != STDOUT):
+            write_output(output, text, inputs=[trace])
         elif fmt in ("tree", "table") and _color_terminal():
             from rich.console import Console
 
@@ -165,8 +199,8 @@ def analyze(trace, fmt, output, depth, top, ignore, batch_size, sort, step, hier
         _fail(e.message, e.exit_code)
     except MemoryError:
         _fail(f"{trace}: out of memory while analyzing", 5)
-    except KeyboardInterrupt:
-        _fail("interrupted", 130)
+    except KeyboardInterrupt as e:
+        _interrupted(e)
 
 
 def _write_tensorboard(traces, logdir: str, err: bool = False, **options):
@@ -216,8 +250,8 @@ def tensorboard_command(traces, logdir, name, hierarchy, peak_tflops, serve, por
         _fail(e.message, e.exit_code)
     except MemoryError:
         _fail("out of memory while analyzing", 5)
-    except KeyboardInterrupt:
-        _fail("interrupted", 130)
+    except KeyboardInterrupt as e:
+        _interrupted(e)
 
 
 def _fail(message: str, code: int) -> None:
