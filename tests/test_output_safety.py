@@ -6,6 +6,7 @@
    devices are reached through symlinks in the test's directory: a writer that renames over its
    target then replaces the symlink, never the device (the tests may run as root).
 3. Ctrl-C (SIGINT) or SIGTERM while the output is being written leaves no ``.traceprof-*.tmp``.
+4. ``-o`` with an extension no format has is refused unless ``--format`` is given.
 """
 
 from __future__ import annotations
@@ -186,6 +187,39 @@ def test_a_signal_while_writing_leaves_no_temporary_file(tmp_path, signum, code,
     assert stderr.splitlines() == [f"traceprof: error: {message}"]
     assert _leftovers(tmp_path) == []
     assert out.read_text() == "previous report\n"
+
+
+# -- 4. unknown extensions ----------------------------------------------------------------------
+
+
+def test_an_unknown_extension_is_refused(tmp_path, trace):
+    out = tmp_path / "report.xlsx"
+    proc = run_cli(trace, "-o", out)
+    assert_clean_error(proc, out)
+    assert proc.returncode == 3
+    for extension in (".txt", ".json", ".csv", ".html", ".parquet"):
+        assert extension in proc.stderr
+    assert not out.exists()
+
+
+def test_an_unknown_extension_is_written_with_an_explicit_format(tmp_path, trace):
+    out = tmp_path / "report.xlsx"
+    proc = run_cli(trace, "-o", out, "--format", "csv")
+    assert proc.returncode == 0, proc.stderr
+    assert out.read_text().startswith("id,parent,depth")
+
+
+def test_a_name_without_extension_gets_the_tree(tmp_path, trace):
+    out = tmp_path / "report"
+    proc = run_cli(trace, "-o", out)
+    assert proc.returncode == 0, proc.stderr
+    assert out.read_text().startswith("traceprof module profile")
+
+
+def test_gz_output_is_not_taken_for_json(tmp_path, trace):
+    out = tmp_path / "report.json.gz"
+    assert_clean_error(run_cli(trace, "-o", out), out)
+    assert not out.exists()
 
 
 def test_a_replaced_output_keeps_its_permissions(tmp_path, trace):

@@ -154,7 +154,7 @@ def analyze(trace, fmt, output, depth, top, ignore, batch_size, sort, step, hier
         if output:  # refused before the analysis, and checked again when written
             resolve_output(output, inputs=[trace])
         if fmt is None:
-            chosen = render.for_path(output) if output else None
+            chosen = render.for_output(output) if output else None
             fmt = chosen.name if chosen else "tree"
         if render.get(fmt).binary and not output:
             raise OptionError(f"--format {fmt} is binary: give an output file with -o FILE, "

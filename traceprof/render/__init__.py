@@ -3,6 +3,7 @@ file extensions that select them for ``-o FILE``."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Callable
 
@@ -58,6 +59,20 @@ def for_path(path: str) -> Renderer | None:
             if lower.endswith(ext) and (best is None or len(ext) > len(best[1])):
                 best = (r, ext)
     return best[0] if best else None
+
+
+def for_output(path: str) -> Renderer | None:
+    """The renderer ``-o PATH`` asks for when no format is given: by the extension of the file
+    name; None when the name has no extension (``-``, ``/dev/stdout``, ``report``); an
+    OptionError for an extension no renderer writes (``out.xlsx``), rather than the default
+    format under a name that promises another."""
+    chosen = for_path(path)
+    extension = os.path.splitext(os.path.basename(path))[1]
+    if chosen is None and extension:
+        known = ", ".join(ext for r in REGISTRY.values() for ext in r.extensions)
+        raise OptionError(f"{path}: unknown output extension {extension!r} (known: {known}); "
+                          "give --format to write this file in one of the formats anyway")
+    return chosen
 
 
 def render(profile: ModuleProfile, fmt: str, options: RenderOptions | None = None) -> str | bytes:
