@@ -87,7 +87,9 @@ def assert_success(proc: subprocess.CompletedProcess) -> None:
     assert "Traceback" not in proc.stdout + proc.stderr, proc.stderr
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip(), "no output"
-    assert proc.stderr == "", f"unexpected stderr (warnings?): {proc.stderr[:1000]!r}"
+    # the profile's warnings reach stderr for formats without a place for them (CSV, Parquet)
+    other = [line for line in proc.stderr.splitlines() if not line.startswith("traceprof: warning: ")]
+    assert not other, f"unexpected stderr (warnings?): {proc.stderr[:1000]!r}"
 
 
 def read_json(path: Path) -> dict:
@@ -416,7 +418,8 @@ def test_cli_valid_trace_each_format(fmt, tmp_path):
     if render.get(fmt).binary:  # written to a file only
         out = tmp_path / f"out.{fmt}"
         proc = run_cli(SMALL, "--format", fmt, "-o", out)
-        assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+        assert proc.returncode == 0, proc.stderr
+        assert all(line.startswith("traceprof: warning: ") for line in proc.stderr.splitlines())
         assert out.stat().st_size > 0
     else:
         assert_success(run_cli(SMALL, "--format", fmt))
