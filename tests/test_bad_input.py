@@ -322,12 +322,16 @@ def test_cli_odd_event_values(odd_event_runs, case):
 
 @needs_traces
 def test_cli_every_event_without_ts(tmp_path, small_doc):
+    """No event left to analyze is an error that says why, not an empty report."""
     doc = copy.deepcopy(small_doc)
     for e in doc["traceEvents"]:
         e.pop("ts", None)
     path = tmp_path / "no_ts_anywhere.json"
     path.write_bytes(dump(doc))
-    assert_success(run_cli(path))
+    proc = run_cli(path)
+    assert_clean_error(proc, path)
+    assert proc.returncode == TraceReadError.exit_code
+    assert "without a valid timestamp" in proc.stderr
 
 
 @needs_traces
@@ -426,10 +430,14 @@ def test_cli_valid_trace_each_format(fmt, tmp_path):
 
 
 @pytest.mark.parametrize("doc", [[], {"traceEvents": []}], ids=["bare", "object"])
-def test_cli_empty_event_list_is_not_an_error(tmp_path, doc):
+def test_cli_empty_event_list_is_an_error(tmp_path, doc):
+    """An empty report would look like a trace with nothing in it: say there is nothing."""
     path = tmp_path / "no_events.json"
     path.write_bytes(dump(doc))
-    assert_success(run_cli(path))
+    proc = run_cli(path)
+    assert_clean_error(proc, path)
+    assert proc.returncode == TraceReadError.exit_code
+    assert "no events" in proc.stderr
 
 
 # -- 2. the input is never modified; -o is atomic ----------------------------------------------

@@ -28,6 +28,12 @@ class TraceReadError(TraceprofError):
         self.problem = problem
 
 
+class MemoryLimitError(TraceReadError):
+    """Loading the trace would need more memory than the limit (``--max-memory``)."""
+
+    exit_code = 5
+
+
 class OptionError(TraceprofError):
     """An option value does not fit the trace (for example a step that is not in it)."""
 

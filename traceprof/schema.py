@@ -121,7 +121,7 @@ _EVENT_FIELDS: tuple[tuple[str, str, Any, Any], ...] = (
     ("pid", "pid", Union[int, str], 0),
     ("tid", "tid", Union[int, str], 0),
     ("ts", "ts", float, float("nan")),
-    ("dur", "dur", float, 0.0),
+    ("dur", "dur", float, float("nan")),  # absent: NaN, reported on complete events
     ("id", "id", Union[_I64, str, None], None),
 )
 
@@ -147,6 +147,14 @@ RawArgs, RawEvent = _make_structs()
 ARG_SPELLINGS: dict[str, str] = {attr: raw for attr, raw, _ in _ARG_FIELDS}
 #: arguments whose absence is None (not -1)
 OPTIONAL_INT_ARGS = frozenset(attr for attr, _, typ in _ARG_FIELDS if typ == Optional[_I64])
+#: the event fields and argument names traceprof reads (every other one is skipped unread)
+EVENT_FIELD_SPELLINGS = frozenset(raw for _, raw, _, _ in _EVENT_FIELDS)
+ARGS_KEY = "args"
+ARG_NAMES_READ = frozenset(ARG_SPELLINGS.values())
+#: phases of the events a trace needs at least one of (with a timestamp) to be analyzed:
+#: complete slices (B/E pairs become X), instants and flows
+USABLE_PHASES = ("X", "i", "I", "s", "f", "t")
+METADATA_PHASE = "M"
 
 # ---------------------------------------------------------------------------------------------
 # Memory events (profile_memory=True): instants named "[memory]" on the allocating thread.
@@ -169,6 +177,11 @@ SCHEMA_VERSION_KEY = "schemaVersion"
 MODULE_TABLE_KEY = "traceprof"  # written by traceprof.capture (docs/trace-conventions.md)
 #: boolean capture flags written at the top level by newer PyTorch versions
 FLAG_KEYS = ("record_shapes", "with_flops", "with_modules", "profile_memory", "with_stack")
+#: the top-level values traceprof reads; the others (user metadata, ...) are kept undecoded
+TOP_LEVEL_KEYS_READ = frozenset({
+    DEVICE_PROPERTIES_KEY, DISTRIBUTED_INFO_KEY, BASE_TIME_NS_KEY, SCHEMA_VERSION_KEY,
+    MODULE_TABLE_KEY, *FLAG_KEYS,
+})
 
 # deviceProperties entry spellings
 DEVICE_NAME = "name"

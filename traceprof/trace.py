@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import itertools
 import json
 import os
 from dataclasses import dataclass, field
@@ -17,7 +18,7 @@ import numpy as np
 
 from . import schema
 from .errors import TraceReadError
-from .reader import Progress, RawDocument, load_raw
+from .reader import DROP_REASONS, Progress, RawDocument, load_raw
 from .schema import Kind
 
 
@@ -143,9 +144,12 @@ class Trace:
     memory: MemoryEvents | None = field(default=None, repr=False)
 
 
-def load_trace(path: str | os.PathLike, progress: Progress | None = None) -> Trace:
-    """Read a trace file (.json or .json.gz) into a :class:`Trace`."""
-    doc = load_raw(path, progress)
+def load_trace(path: str | os.PathLike, progress: Progress | None = None,
+               max_memory: int | str | None = None) -> Trace:
+    """Read a trace file (.json or .json.gz) into a :class:`Trace`. ``max_memory``: the memory
+    the load may take (bytes or a size such as ``"8G"``; default: the ``TRACEPROF_MAX_MEMORY``
+    environment variable, else 80% of the available memory, see :mod:`traceprof.limits`)."""
+    doc = load_raw(path, progress, max_memory)
     if progress:
         progress(f"indexing {len(doc.events):,} events")
     return build_trace(doc)
@@ -157,8 +161,23 @@ def build_trace(doc: RawDocument) -> Trace:
         raise TraceReadError(doc.path, "wrong schema: the events are not an array")
     if any(ph == "B" for ph in {e.ph for e in evs}):
         evs = _pair_begin_end(evs, doc.warnings)
-    n = len(evs)
     ph_codes, phs = _factorize([e.ph for e in evs])
+    ts = np.array([e.ts for e in evs], dtype=np.float64)
+    dur = np.array([e.dur for e in evs], dtype=np.float64)
+    dropped = doc.dropped.copy()
+    keep = _plausible_times(ts, dur, ph_codes, phs, dropped)
+    if keep is not None:
+        evs = list(itertools.compress(evs, keep.tolist()))
+        ph_codes, ts, dur = ph_codes[keep], ts[keep], dur[keep]
+    if dropped:
+        doc.warnings.append(_dropped_warning(dropped))
+    if not np.isin(ph_codes, [i for i, p in enumerate(phs) if p in schema.USABLE_PHASES]).any():
+        problem = ("no usable event (a complete, instant or flow event with a valid timestamp)"
+                   if evs or dropped else "no events (the event array is empty)")
+        raise TraceReadError(doc.path, problem + (f"; {_dropped_warning(dropped)}" if dropped
+                                                  else ""))
+    dur = _repaired_durations(dur, ph_codes, phs, doc.warnings)
+    n = len(evs)
     cat_codes, cats = _factorize([e.cat for e in evs])
     kind_table = np.array(
         [[schema.kind_of(p, c) for c in cats] or [0] for p in phs] or [[0]], dtype=np.int8
@@ -167,8 +186,6 @@ def build_trace(doc: RawDocument) -> Trace:
     name, names = _factorize([e.name for e in evs])
     raw_thread, raw_threads = _factorize([(e.pid, e.tid) for e in evs])
     args = [e.args for e in evs]
-    ts = np.array([e.ts for e in evs], dtype=np.float64)
-    dur = np.array([e.dur for e in evs], dtype=np.float64)
     correlation = _int_column([a.correlation for a in args])
     external_id = _int_column([a.external_id for a in args])
     legacy_ext = _int_column([a.external_id_2021 for a in args])
@@ -195,7 +212,6 @@ def build_trace(doc: RawDocument) -> Trace:
         python_parent_ids[i] = -1 if a.python_parent_id is None else a.python_parent_id
 
     thread, threads = _threads(evs, ph_codes, phs, raw_thread, raw_threads, kind)
-    dur = np.where(np.isfinite(dur) & (dur > 0), dur, 0.0)
     events = EventTable(
         kind=kind,
         name=name,
@@ -217,14 +233,73 @@ def build_trace(doc: RawDocument) -> Trace:
         threads=threads,
         texts=tuple(text_index),
     )
-    if n and not np.isfinite(ts[kind != Kind.OTHER]).all():
-        doc.warnings.append("events without a timestamp ignored")
     metadata = _metadata(doc)
     memory = _memory_events(evs, kind, name, names)
     return Trace(metadata, events, python_ids, python_parent_ids, memory)
 
 
 # ---------------------------------------------------------------------------------------------
+# Times that cannot be right. Nothing is changed silently: every event dropped or repaired is
+# counted in a warning.
+
+#: how far (us) an event's timestamp may lie from the trace's median timestamp: traces span
+#: seconds to minutes (the longest real one measured: 43 s), so a day is far beyond any of them
+MAX_DISTANCE_FROM_MEDIAN_US = 1e11
+#: the largest timestamp (us) float64 holds to the microsecond (2**53 us: the year 2255)
+MAX_TIMESTAMP_US = float(2**53)
+#: the longest duration (us) kept, as long as the span of timestamps allowed
+MAX_DURATION_US = MAX_DISTANCE_FROM_MEDIAN_US
+
+
+def _plausible_times(ts, dur, ph_codes, phs, dropped) -> np.ndarray | None:
+    """Which events to keep (None: all): events other than metadata need a finite timestamp
+    within MAX_DISTANCE_FROM_MEDIAN_US of the median and below MAX_TIMESTAMP_US, and a duration
+    below MAX_DURATION_US. Counts the others in ``dropped``."""
+    finite = np.isfinite(ts)
+    lo, hi = (float(ts[finite].min()), float(ts[finite].max())) if finite.any() else (0.0, 0.0)
+    bad_dur = dur > MAX_DURATION_US  # NaN (absent) compares False; +inf is out of range
+    if (finite.all() and hi - lo <= MAX_DISTANCE_FROM_MEDIAN_US and max(-lo, hi) <= MAX_TIMESTAMP_US
+            and not bad_dur.any()):
+        return None  # the usual case, found with three reductions
+    is_meta = ph_codes == (phs.index(schema.METADATA_PHASE) if schema.METADATA_PHASE in phs else -1)
+    no_ts = ~finite & ~is_meta
+    far = finite & ~is_meta & (np.abs(ts) > MAX_TIMESTAMP_US)
+    timed = finite & ~is_meta & ~far
+    if timed.any():
+        median = float(np.median(ts[timed]))
+        far |= timed & (np.abs(ts - median) > MAX_DISTANCE_FROM_MEDIAN_US)
+    bad_dur &= ~no_ts & ~far
+    for reason, mask in (("no_ts", no_ts), ("far_ts", far), ("bad_dur", bad_dur)):
+        if mask.any():
+            dropped[reason] += int(np.count_nonzero(mask))
+    drop = no_ts | far | bad_dur
+    return ~drop if drop.any() else None
+
+
+def _dropped_warning(dropped) -> str:
+    """``3 events dropped: 2 without a valid timestamp, 1 with a name that is not a string``"""
+    total = sum(dropped.values())
+    parts = [f"{n:,} {DROP_REASONS[r]}" for r, n in dropped.most_common() if n]
+    return f"{total:,} event{'s' if total != 1 else ''} dropped: " + ", ".join(parts)
+
+
+def _repaired_durations(dur, ph_codes, phs, warnings: list[str]) -> np.ndarray:
+    """Durations with those absent, invalid or negative set to 0, and said (an absent one only
+    on complete events: instants, flows and metadata have none)."""
+    valid = np.isfinite(dur)
+    missing = ~valid & (ph_codes == (phs.index("X") if "X" in phs else -1))
+    negative = valid & (dur < 0)
+    if missing.any():
+        n = int(np.count_nonzero(missing))
+        warnings.append(f"{n:,} complete event{'s' if n != 1 else ''} without a valid duration "
+                        "taken as 0")
+    if negative.any():
+        from .render import units  # warnings are text: numbers formatted in the one place
+
+        n = int(np.count_nonzero(negative))
+        warnings.append(f"{n:,} event{'s' if n != 1 else ''} with a negative duration set to 0 "
+                        f"(their total {units.duration(float(dur[negative].sum()))})")
+    return np.where(valid & (dur > 0), dur, 0.0)
 
 
 def _memory_events(evs: list, kind: np.ndarray, name: np.ndarray, names: list) -> MemoryEvents:
@@ -420,6 +495,7 @@ def _module_table(payload: Any, warnings: list[str]) -> ModuleTable | None:
             rank=_int(doc.get("rank"), None),
             world_size=_int(doc.get("world_size"), None),
         )
-    except (ValueError, KeyError, TypeError, AttributeError, binascii.Error) as e:
+    except (ValueError, KeyError, TypeError, AttributeError, binascii.Error,
+            RecursionError) as e:
         warnings.append(f"module table unreadable ({e.__class__.__name__}); ignored")
         return None
