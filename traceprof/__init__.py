@@ -5,7 +5,7 @@ from .api import analyze
 from .capture import profile, profile_once  # torch is imported only when a session starts
 from .errors import TraceprofError, TraceReadError
 from .hierarchy import Source
-from .profile import ModuleNode, ModuleProfile, NodeKind, PhaseTimes, StepSelection, Times
+from .profile import PASSES, ModuleNode, ModuleProfile, NodeKind, Pass, PhaseTimes, StepSelection, Times
 from .trace import Trace, load_trace
 from .transforms import SortKey, limit_depth, sort_children, top_children
 
@@ -15,6 +15,8 @@ __all__ = [
     "ModuleNode",
     "ModuleProfile",
     "NodeKind",
+    "PASSES",
+    "Pass",
     "PhaseTimes",
     "SortKey",
     "Source",
