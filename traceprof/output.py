@@ -43,7 +43,8 @@ class OutputTarget:
     mode: int | None  # permission bits of the regular file replaced (kept); None for a new file
 
 
-def resolve_output(path: str | os.PathLike, inputs: Iterable[str | os.PathLike] = ()) -> OutputTarget:
+def resolve_output(path: str | os.PathLike,
+                   inputs: Iterable[str | os.PathLike] = ()) -> OutputTarget:
     """How ``path`` is written; an :class:`OutputError` when it is one of ``inputs`` (the same
     file, through symlinks and hard links) or cannot be written at all (a directory, a missing
     parent directory)."""
