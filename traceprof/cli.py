@@ -14,12 +14,32 @@ from . import render
 from .api import analyze as analyze_api
 from .errors import OptionError, TraceprofError
 from .hierarchy import Source
+from .limits import ENV_VAR as MAX_MEMORY_ENV, parse_size
 from .output import STDOUT, resolve_output, write_output
 from .render.table import COLUMNS as TABLE_COLUMNS, DEFAULT_COLUMNS as DEFAULT_TABLE_COLUMNS
 from .render.table import parse_columns
 from .transforms import SortKey, ignore_modules
 
 _SOURCES = ["auto"] + [s.value for s in Source if s is not Source.NONE]
+
+
+class _Size(click.ParamType):
+    """A memory size: 8G, 500M, 1.5GB, 12GiB or a number of bytes."""
+
+    name = "size"
+
+    def convert(self, value, param, ctx):
+        try:
+            return parse_size(value)
+        except ValueError as e:
+            self.fail(str(e), param, ctx)
+
+
+_MAX_MEMORY_HELP = (
+    "Stop with an error when loading a trace would need more memory than SIZE (e.g. 8G, 500M), "
+    f"estimated from its JSON as it is read [default: ${MAX_MEMORY_ENV}, else 80% of the "
+    "available memory]."
+)
 
 
 class _ProgressBar:
@@ -147,8 +167,9 @@ def _interrupted(e: KeyboardInterrupt) -> None:
 @click.option("--peak-tflops", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Peak TFLOP/s of one device, for MFU [default: the peaks table's; none for "
                    "CPUs and devices not in it].")
+@click.option("--max-memory", type=_Size(), default=None, metavar="SIZE", help=_MAX_MEMORY_HELP)
 def analyze(trace, fmt, output, depth, top, ignore, batch_size, sort, step, hierarchy, raw,
-            unsupported_ops, tensorboard_logdir, columns, peak_tflops):
+            unsupported_ops, tensorboard_logdir, columns, peak_tflops, max_memory):
     """Per-module forward and backward GPU time of TRACE (.json or .json.gz)."""
     try:
         if output:  # refused before the analysis, and checked again when written
@@ -166,7 +187,7 @@ def analyze(trace, fmt, output, depth, top, ignore, batch_size, sort, step, hier
         try:
             profile = analyze_api(
                 trace, step=step, hierarchy=hierarchy, depth=depth, top=top, sort=sort,
-                progress=reporter, peak_tflops=peak_tflops,
+                progress=reporter, peak_tflops=peak_tflops, max_memory=max_memory,
             )
         finally:
             _close(reporter)
@@ -194,7 +215,8 @@ def analyze(trace, fmt, output, depth, top, ignore, batch_size, sort, step, hier
         else:
             click.echo(text, nl=False)
         if tensorboard_logdir:
-            _write_tensorboard([trace], tensorboard_logdir, hierarchy=hierarchy, err=True)
+            _write_tensorboard([trace], tensorboard_logdir, hierarchy=hierarchy, err=True,
+                               max_memory=max_memory)
     except TraceprofError as e:
         _fail(e.message, e.exit_code)
     except MemoryError:
@@ -229,7 +251,8 @@ def _write_tensorboard(traces, logdir: str, err: bool = False, **options):
 @click.option("--serve", is_flag=True, help="Then start TensorBoard on 127.0.0.1 for LOGDIR.")
 @click.option("--port", type=click.IntRange(1, 65535), default=None,
               help="Port for --serve [default: 6006 or the next free one].")
-def tensorboard_command(traces, logdir, name, hierarchy, peak_tflops, serve, port):
+@click.option("--max-memory", type=_Size(), default=None, metavar="SIZE", help=_MAX_MEMORY_HELP)
+def tensorboard_command(traces, logdir, name, hierarchy, peak_tflops, serve, port, max_memory):
     """Write TRACES (files or directories) as runs of a TensorBoard log directory.
 
     One run per trace: the traceprof tab (module tree, icicle), a copy of the trace for the
@@ -238,7 +261,8 @@ def tensorboard_command(traces, logdir, name, hierarchy, peak_tflops, serve, por
     """
     try:
         _write_tensorboard(list(traces), logdir, name=name, hierarchy=hierarchy,
-                           peak_flops=peak_tflops * 1e12 if peak_tflops else None)
+                           peak_flops=peak_tflops * 1e12 if peak_tflops else None,
+                           max_memory=max_memory)
         if serve:
             from .tensorboard import serve as serve_logdir
 

@@ -154,11 +154,13 @@ def write_logdir(
     peak_flops: float | None = None,
     max_step_profiles: int = MAX_STEP_PROFILES,
     progress: Progress | None = None,
+    max_memory: int | str | None = None,
 ) -> list[RunInfo]:
     """Write one run per trace named by ``inputs`` (files or directories) into ``logdir``.
 
     ``name`` names the run of a single trace, or is the parent of the runs of several traces
     (``NAME/<file name>``). ``peak_flops`` (FLOP/s of one device) enables the MFU scalar.
+    ``max_memory``: the memory limit of loading each trace (see :func:`traceprof.load_trace`).
     """
     traces = collect_traces(inputs)
     events.require_tensorboard()
@@ -177,7 +179,8 @@ def write_logdir(
         else:
             run_name = f"{name}/{default_run_name(path)}"
         runs.append(write_run(path, logdir, run_name, hierarchy=hierarchy, peak_flops=peak_flops,
-                              max_step_profiles=max_step_profiles, progress=progress))
+                              max_step_profiles=max_step_profiles, progress=progress,
+                              max_memory=max_memory))
     return runs
 
 
@@ -194,10 +197,11 @@ def write_run(
     peak_flops: float | None = None,
     max_step_profiles: int = MAX_STEP_PROFILES,
     progress: Progress | None = None,
+    max_memory: int | str | None = None,
 ) -> RunInfo:
     """Analyze one trace and write it as a new run (named ``run_name`` or a free variant)."""
     events.require_tensorboard()
-    trace = load_trace(trace_path, progress)
+    trace = load_trace(trace_path, progress, max_memory)
     if progress:
         progress(f"{trace_path}: attributing")
     # the mean first: which steps it is the mean of decides the per-step profiles
@@ -218,7 +222,7 @@ def write_run(
         step_docs = [(numbers[0] if numbers else 0, mean_doc)]
     if progress:
         progress(f"{trace_path}: copying for torch-tb-profiler")
-    copy_bytes, copy_stats = tb_profiler_copy(trace_path)
+    copy_bytes, copy_stats = tb_profiler_copy(trace_path, max_memory=max_memory)
 
     run_name, run_dir = reserve_run_dir(logdir, run_name)
     if progress:

@@ -33,7 +33,7 @@ import msgspec
 
 from .. import schema
 from ..errors import TraceReadError
-from ..reader import read_trace_bytes
+from ..reader import read_trace_bytes, without_deep_values
 
 _PYTHON_ID = schema.ARG_SPELLINGS["python_id"]
 _PYTHON_PARENT_ID = schema.ARG_SPELLINGS["python_parent_id"]
@@ -49,18 +49,24 @@ class CopyStats:
     module_scopes_converted: int
 
 
-def tb_profiler_copy(path: str | os.PathLike, compresslevel: int = 3) -> tuple[bytes, CopyStats]:
-    """The gzipped JSON of a torch-tb-profiler-compatible copy of the trace at ``path``."""
-    document = _load_document(path)
+def tb_profiler_copy(path: str | os.PathLike, compresslevel: int = 3,
+                     max_memory: int | str | None = None) -> tuple[bytes, CopyStats]:
+    """The gzipped JSON of a torch-tb-profiler-compatible copy of the trace at ``path``
+    (``max_memory``: see :func:`traceprof.reader.read_trace_bytes`)."""
+    document = _load_document(path, max_memory)
     stats = convert_document(document)
     data = msgspec.json.encode(document)
     return gzip.compress(data, compresslevel=compresslevel, mtime=0), stats
 
 
-def _load_document(path) -> dict[str, Any]:
-    data = read_trace_bytes(path)
+def _load_document(path, max_memory=None) -> dict[str, Any]:
+    data = read_trace_bytes(path, max_memory)
     try:
-        document = msgspec.json.decode(data)
+        try:
+            document = msgspec.json.decode(data)
+        except RecursionError:  # values nested deeper than the decoder goes: skip unread ones
+            data = without_deep_values(path, data)
+            document = msgspec.json.decode(data)
     except UnicodeDecodeError:
         document = msgspec.json.decode(data.decode("utf-8", errors="replace").encode("utf-8"))
     except msgspec.DecodeError as e:
