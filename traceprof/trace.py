@@ -279,7 +279,9 @@ def _plausible_times(ts, dur, ph_codes, phs, dropped) -> np.ndarray | None:
 def _dropped_warning(dropped) -> str:
     """``3 events dropped: 2 without a valid timestamp, 1 with a name that is not a string``"""
     total = sum(dropped.values())
-    parts = [f"{n:,} {DROP_REASONS[r]}" for r, n in dropped.most_common() if n]
+    order = list(DROP_REASONS)
+    counts = sorted(dropped.items(), key=lambda item: (-item[1], order.index(item[0])))
+    parts = [f"{n:,} {DROP_REASONS[r]}" for r, n in counts if n]
     return f"{total:,} event{'s' if total != 1 else ''} dropped: " + ", ".join(parts)
 
 
