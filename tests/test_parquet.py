@@ -46,11 +46,12 @@ def test_api_to_parquet_on_a_captured_sample(tmp_path):
     assert conv1["backward_total_cpu_us"] > 0
 
 
-def test_parquet_is_not_printed_to_a_terminal():
+def test_parquet_needs_an_explicit_output():
     proc = cli("analyze", BERT, "--format", "parquet")
     assert proc.returncode == 3
     assert proc.stderr.strip() == (
-        "traceprof: error: --format parquet is binary: give an output file with -o")
+        "traceprof: error: --format parquet is binary: give an output file with -o FILE, "
+        "or -o - for standard output")
 
 
 def test_without_pyarrow_one_line_error(tmp_path):
