@@ -254,6 +254,18 @@ def test_tensorboard_command_has_the_limit(tmp_path):
     assert "--max-memory" in proc.stdout
 
 
+def test_tensorboard_copy_counts_twice_the_memory(tmp_path):
+    """A TensorBoard run holds the analyzed trace and a decoded copy of it at once."""
+    path = small_trace().write(tmp_path / "t.json")
+    budget = limits.MemoryBudget(path, None)
+    budget.add(path.read_bytes())
+    need = budget.estimate()
+    traceprof.load_trace(path, max_memory=int(need * 1.5))
+    with pytest.raises(MemoryLimitError):
+        tb_profiler_copy(path, max_memory=int(need * 1.5))
+    tb_profiler_copy(path, max_memory=int(need * 2.5))
+
+
 @pytest.mark.parametrize("text, expected", [
     ("8G", 8 * 10**9), ("500M", 500 * 10**6), ("1.5GB", 1.5e9), ("12GiB", 12 * 2**30),
     ("64k", 64_000), ("1000", 1000), (" 2 t ", 2 * 10**12), (4096, 4096)])
@@ -269,11 +281,13 @@ def test_parse_size_refuses(text):
 
 def test_default_limit_follows_the_available_memory(monkeypatch):
     monkeypatch.delenv(limits.ENV_VAR, raising=False)
+    assert limits.resolve_max_memory(None) > 0
     available = limits.available_memory()
-    default = limits.resolve_max_memory(None)
-    assert default > 0
-    if available is not None:
-        assert default == max(int(available * limits.DEFAULT_FRACTION), 1)
+    assert available is None or available > 0
+    monkeypatch.setattr(limits, "available_memory", lambda: 10 * 10**9)
+    assert limits.resolve_max_memory(None) == 8 * 10**9  # 80%
+    monkeypatch.setattr(limits, "available_memory", lambda: None)
+    assert limits.resolve_max_memory(None) == limits.FALLBACK_LIMIT
     monkeypatch.setenv(limits.ENV_VAR, "3G")
     assert limits.resolve_max_memory(None) == 3 * 10**9
     assert limits.resolve_max_memory("2G") == 2 * 10**9

@@ -162,18 +162,19 @@ def describe_size(nbytes: float) -> str:
 class MemoryBudget:
     """The memory estimate of one trace load, fed with the JSON text as it arrives."""
 
-    __slots__ = ("path", "limit", "json_bytes", "objects")
+    __slots__ = ("path", "limit", "scale", "json_bytes", "objects")
 
-    def __init__(self, path: object, max_memory: int | str | None = None):
+    def __init__(self, path: object, max_memory: int | str | None = None, scale: float = 1.0):
         self.path = path
         self.limit = resolve_max_memory(max_memory)
+        self.scale = scale  # times the usual estimate (a caller holding two copies: 2)
         self.json_bytes = 0
         self.objects = 0
 
     def estimate(self, json_bytes: int | None = None, objects: int | None = None) -> int:
         json_bytes = self.json_bytes if json_bytes is None else json_bytes
         objects = self.objects if objects is None else objects
-        return int(max(json_bytes * BYTES_PER_JSON_BYTE, objects * BYTES_PER_OBJECT))
+        return int(self.scale * max(json_bytes * BYTES_PER_JSON_BYTE, objects * BYTES_PER_OBJECT))
 
     def expect(self, json_bytes: int) -> None:
         """Stop now if JSON of at least ``json_bytes`` bytes cannot fit (a regular file's

@@ -72,13 +72,15 @@ DROP_REASONS = {
 }
 
 
-def read_trace_bytes(path: str | os.PathLike, max_memory: int | str | None = None) -> bytes:
+def read_trace_bytes(path: str | os.PathLike, max_memory: int | str | None = None, *,
+                     memory_scale: float = 1.0) -> bytes:
     """The JSON bytes of a trace file, decompressed when the file is gzip, without a UTF-8 byte
     order mark. ``max_memory``: the memory limit of the load (bytes or a size such as ``"8G"``;
     default: :func:`traceprof.limits.resolve_max_memory`); the JSON is counted against it as it
-    arrives."""
+    arrives. ``memory_scale``: how many times the usual memory per byte of JSON the caller needs
+    (a caller that keeps two copies of the trace: 2)."""
     p = Path(path)
-    budget = MemoryBudget(p, max_memory)
+    budget = MemoryBudget(p, max_memory, memory_scale)
     try:
         f = open(p, "rb")
     except FileNotFoundError:
@@ -107,7 +109,7 @@ def _read(p: Path, f: BinaryIO, budget: MemoryBudget) -> bytes:
         raise TraceReadError(p, "empty file")
     if head[:2] == _GZIP_MAGIC:
         if regular:
-            _expect_gzip_size(f, budget)
+            _expect_gzip_size(f, budget, len(head))
         return _collect(p, _inflate(p, head, f), budget, gzip=True)
     if not regular:  # a FIFO, a device: read until it ends or the limit stops it
         return _collect(p, _chunks(head, f), budget, gzip=False)
@@ -120,14 +122,14 @@ def _read(p: Path, f: BinaryIO, budget: MemoryBudget) -> bytes:
     return data
 
 
-def _expect_gzip_size(f: BinaryIO, budget: MemoryBudget) -> None:
+def _expect_gzip_size(f: BinaryIO, budget: MemoryBudget, position: int) -> None:
     """Stop before inflating anything when the gzip trailer says the JSON cannot fit (its size
     field holds the last member's size modulo 4 GiB: never more than the whole)."""
     size = os.fstat(f.fileno()).st_size
     if size >= 18:
         f.seek(size - 4)
         inflated = int.from_bytes(f.read(4), "little")
-        f.seek(_SNIFF_BYTES)  # where the caller's first read ended
+        f.seek(position)  # where the caller's first read ended
         if inflated <= size * _MAX_DEFLATE_RATIO:
             budget.expect(inflated)
 
@@ -269,11 +271,12 @@ def decode_trace(path: str | os.PathLike, data: bytes) -> RawDocument:
 
 
 def load_raw(path: str | os.PathLike, progress: Progress | None = None,
-             max_memory: int | str | None = None) -> RawDocument:
-    """Read and decode one trace file (``max_memory``: see :func:`read_trace_bytes`)."""
+             max_memory: int | str | None = None, memory_scale: float = 1.0) -> RawDocument:
+    """Read and decode one trace file (``max_memory``, ``memory_scale``: see
+    :func:`read_trace_bytes`)."""
     if progress:
         progress(f"reading {path}")
-    data = read_trace_bytes(path, max_memory)
+    data = read_trace_bytes(path, max_memory, memory_scale=memory_scale)
     if progress:
         progress(f"decoding {len(data) / 1e6:.0f} MB of JSON")
     return decode_trace(path, data)

@@ -145,11 +145,13 @@ class Trace:
 
 
 def load_trace(path: str | os.PathLike, progress: Progress | None = None,
-               max_memory: int | str | None = None) -> Trace:
+               max_memory: int | str | None = None, *, memory_scale: float = 1.0) -> Trace:
     """Read a trace file (.json or .json.gz) into a :class:`Trace`. ``max_memory``: the memory
     the load may take (bytes or a size such as ``"8G"``; default: the ``TRACEPROF_MAX_MEMORY``
-    environment variable, else 80% of the available memory, see :mod:`traceprof.limits`)."""
-    doc = load_raw(path, progress, max_memory)
+    environment variable, else 80% of the available memory, see :mod:`traceprof.limits`);
+    ``memory_scale``: times the memory a load usually needs that the caller will use (2 when it
+    keeps a second copy of the trace)."""
+    doc = load_raw(path, progress, max_memory, memory_scale)
     if progress:
         progress(f"indexing {len(doc.events):,} events")
     return build_trace(doc)

@@ -26,7 +26,7 @@ from ..output import write_atomic, write_atomic_bytes
 from ..reader import Progress
 from ..trace import load_trace
 from . import events, layout
-from .tb_profiler import CopyStats, tb_profiler_copy
+from .tb_profiler import MEMORY_SCALE, CopyStats, tb_profiler_copy
 
 #: per-step profiles written per run (the first complete steps); the mean covers all of them
 MAX_STEP_PROFILES = 32
@@ -201,7 +201,7 @@ def write_run(
 ) -> RunInfo:
     """Analyze one trace and write it as a new run (named ``run_name`` or a free variant)."""
     events.require_tensorboard()
-    trace = load_trace(trace_path, progress, max_memory)
+    trace = load_trace(trace_path, progress, max_memory, memory_scale=MEMORY_SCALE)
     if progress:
         progress(f"{trace_path}: attributing")
     # the mean first: which steps it is the mean of decides the per-step profiles

@@ -35,6 +35,10 @@ from .. import schema
 from ..errors import TraceReadError
 from ..reader import read_trace_bytes, without_deep_values
 
+#: a run holds the analyzed trace and this copy's decoded document at once: about twice the
+#: memory of loading the trace (measured: 880 MB peak for 100 MB of JSON, analyze 470 MB)
+MEMORY_SCALE = 2.0
+
 _PYTHON_ID = schema.ARG_SPELLINGS["python_id"]
 _PYTHON_PARENT_ID = schema.ARG_SPELLINGS["python_parent_id"]
 
@@ -60,7 +64,7 @@ def tb_profiler_copy(path: str | os.PathLike, compresslevel: int = 3,
 
 
 def _load_document(path, max_memory=None) -> dict[str, Any]:
-    data = read_trace_bytes(path, max_memory)
+    data = read_trace_bytes(path, max_memory, memory_scale=MEMORY_SCALE)
     try:
         try:
             document = msgspec.json.decode(data)
