@@ -50,3 +50,10 @@ class MissingDependencyError(TraceprofError):
     """An optional dependency is not installed (for example the ``tensorboard`` extra)."""
 
     exit_code = 6
+
+
+class JobError(TraceprofError):
+    """The traces given do not make one job: ranks of different jobs mixed, a rank given twice
+    or without a number, ranks without a step in common."""
+
+    exit_code = 2

@@ -317,3 +317,18 @@ OPTIMIZER_STEP_PREFIXES: tuple[str, ...] = (
 )
 #: Root module classes that replicate the model over every rank (data parallel)
 DATA_PARALLEL_WRAPPERS: tuple[str, ...] = ("DistributedDataParallel", "FullyShardedDataParallel")
+
+#: GPU kernels of collective communication libraries: NCCL (``ncclKernel_*`` before NCCL 2.19,
+#: ``ncclDevKernel_*`` after; RCCL on AMD keeps these names) and RCCL's own ``rcclKernel*``,
+#: possibly after a ``void `` return type. Their time is a rank's time in collectives.
+COLLECTIVE_KERNEL_RE = re.compile(r"(?:void )?(?:nccl(?:Dev)?Kernel|rccl(?:Dev)?Kernel)", re.I)
+#: rank numbers in trace file names of distributed jobs (``worker3.<ms>.pt.trace.json.gz``,
+#: ``rank_3``, ``rank-3``): the rank of a trace without ``distributedInfo``
+RANK_IN_FILE_NAME_RE = re.compile(r"(?:rank|worker)[_-]?(\d{1,7})(?!\d)", re.I)
+#: the parts of a trace file name that differ between the ranks of one job and between capture
+#: windows: the rank, the ``.<milliseconds>.pt.trace`` suffix and the file extensions
+JOB_FILE_NAME_VARYING_RE = re.compile(
+    r"(?:(?<=rank)|(?<=worker))[_-]?\d{1,7}(?!\d)|(?:\.\d{6,})?(?:\.pt)?\.trace(?:\.json)?(?:\.gz)?\Z"
+    r"|\.json(?:\.gz)?\Z", re.I)
+#: file names a job directory is searched for
+TRACE_FILE_SUFFIXES: tuple[str, ...] = (".json", ".json.gz")

@@ -18,6 +18,8 @@ class RenderOptions:
     batch_size: int | None = None  # tree: samples per step per rank [default: module table]
     top_modules: int = 3  # tree: modules per depth in the aggregated profile (DeepSpeed: 1)
     columns: tuple[str, ...] | None = None  # table: columns shown [default: table.DEFAULT_COLUMNS]
+    ranks: str = "summary"  # job tree and table: "summary" columns, or "all" (one per rank too)
+    depth: int | None = None  # job reports: modules down to this depth
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,5 +81,33 @@ def render(profile: ModuleProfile, fmt: str, options: RenderOptions | None = Non
     return get(fmt).render(profile, options or RenderOptions())
 
 
+#: renderers of a job (traceprof.job.Job), by format name; the same names and extensions as the
+#: single-trace ones, so -o and --format choose them alike
+JOB_REGISTRY: dict[str, Renderer] = {}
+
+
+def register_job(name: str, extensions: tuple[str, ...], description: str, binary: bool = False,
+                 shows_warnings: bool = True):
+    def wrap(fn):
+        JOB_REGISTRY[name] = Renderer(name, extensions, description, fn, binary, shows_warnings)
+        return fn
+
+    return wrap
+
+
+def get_job(name: str) -> Renderer:
+    try:
+        return JOB_REGISTRY[name]
+    except KeyError:
+        raise OptionError(f"format {name!r} is not written for a job of several traces "
+                          f"(job formats: {', '.join(JOB_REGISTRY)})") from None
+
+
+def render_job(job, fmt: str, options: RenderOptions | None = None) -> str | bytes:
+    """A job (several ranks' traces) in format ``fmt``."""
+    return get_job(fmt).render(job, options or RenderOptions())
+
+
 # registration happens on import
 from . import csv_format, html, json_format, parquet_format, table, tree  # noqa: E402,F401
+from . import job_html, job_records, job_text  # noqa: E402,F401

@@ -190,3 +190,21 @@ def dims(value: object) -> str:
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(str(d) for d in value) + "]"
     return str(value)
+
+
+def ratio(value: float | None, raw: bool = False) -> str:
+    """A ratio such as max / median: ``1.24x``; ``--`` when unknown."""
+    if value is None:
+        return "--"
+    return f"{value:.4f}" if raw else f"{value:.2f}x"
+
+
+def signed_duration(us: float, raw: bool = False) -> str:
+    """A difference of times with its sign: ``+1.20 ms``, ``-35.0 us``."""
+    text = duration(us, raw)
+    return text if text.startswith("-") or text == "0" else "+" + text
+
+
+def signed_percent(fraction: float) -> str:
+    text = percent(fraction)
+    return text if text.startswith("-") or text == "0%" else "+" + text

@@ -1,0 +1,507 @@
+"""A distributed job: the traces of its ranks, analyzed one by one (in parallel, by an engine) and
+reduced into one result, per module x rank x pass.
+
+The single-trace pipeline is used as it is: each rank's trace becomes a
+:class:`~traceprof.profile.ModuleProfile` plus its GPU timeline per step
+(:mod:`traceprof.job_timeline`) in :func:`analyze_rank`, which is what an engine runs and sends back
+(a few hundred kB at most; never events). :func:`reduce_job` then matches the ranks (by
+``distributedInfo`` or the file names), checks they make one job with the same steps, and builds
+the :class:`Job`: per module the time of every rank, with min / median / max / spread, the
+slowest rank and the imbalance (max / median), and the stragglers. Ranks are sorted by number
+before anything is computed, so the result does not depend on which engine ran the analyses or
+in which order they finished.
+"""
+
+from __future__ import annotations
+
+import glob
+import math
+import os
+from dataclasses import dataclass, field
+
+from . import schema
+from .errors import JobError, TraceReadError
+from .profile import PASSES, ModuleNode, ModuleProfile, NodeKind, Pass
+from .job_timeline import StepTimeline, step_timelines
+
+#: a rank is a straggler when its step time is above the median by more than this fraction
+DEFAULT_STRAGGLER_THRESHOLD = 0.05
+#: modules named per straggler
+STRAGGLER_MODULES = 5
+
+
+# ---- discovery ---------------------------------------------------------------------------------
+
+def _is_glob(path: str) -> bool:
+    return any(c in path for c in "*?[")
+
+
+def _traces_in(directory: str) -> list[str]:
+    """The trace files of a directory (sorted); its subdirectories when it has none itself
+    (a TensorBoard log directory: one run per subdirectory)."""
+    def traces(names, root):
+        return sorted(os.path.join(root, n) for n in names
+                      if n.lower().endswith(schema.TRACE_FILE_SUFFIXES)
+                      and not n.lower().endswith(".expect.json")
+                      and os.path.isfile(os.path.join(root, n)))
+
+    found = traces(os.listdir(directory), directory)
+    if not found:
+        for root, dirs, files in os.walk(directory):
+            dirs.sort()
+            found += traces(files, root)
+    return found
+
+
+def find_traces(paths) -> list[str]:
+    """Trace files named by ``paths``: files, directories (their trace files), glob patterns
+    (``runs/*.pt.trace.json.gz``). Each file once, in the order given (directories and patterns
+    sorted). A directory without traces or a pattern matching nothing is an error."""
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    out: list[str] = []
+    for p in map(os.fspath, paths):
+        if os.path.isdir(p):
+            found = _traces_in(p)
+            if not found:
+                raise TraceReadError(p, "no trace files (.json, .json.gz) in the directory")
+        elif not os.path.exists(p) and _is_glob(p):
+            found = sorted(f for f in glob.glob(p) if not os.path.isdir(f))
+            if not found:
+                raise TraceReadError(p, "no file matches the pattern")
+        else:
+            found = [p]  # a file (or a missing one: the reader says so)
+        out += [f for f in found if f not in out]
+    return out
+
+
+def is_job(paths) -> bool:
+    """Whether ``paths`` asks for a job (several files, a directory, a glob) rather than one
+    trace file, whose report stays the single-trace one."""
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    paths = [os.fspath(p) for p in paths]
+    if len(paths) != 1:
+        return True
+    p = paths[0]
+    return os.path.isdir(p) or (not os.path.exists(p) and _is_glob(p))
+
+
+# ---- one rank: what a worker computes and sends back --------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class RankOptions:
+    """How each rank's trace is analyzed (the same for every rank)."""
+
+    step: int | None = None
+    hierarchy: str | None = None
+    peak_tflops: float | None = None
+    max_memory: int | str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RankResult:
+    """One trace's analysis: its profile (module tree with numbers, metadata) and its GPU
+    timeline per step. Small: this is what travels from a worker."""
+
+    path: str
+    profile: ModuleProfile
+    timeline: tuple[StepTimeline, ...]
+
+
+def analyze_rank(task: tuple[str, RankOptions]) -> RankResult:
+    """Load and analyze one trace (run by an engine's worker)."""
+    from .api import analyze
+    from .trace import load_trace
+
+    path, options = task
+    trace = load_trace(path, max_memory=options.max_memory)
+    profile = analyze(trace, step=options.step, hierarchy=options.hierarchy,
+                      peak_tflops=options.peak_tflops)
+    return RankResult(path, profile, step_timelines(trace))
+
+
+# ---- the job ------------------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class Spread:
+    """One quantity across the ranks that have it."""
+
+    min: float
+    median: float
+    max: float
+    spread: float  # max - min
+    slowest_rank: int  # the rank with the max (the lowest such rank on ties)
+    imbalance: float | None  # max / median; None when the median is 0
+
+
+def spread_of(values: dict[int, float]) -> Spread | None:
+    """The spread of ``values`` (rank -> value); None for no ranks."""
+    if not values:
+        return None
+    ranks = sorted(values)
+    v = sorted(values[r] for r in ranks)
+    n = len(v)
+    median = v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2
+    hi = v[-1]
+    slowest = next(r for r in ranks if values[r] == hi)
+    return Spread(v[0], median, hi, hi - v[0], slowest, hi / median if median > 0 else None)
+
+
+@dataclass(frozen=True, slots=True)
+class JobRank:
+    rank: int
+    path: str
+    profile: ModuleProfile
+    timeline: tuple[StepTimeline, ...]  # every step of the trace
+    #: the mean of the timeline over the profile's selected steps
+    selected: StepTimeline
+
+
+@dataclass(frozen=True, slots=True)
+class JobModule:
+    """One module node matched across the ranks (by qualified name, or by tree position)."""
+
+    key: tuple[str, ...]  # the node's path in the tree (qualified names for traceprof scopes)
+    parent: tuple[str, ...] | None
+    depth: int
+    kind: NodeKind
+    name: str
+    class_name: str
+    qualified_name: str
+    #: per rank (ranks without the node are absent): the node's total in each pass
+    nodes: dict[int, ModuleNode]
+
+    def time(self, rank: int, metric: str, p: Pass | None = None, own: bool = False) -> float:
+        node = self.nodes[rank]
+        passes = (p,) if p is not None else PASSES
+        return sum(getattr(getattr(node.phase(q), "own" if own else "total"), metric)
+                   for q in passes)
+
+    def times(self, metric: str, p: Pass | None = None, own: bool = False) -> dict[int, float]:
+        return {r: self.time(r, metric, p, own) for r in sorted(self.nodes)}
+
+    def spread(self, metric: str, p: Pass | None = None) -> Spread | None:
+        return spread_of(self.times(metric, p))
+
+
+@dataclass(frozen=True, slots=True)
+class Straggler:
+    rank: int
+    step_us: float  # the rank's step time (GPU compute time per step; CPU: step wall time)
+    median_us: float
+    excess_us: float
+    excess_fraction: float
+    #: the modules that make up the difference: own time over the median's, largest first
+    modules: tuple[tuple[JobModule, float], ...]
+
+
+@dataclass(frozen=True)
+class Job:
+    """The reduced result of a job: ranks sorted by number, modules in tree order."""
+
+    ranks: tuple[JobRank, ...]
+    world_size: int | None
+    missing_ranks: tuple[int, ...]
+    steps: tuple[int, ...]  # the step numbers every rank's numbers are the mean of
+    modules: tuple[JobModule, ...]
+    stragglers: tuple[Straggler, ...]
+    straggler_threshold: float
+    #: the time modules are compared by: gpu_busy_us, or cpu_us when no rank has GPU work
+    metric: str
+    #: what step times compare: "compute_us" (GPU work outside collectives) or "wall_us"
+    step_metric: str
+    warnings: tuple[str, ...] = field(default=())
+    engine: str = "local"
+
+    @property
+    def rank_numbers(self) -> tuple[int, ...]:
+        return tuple(r.rank for r in self.ranks)
+
+    def rank(self, number: int) -> JobRank:
+        for r in self.ranks:
+            if r.rank == number:
+                return r
+        raise KeyError(number)
+
+    def module(self, qualified_name: str) -> JobModule:
+        for m in self.modules:
+            if m.qualified_name == qualified_name:
+                return m
+        raise KeyError(qualified_name)
+
+    def step_times(self) -> dict[int, float]:
+        return {r.rank: getattr(r.selected, self.step_metric) for r in self.ranks}
+
+    def rows(self) -> list[dict]:
+        """The tidy table: one row per module x rank x pass (docs/jobs.md)."""
+        from .render.job_records import job_rows
+
+        return job_rows(self)
+
+    def to_dataframe(self):
+        """:meth:`rows` as a pandas DataFrame with typed columns (needs pandas)."""
+        from .render.job_records import job_dataframe
+
+        return job_dataframe(self)
+
+
+def _rank_of(result: RankResult) -> int | None:
+    md = result.profile.metadata
+    rank = md.rank if md.rank is not None else (md.module_table.rank if md.module_table else None)
+    if rank is None:
+        m = schema.RANK_IN_FILE_NAME_RE.search(os.path.basename(result.path))
+        rank = int(m.group(1)) if m else None
+    return rank
+
+
+def _world_size_of(result: RankResult) -> int | None:
+    md = result.profile.metadata
+    if md.world_size is not None:
+        return md.world_size
+    return md.module_table.world_size if md.module_table else None
+
+
+def _job_name(path: str) -> str:
+    return schema.JOB_FILE_NAME_VARYING_RE.sub("", os.path.basename(path))
+
+
+def _names(paths, limit: int = 3) -> str:
+    paths = list(paths)
+    shown = ", ".join(os.path.basename(p) for p in paths[:limit])
+    return shown + (f" and {len(paths) - limit} more" if len(paths) > limit else "")
+
+
+def _numbers(values) -> str:
+    return ", ".join(map(str, values)) or "none"
+
+
+def _check_one_job(results: list[RankResult]) -> tuple[list[tuple[int, RankResult]], int | None]:
+    """The ranks of ``results``, sorted; a JobError when they are not the ranks of one job."""
+    if len(results) == 1:
+        rank = _rank_of(results[0])
+        return [(rank if rank is not None else 0, results[0])], _world_size_of(results[0])
+    ranked = []
+    for r in results:
+        rank = _rank_of(r)
+        if rank is None:
+            raise JobError(f"{r.path}: no rank: the trace has no distributedInfo and its file "
+                           "name no rank number (rank3, worker_3)")
+        ranked.append((rank, r))
+    sizes: dict[int, list[str]] = {}
+    for r in results:
+        size = _world_size_of(r)
+        if size is not None:
+            sizes.setdefault(size, []).append(r.path)
+    if len(sizes) > 1:
+        parts = "; ".join(f"world size {s} ({_names(p)})" for s, p in sorted(sizes.items()))
+        raise JobError(f"ranks of different jobs mixed: {parts}")
+    world_size = next(iter(sizes)) if sizes else None
+    by_rank: dict[int, list[str]] = {}
+    for rank, r in ranked:
+        by_rank.setdefault(rank, []).append(r.path)
+    for rank, paths in sorted(by_rank.items()):
+        if len(paths) > 1:
+            names = sorted({_job_name(p) for p in paths})
+            if len(names) > 1:
+                raise JobError(f"ranks of different jobs mixed: rank {rank} is in {_names(paths)} "
+                               f"(jobs {', '.join(names)}); give the traces of one job")
+            raise JobError(f"rank {rank} given twice: {_names(paths)} (several capture windows? "
+                           "give the traces of one)")
+        if world_size is not None and not 0 <= rank < world_size:
+            raise JobError(f"{paths[0]}: rank {rank} is outside the world size {world_size}")
+    ranked.sort(key=lambda t: t[0])
+    return ranked, world_size
+
+
+def _mean_timeline(timeline: tuple[StepTimeline, ...], steps: tuple[int, ...]) -> StepTimeline:
+    chosen = [t for t in timeline if t.step in steps] if steps else list(timeline)
+    if not chosen:
+        chosen = list(timeline)
+    if not chosen:
+        return StepTimeline(-1, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0, 0)
+    n = len(chosen)
+
+    def mean(name):
+        return math.fsum(getattr(t, name) for t in chosen) / n
+
+    return StepTimeline(
+        step=chosen[0].step if n == 1 else -1, wall_us=mean("wall_us"),
+        window_us=mean("window_us"), gpu_busy_us=mean("gpu_busy_us"),
+        compute_us=mean("compute_us"), collective_us=mean("collective_us"),
+        collective_exposed_us=mean("collective_exposed_us"), idle_us=mean("idle_us"),
+        kernels=round(mean("kernels")), collective_kernels=round(mean("collective_kernels")),
+    )
+
+
+def _modules(ranks: list[JobRank]) -> tuple[JobModule, ...]:
+    """Module nodes matched across ranks by their path, in the tree order of the first rank
+    that has each (new ones of later ranks after their parent's last known child)."""
+    order: list[tuple[str, ...]] = []
+    seen: dict[tuple[str, ...], dict] = {}
+    for jr in ranks:
+        profile = jr.profile
+        for node in profile.walk():
+            key = tuple(node.path) if node.path else (node.qualified_name or node.name,)
+            if node.kind is NodeKind.UNATTRIBUTED or (node.parent >= 0 and profile.nodes[
+                    node.parent].kind is NodeKind.UNATTRIBUTED):
+                key = ("\0bucket",) + key  # the bucket's groups never match a module
+            entry = seen.get(key)
+            if entry is None:
+                parent = None
+                if node.parent >= 0:
+                    pn = profile.nodes[node.parent]
+                    pk = tuple(pn.path) if pn.path else (pn.qualified_name or pn.name,)
+                    parent = ("\0bucket",) + pk if pn.kind is NodeKind.UNATTRIBUTED else pk
+                entry = seen[key] = {"node": node, "parent": parent, "nodes": {}}
+                order.append(key)
+            entry["nodes"][jr.rank] = node
+    out = []
+    for key in _tree_order(order, seen):
+        e = seen[key]
+        n: ModuleNode = e["node"]
+        out.append(JobModule(key=key, parent=e["parent"], depth=n.depth, kind=n.kind, name=n.name,
+                             class_name=n.class_name, qualified_name=n.qualified_name,
+                             nodes=e["nodes"]))
+    return tuple(out)
+
+
+def _tree_order(order, seen):
+    children: dict = {}
+    roots = []
+    for key in order:
+        parent = seen[key]["parent"]
+        if parent is None or parent not in seen:
+            roots.append(key)
+        else:
+            children.setdefault(parent, []).append(key)
+    # the bucket last, as in every profile
+    roots.sort(key=lambda k: k[0] == "\0bucket")
+    out = []
+    stack = list(reversed(roots))
+    while stack:
+        key = stack.pop()
+        out.append(key)
+        stack.extend(reversed(children.get(key, [])))
+    return out
+
+
+def reduce_job(results: list[RankResult], *,
+               straggler_threshold: float = DEFAULT_STRAGGLER_THRESHOLD,
+               engine: str = "local") -> Job:
+    """The job of the per-rank results (any order): ranks sorted and checked, modules matched,
+    statistics and stragglers computed."""
+    if not results:
+        raise JobError("no traces")
+    ranked, world_size = _check_one_job(results)
+    warnings: list[str] = []
+    selections = {rank: tuple(r.profile.selection.numbers) for rank, r in ranked}
+    distinct = sorted(set(selections.values()))
+    if len(distinct) > 1:
+        common = sorted(set.intersection(*(set(r.profile.selection.in_trace) for _, r in ranked)))
+        parts = "; ".join(
+            f"rank{'s' if len(rs) > 1 else ''} {_numbers(rs)}: step{'s' if len(s) != 1 else ''} "
+            f"{_numbers(s)}" for s in distinct
+            for rs in [[rank for rank, sel in selections.items() if sel == s]])
+        hint = (f"give --step N with a step every rank has ({_numbers(common)})" if common
+                else "no step is in every trace")
+        raise JobError(f"mismatched steps: the ranks' traces hold different steps ({parts}); "
+                       f"{hint}")
+    steps = distinct[0] if distinct else ()
+    missing: tuple[int, ...] = ()
+    if world_size is not None and len(ranked) > 1:
+        missing = tuple(sorted(set(range(world_size)) - {rank for rank, _ in ranked}))
+        if missing:
+            warnings.append(f"partial job: {len(missing)} of {world_size} ranks have no trace "
+                            f"(rank{'s' if len(missing) > 1 else ''} {_numbers(missing)}); "
+                            "statistics are over the ranks given")
+    ranks = [JobRank(rank, r.path, r.profile, r.timeline, _mean_timeline(r.timeline, steps))
+             for rank, r in ranked]
+    for jr in ranks:
+        for w in jr.profile.warnings:
+            warnings.append(f"rank {jr.rank}: {w}")
+    has_gpu = any(jr.profile.has_gpu for jr in ranks)
+    metric = "gpu_busy_us" if has_gpu else "cpu_us"
+    step_metric = "compute_us" if has_gpu else "wall_us"
+    modules = _modules(ranks)
+    job = Job(ranks=tuple(ranks), world_size=world_size, missing_ranks=missing, steps=steps,
+              modules=modules, stragglers=(), straggler_threshold=straggler_threshold,
+              metric=metric, step_metric=step_metric, warnings=(), engine=engine)
+    stragglers = _stragglers(job)
+    counted = {}
+    for w in warnings:  # one line per distinct warning, with the ranks' count
+        text = w.split(": ", 1)[1] if w.startswith("rank ") else w
+        counted.setdefault(text, []).append(w)
+    merged = []
+    for text, items in counted.items():
+        if len(items) > 1 and all(i.startswith("rank ") for i in items):
+            merged.append(f"{len(items)} ranks: {text}")
+        else:
+            merged.extend(items)
+    from dataclasses import replace
+
+    return replace(job, stragglers=stragglers, warnings=tuple(merged))
+
+
+def _stragglers(job: Job) -> tuple[Straggler, ...]:
+    times = job.step_times()
+    if len(times) < 2:
+        return ()
+    median = spread_of(times).median
+    out = []
+    for rank in sorted(times):
+        t = times[rank]
+        if median > 0 and t > median * (1 + job.straggler_threshold):
+            out.append(Straggler(rank, t, median, t - median, (t - median) / median,
+                                 _excess_modules(job, rank)))
+    out.sort(key=lambda s: (-s.excess_us, s.rank))
+    return tuple(out)
+
+
+def _excess_modules(job: Job, rank: int) -> tuple[tuple[JobModule, float], ...]:
+    """Modules whose own time on ``rank`` is above the median of the ranks, largest first."""
+    found = []
+    for m in job.modules:
+        if rank not in m.nodes or m.kind is NodeKind.UNATTRIBUTED:
+            continue
+        own = m.times(job.metric, own=True)
+        med = spread_of(own).median
+        excess = own[rank] - med
+        if excess > 0:
+            found.append((m, excess))
+    found.sort(key=lambda t: -t[1])
+    return tuple(found[:STRAGGLER_MODULES])
+
+
+def analyze_job(
+    paths,
+    *,
+    step: int | None = None,
+    hierarchy: str | None = None,
+    peak_tflops: float | None = None,
+    max_memory: int | str | None = None,
+    engine=None,
+    jobs: int | None = None,
+    scheduler: str | None = None,
+    straggler_threshold: float = DEFAULT_STRAGGLER_THRESHOLD,
+    progress=None,
+) -> Job:
+    """Analyze the traces of a distributed job (files, directories, glob patterns) and reduce
+    them into a :class:`Job`. ``engine``: ``"local"`` (a process pool of ``jobs`` workers,
+    default: all CPUs), ``"dask"`` (``scheduler`` ``tcp://HOST:PORT``, else a LocalCluster), or
+    an object with the :class:`~traceprof.engine.Engine` interface. ``progress(done, total,
+    path)`` is called as each trace is done.
+
+    >>> job = analyze_job("runs/exp1/")  # doctest: +SKIP
+    >>> job.to_dataframe().pivot_table(index="qualified_name", columns="rank", values="gpu_busy_us")  # doctest: +SKIP
+    """
+    from .engine import make_engine
+
+    paths = find_traces(paths)
+    if engine is None or isinstance(engine, str):
+        engine = make_engine(engine or "local", jobs=jobs, scheduler=scheduler)
+    options = RankOptions(step=step, hierarchy=hierarchy, peak_tflops=peak_tflops,
+                          max_memory=max_memory)
+    results = engine.map(analyze_rank, [(p, options) for p in paths], progress)
+    return reduce_job(results, straggler_threshold=straggler_threshold,
+                      engine=getattr(engine, "name", "local"))

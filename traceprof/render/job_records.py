@@ -1,0 +1,174 @@
+"""A job as plain records: the tidy table (one row per module x rank x pass), the per-rank step
+summary, the per-module statistics, and the JSON document that holds them all
+(docs/jobs.md). Numbers only; nothing is formatted here."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+
+import msgspec
+
+from ..errors import MissingDependencyError
+from ..job import Job, JobModule, Spread
+from ..profile import PASSES
+from . import RenderOptions, register_job
+from .json_format import profile_document
+
+JOB_SCHEMA = "traceprof.job/1"
+#: the quantities of a node in the tidy rows, per pass
+ROW_FIELDS = ("gpu_busy_us", "gpu_work_us", "cpu_us", "kernels", "flops", "macs")
+ROW_COLUMNS = ("module", "qualified_name", "name", "class_name", "kind", "depth", "rank", "pass",
+               "calls", *ROW_FIELDS, *(f"own_{f}" for f in ROW_FIELDS))
+_TYPES = {"module": "string", "qualified_name": "string", "name": "string",
+          "class_name": "string", "kind": "string", "depth": "int64", "rank": "int64",
+          "pass": "string", "calls": "float64",
+          **{f: "float64" for f in ROW_FIELDS}, **{f"own_{f}": "float64" for f in ROW_FIELDS}}
+
+
+def module_id(m: JobModule) -> str:
+    """A module's key in the rows: its path, joined by '/' (the bucket's groups under
+    '(not in any module)')."""
+    return "/".join(p for p in m.key if p != "\0bucket")
+
+
+def job_rows(job: Job) -> list[dict]:
+    rows = []
+    for m in job.modules:
+        for rank in sorted(m.nodes):
+            node = m.nodes[rank]
+            for p in PASSES:
+                phase = node.phase(p)
+                rows.append({
+                    "module": module_id(m), "qualified_name": m.qualified_name, "name": m.name,
+                    "class_name": m.class_name, "kind": m.kind.value, "depth": m.depth,
+                    "rank": rank, "pass": p.value, "calls": float(node.calls),
+                    **{f: float(getattr(phase.total, f)) for f in ROW_FIELDS},
+                    **{f"own_{f}": float(getattr(phase.own, f)) for f in ROW_FIELDS},
+                })
+    return rows
+
+
+def job_dataframe(job: Job):
+    import pandas as pd
+
+    rows = job_rows(job)
+    frame = pd.DataFrame(rows, columns=list(ROW_COLUMNS))
+    return frame.astype(_TYPES)
+
+
+def _spread(s: Spread | None) -> dict | None:
+    return dataclasses.asdict(s) if s is not None else None
+
+
+def rank_records(job: Job) -> list[dict]:
+    out = []
+    for jr in job.ranks:
+        sel = jr.profile.selection
+        out.append({
+            "rank": jr.rank, "path": jr.path,
+            "step": {k: v for k, v in dataclasses.asdict(jr.selected).items() if k != "step"},
+            "steps": [dataclasses.asdict(t) for t in jr.timeline],
+            "gpu_busy_us": sel.gpu_busy_us, "cpu_us": sel.cpu_us, "wall_us": sel.wall_us,
+            "kernels": sel.kernels, "flops": sel.flops,
+            "straggler": any(s.rank == jr.rank for s in job.stragglers),
+        })
+    return out
+
+
+def module_records(job: Job) -> list[dict]:
+    out = []
+    for m in job.modules:
+        rec = {"module": module_id(m), "qualified_name": m.qualified_name, "name": m.name,
+               "class_name": m.class_name, "kind": m.kind.value, "depth": m.depth,
+               "parent": module_id_of(job, m.parent), "ranks": sorted(m.nodes),
+               "total": _spread(m.spread(job.metric)),
+               "times": {str(r): v for r, v in m.times(job.metric).items()}}
+        for p in PASSES:
+            rec[p.value] = _spread(m.spread(job.metric, p))
+        rec["kernels"] = _spread(m.spread("kernels"))
+        rec["flops"] = _spread(m.spread("flops"))
+        out.append(rec)
+    return out
+
+
+def module_id_of(job: Job, key) -> str | None:
+    if key is None:
+        return None
+    return "/".join(p for p in key if p != "\0bucket")
+
+
+def step_spreads(job: Job) -> dict:
+    from ..job import spread_of
+
+    names = ("wall_us", "gpu_busy_us", "compute_us", "collective_us", "collective_exposed_us",
+             "idle_us")
+    return {n: _spread(spread_of({r.rank: getattr(r.selected, n) for r in job.ranks}))
+            for n in names}
+
+
+def job_document(job: Job, with_profiles: bool = False) -> dict:
+    doc = {
+        "schema": JOB_SCHEMA,
+        "world_size": job.world_size,
+        "ranks_given": list(job.rank_numbers),
+        "missing_ranks": list(job.missing_ranks),
+        "steps": list(job.steps),
+        "metric": job.metric,
+        "step_metric": job.step_metric,
+        "straggler_threshold": job.straggler_threshold,
+        "engine": job.engine,
+        "warnings": list(job.warnings),
+        "step_spread": step_spreads(job),
+        "stragglers": [
+            {"rank": s.rank, "step_us": s.step_us, "median_us": s.median_us,
+             "excess_us": s.excess_us, "excess_fraction": s.excess_fraction,
+             "modules": [{"module": module_id(m), "qualified_name": m.qualified_name,
+                          "excess_us": e} for m, e in s.modules]}
+            for s in job.stragglers],
+        "ranks": rank_records(job),
+        "modules": module_records(job),
+    }
+    if with_profiles:
+        doc["profiles"] = {str(r.rank): profile_document(r.profile) for r in job.ranks}
+    return doc
+
+
+@register_job("json", (".json",), f"JSON document, schema {JOB_SCHEMA}")
+def render_job_json(job: Job, opts: RenderOptions) -> str:
+    doc = job_document(job)
+    doc["rows"] = job_rows(job)
+    return msgspec.json.format(msgspec.json.encode(doc), indent=1).decode() + "\n"
+
+
+@register_job("csv", (".csv",), "one row per module x rank x pass", shows_warnings=False)
+def render_job_csv(job: Job, opts: RenderOptions) -> str:
+    import csv
+
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=list(ROW_COLUMNS), lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(job_rows(job))
+    return buf.getvalue()
+
+
+@register_job("parquet", (".parquet", ".pq"), "one row per module x rank x pass, typed columns",
+              binary=True, shows_warnings=False)
+def render_job_parquet(job: Job, opts: RenderOptions) -> bytes:
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise MissingDependencyError(
+            "Parquet output needs pyarrow: pip install 'traceprof[parquet]'") from None
+    table = pa.Table.from_pandas(job_dataframe(job), preserve_index=False)
+    table = table.replace_schema_metadata({
+        **(table.schema.metadata or {}),
+        b"traceprof.schema": JOB_SCHEMA.encode(),
+        b"traceprof.traces": json.dumps([r.path for r in job.ranks]).encode(),
+        b"traceprof.warnings": json.dumps(list(job.warnings)).encode(),
+    })
+    buf = io.BytesIO()
+    pq.write_table(table, buf)
+    return buf.getvalue()

@@ -1,0 +1,155 @@
+"""The job report as text: the ranks' step times (GPU busy, compute, collectives, collective time
+not overlapped by compute, idle), the stragglers, and the module tree (``tree``) or table of
+qualified names (``table``) with the time of every module across the ranks: median, min, max,
+spread, the slowest rank and the imbalance (max / median); ``--ranks all`` adds one column per
+rank."""
+
+from __future__ import annotations
+
+import os
+
+from ..job import Job, JobModule
+from ..profile import NodeKind
+from . import RenderOptions, register_job, units
+from .job_records import step_spreads
+
+_STEP_COLUMNS = (("wall_us", "step wall"), ("gpu_busy_us", "GPU busy"), ("compute_us", "compute"),
+                 ("collective_us", "collectives"),
+                 ("collective_exposed_us", "not overlapped"), ("idle_us", "GPU idle"))
+
+
+def _grid(header: list[str], rows: list[list[str]], left: int = 1) -> list[str]:
+    """Columns padded to their widest cell; the first ``left`` columns left-aligned."""
+    widths = [max(len(r[i]) for r in [header] + rows) for i in range(len(header))]
+
+    def line(cells):
+        return "  ".join(c.ljust(w) if i < left else c.rjust(w)
+                         for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+
+    return [line(header)] + [line(r) for r in rows]
+
+
+def _header(job: Job, raw: bool) -> list[str]:
+    first = job.ranks[0]
+    md = first.profile.metadata
+    paths = [r.path for r in job.ranks]
+    where = os.path.commonpath([os.path.dirname(os.path.abspath(p)) for p in paths])
+    size = f"world size {job.world_size}" if job.world_size is not None else "world size unknown"
+    backend = f", {md.distributed_backend}" if md.distributed_backend else ""
+    devices = sorted({d.name for r in job.ranks for d in r.profile.metadata.devices if d.name})
+    total = sum(r.profile.metadata.size_bytes for r in job.ranks)
+    lines = [
+        "traceprof job profile",
+        f"job:       {len(job.ranks)} rank{'s' if len(job.ranks) != 1 else ''} ({size}{backend})"
+        + (f", {', '.join(devices)}" if devices else ""),
+        f"traces:    {len(paths)} in {os.path.relpath(where) if not os.path.isabs(paths[0]) else where}"
+        f" ({units.file_size(total)} JSON in all), analyzed by the {job.engine} engine",
+        f"modules:   {len(job.modules)} nodes matched across ranks from "
+        f"{first.profile.source_description}",
+    ]
+    if job.steps:
+        lines.append(f"steps:     mean of {len(job.steps)} step{'s' if len(job.steps) > 1 else ''} "
+                     f"({', '.join(map(str, job.steps))}) on every rank")
+    else:
+        lines.append("steps:     the whole trace (no ProfilerStep in the traces)")
+    if job.missing_ranks:
+        lines.append(f"missing:   rank{'s' if len(job.missing_ranks) > 1 else ''} "
+                     f"{', '.join(map(str, job.missing_ranks))} (no trace)")
+    for w in job.warnings:
+        lines.append(f"warning:   {w}")
+    return lines
+
+
+def _ranks_section(job: Job, raw: bool) -> list[str]:
+    d = lambda v: units.duration(v, raw)  # noqa: E731
+    lines = ["", "Per rank, per step (GPU time; collectives: NCCL/RCCL kernels; not overlapped: "
+             "collective time with no other GPU work running)"]
+    header = ["rank"] + [title for _, title in _STEP_COLUMNS] + ["kernels", ""]
+    straggling = {s.rank for s in job.stragglers}
+    rows = []
+    for r in job.ranks:
+        rows.append([str(r.rank)] + [d(getattr(r.selected, k)) for k, _ in _STEP_COLUMNS]
+                    + [units.count(r.selected.kernels),
+                       "straggler" if r.rank in straggling else ""])
+    spreads = step_spreads(job)
+    if len(job.ranks) > 1:
+        for label, key in (("median", "median"), ("max", "max")):
+            rows.append([label] + [d(spreads[k][key]) if spreads[k] else "--"
+                                   for k, _ in _STEP_COLUMNS] + ["", ""])
+        rows.append(["slowest"] + [f"rank {spreads[k]['slowest_rank']}" if spreads[k] else "--"
+                                   for k, _ in _STEP_COLUMNS] + ["", ""])
+    return lines + _grid(header, rows)
+
+
+def _stragglers_section(job: Job, raw: bool) -> list[str]:
+    what = ("GPU compute time per step (GPU busy outside collectives)"
+            if job.step_metric == "compute_us" else "step wall time")
+    lines = ["", f"Stragglers: ranks whose {what} is above the median by more than "
+             f"{units.percent(job.straggler_threshold)}"]
+    if len(job.ranks) < 2:
+        return lines + ["  (one rank: nothing to compare)"]
+    if not job.stragglers:
+        return lines + ["  none"]
+    for s in job.stragglers:
+        lines.append(f"  rank {s.rank}: {units.duration(s.step_us, raw)}, "
+                     f"{units.signed_duration(s.excess_us, raw)} "
+                     f"({units.signed_percent(s.excess_fraction)}) over the median "
+                     f"{units.duration(s.median_us, raw)}")
+        if s.modules:
+            lines.append("    modules over the median (own time, all passes): " + ", ".join(
+                f"{_label(m)} {units.signed_duration(e, raw)}" for m, e in s.modules))
+    return lines
+
+
+def _label(m: JobModule) -> str:
+    return m.qualified_name or m.name
+
+
+def _modules_section(job: Job, opts: RenderOptions, tree: bool) -> list[str]:
+    raw = opts.raw_numbers
+    metric = "GPU busy time" if job.metric == "gpu_busy_us" else "CPU time"
+    lines = ["", f"Modules: {metric} per step across the ranks (all passes: fwd + bwd + other; "
+             "imbalance = max / median)"]
+    ranks = list(job.rank_numbers)
+    header = ["module", "median", "min", "max", "spread", "slowest", "imbalance", "fwd median",
+              "bwd median", "ranks"]
+    if opts.ranks == "all":
+        header += [f"r{r}" for r in ranks]
+    rows = []
+    for m in job.modules:
+        if opts.depth is not None and m.depth > opts.depth:
+            continue
+        s = m.spread(job.metric)
+        fwd, bwd = m.spread(job.metric, "forward"), m.spread(job.metric, "backward")
+        if tree:
+            name = "  " * m.depth + (m.name if m.kind is not NodeKind.MODULE or not m.class_name
+                                     or m.class_name == m.name else f"{m.name} ({m.class_name})")
+        else:
+            name = m.qualified_name or m.name
+        row = [name, units.duration(s.median, raw), units.duration(s.min, raw),
+               units.duration(s.max, raw), units.duration(s.spread, raw),
+               f"rank {s.slowest_rank}" if s.max > 0 else "--", units.ratio(s.imbalance, raw),
+               units.duration(fwd.median, raw), units.duration(bwd.median, raw),
+               f"{len(m.nodes)}/{len(ranks)}"]
+        if opts.ranks == "all":
+            times = m.times(job.metric)
+            row += [units.duration(times[r], raw) if r in times else "--" for r in ranks]
+        rows.append(row)
+    return lines + _grid(header, rows)
+
+
+def job_report(job: Job, opts: RenderOptions, tree: bool = True) -> str:
+    raw = opts.raw_numbers
+    lines = _header(job, raw) + _ranks_section(job, raw) + _stragglers_section(job, raw) \
+        + _modules_section(job, opts, tree)
+    return "\n".join(lines) + "\n"
+
+
+@register_job("tree", (".txt",), "job report: ranks, stragglers, module tree across ranks")
+def render_job_tree(job: Job, opts: RenderOptions) -> str:
+    return job_report(job, opts, tree=True)
+
+
+@register_job("table", (".table",), "job report with a flat table of qualified module names")
+def render_job_table(job: Job, opts: RenderOptions) -> str:
+    return job_report(job, opts, tree=False)
