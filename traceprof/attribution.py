@@ -197,22 +197,55 @@ def _select(steps: Steps, step: int | None, path: str = "") -> tuple[np.ndarray,
     return pos, warnings
 
 
-def _attribute(trace, links, tree: Hierarchy, steps: Steps, selected, warnings,
-               costs: OpCosts) -> ModuleProfile:
+@dataclass(slots=True)
+class _Context:
+    """What every stage needs to know about the selection and the event nesting."""
+
+    trace: Trace
+    links: Links
+    tree: Hierarchy
+    steps: Steps
+    selected: np.ndarray  # positions of the selected steps in steps.numbers
+    selected_mask: np.ndarray  # whether each step is selected
+    whole_trace: bool  # no step selected: the whole trace counts once
+    n_steps: int  # numbers are divided by this: the mean per selected step
+    scope_of: np.ndarray  # innermost module scope around each event (-1: none)
+    is_step: np.ndarray  # ProfilerStep#N annotations
+    is_python: np.ndarray  # Python frames
+    top: np.ndarray  # outermost op or annotation around each event, through steps and frames
+    autograd_top: np.ndarray  # top-level ops in which autograd recorded a backward node
+
+    def in_selection(self, t: np.ndarray) -> np.ndarray:
+        """Whether each time lies in a selected step."""
+        if self.whole_trace:
+            return np.isfinite(t)
+        pos = self.steps.of_time(t)
+        return (pos >= 0) & self.selected_mask[np.maximum(pos, 0)]
+
+    def classify(self, events: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Module node (-1: none), backward flag and pass code of each CPU event."""
+        node, bwd = _classify(events, self.links, self.tree, self.scope_of)
+        return node, bwd, self.pass_codes(events, node, bwd)
+
+    def pass_codes(self, events: np.ndarray, node: np.ndarray, bwd: np.ndarray) -> np.ndarray:
+        """Pass code of each event, from _classify's node and backward flag: outside every
+        module, forward only under a top-level op autograd recorded, else other."""
+        code = np.where(bwd, BACKWARD, FORWARD).astype(np.int64)
+        outside = ~bwd & (node < 0)
+        e = np.maximum(events, 0)
+        top = self.top
+        recorded = (events >= 0) & (top[e] >= 0) & self.autograd_top[np.maximum(top[e], 0)]
+        code[outside & ~recorded] = OTHER
+        return code
+
+
+def _context(trace: Trace, links: Links, tree: Hierarchy, steps: Steps,
+             selected: np.ndarray) -> _Context:
+    """The selection and, for every event, its scope, its top-level op and whether it is a
+    step or a Python frame."""
     ev = trace.events
     n_events = len(ev)
     whole_trace = len(selected) == 0
-    n_steps = 1 if whole_trace else len(selected)
-    selected_mask = np.zeros(len(steps.numbers), bool)
-    selected_mask[selected] = True
-
-    def in_selection(t: np.ndarray) -> np.ndarray:
-        if whole_trace:
-            return np.isfinite(t)
-        pos = steps.of_time(t)
-        return (pos >= 0) & selected_mask[np.maximum(pos, 0)]
-
-    scope_of = links.nearest(tree.scope_mask)
     is_step = np.zeros(n_events, bool)
     if len(ev):
         is_step_name = np.array([schema.STEP_RE.match(s) is not None for s in ev.names])
@@ -227,38 +260,67 @@ def _attribute(trace, links, tree: Hierarchy, steps: Steps, selected, warnings,
     made_backward = links.forward_op[links.forward_op >= 0]
     tops_of = top[made_backward]
     autograd_top[tops_of[tops_of >= 0]] = True
+    selected_mask = np.zeros(len(steps.numbers), bool)
+    selected_mask[selected] = True
+    return _Context(
+        trace=trace, links=links, tree=tree, steps=steps, selected=selected,
+        selected_mask=selected_mask,
+        whole_trace=whole_trace, n_steps=1 if whole_trace else len(selected),
+        scope_of=links.nearest(tree.scope_mask), is_step=is_step, is_python=is_python,
+        top=top, autograd_top=autograd_top,
+    )
 
-    def passes(events: np.ndarray, node: np.ndarray, bwd: np.ndarray) -> np.ndarray:
-        """Pass code of each event, from _classify's node and backward flag: outside every
-        module, forward only under a top-level op autograd recorded, else other."""
-        code = np.where(bwd, BACKWARD, FORWARD).astype(np.int64)
-        outside = ~bwd & (node < 0)
-        e = np.maximum(events, 0)
-        recorded = (events >= 0) & (top[e] >= 0) & autograd_top[np.maximum(top[e], 0)]
-        code[outside & ~recorded] = OTHER
-        return code
 
-    # --- CPU time: exclusive time of every CPU slice in the selection
+@dataclass(slots=True)
+class _CpuTime:
+    """Exclusive time of every CPU slice in the selection, and where it goes."""
+
+    events: np.ndarray
+    exclusive_us: np.ndarray
+    node: np.ndarray
+    pass_code: np.ndarray
+
+
+def _cpu_time(ctx: _Context) -> _CpuTime:
+    """CPU time: the exclusive time of every CPU slice in the selection."""
+    ev, links = ctx.trace.events, ctx.links
     cpu = np.flatnonzero(links.depth >= 0)
-    cpu = cpu[in_selection(ev.ts[cpu])]
+    cpu = cpu[ctx.in_selection(ev.ts[cpu])]
     span = links.nest_end - ev.ts
     child_time = np.bincount(
         np.maximum(links.parent[cpu], 0), weights=np.where(links.parent[cpu] >= 0, span[cpu], 0),
-        minlength=n_events,
-    ) if len(cpu) else np.zeros(n_events)
+        minlength=len(ev),
+    ) if len(cpu) else np.zeros(len(ev))
     # children outside the selection do not happen: a child starts inside its parent's step
     cpu_excl = np.maximum(span[cpu] - child_time[cpu], 0.0)
-    cpu_node, cpu_bwd = _classify(cpu, links, tree, scope_of)
-    cpu_pass = passes(cpu, cpu_node, cpu_bwd)
+    node, _, pass_code = ctx.classify(cpu)
+    return _CpuTime(cpu, cpu_excl, node, pass_code)
 
-    # --- GPU work in the selection
+
+@dataclass(slots=True)
+class _GpuWork:
+    """GPU work items in the selection (by the time of their launch), and where they go."""
+
+    work: np.ndarray
+    anchor: np.ndarray  # the CPU event each item is attributed through (-1: none)
+    node: np.ndarray
+    pass_code: np.ndarray
+    busy_us: np.ndarray  # share of the device's busy time
+    no_launch: np.ndarray
+    before_trace: np.ndarray  # launched before the profiler's CPU window opened
+    is_kernel: np.ndarray  # 1.0 for kernels, 0.0 for memcpy/memset
+
+
+def _gpu_work(ctx: _Context) -> _GpuWork:
+    """GPU work in the selection: its busy-time share, its anchor's node and pass, and whether
+    its launch is missing from the trace."""
+    ev, links = ctx.trace.events, ctx.links
     work = links.gpu_work
     anchor = links.anchor
     when = np.where(anchor >= 0, ev.ts[np.maximum(anchor, 0)], ev.ts[work])
-    keep = in_selection(when)
+    keep = ctx.in_selection(when)
     work, anchor = work[keep], anchor[keep]
-    gpu_node, gpu_bwd = _classify(anchor, links, tree, scope_of)
-    gpu_pass = passes(anchor, gpu_node, gpu_bwd)
+    node, _, pass_code = ctx.classify(anchor)
     busy = _shared_busy_time(ev, work)
     # work without a launch in the trace: launched before the trace began when its correlation
     # id is below every launch's in the trace (the profiler's CPU window opened later)
@@ -267,24 +329,41 @@ def _attribute(trace, links, tree: Hierarchy, steps: Steps, selected, warnings,
     no_launch = anchor < 0
     before_trace = no_launch & (ev.correlation[work] >= 0) & (ev.correlation[work] < first_launch)
     is_kernel = (ev.kind[work] == Kind.KERNEL).astype(np.float64)
+    return _GpuWork(work, anchor, node, pass_code, busy, no_launch, before_trace, is_kernel)
 
-    # --- counted ops (FLOPs, bytes) and unsupported ops in the selection
-    op_keep = in_selection(ev.ts[costs.counted])
-    ops = costs.counted[op_keep]
-    op_node, op_bwd = _classify(ops, links, tree, scope_of)
-    op_pass = passes(ops, op_node, op_bwd)
-    unsupported_keep = in_selection(ev.ts[costs.unsupported])
-    unsupported = costs.unsupported[unsupported_keep]
-    un_node, un_bwd = _classify(unsupported, links, tree, scope_of)
-    un_pass = passes(unsupported, un_node, un_bwd)
 
-    # --- the "not in any module" groups, by top-level op or annotation name
-    n_mod = len(tree.nodes)
-    bucket = n_mod
-    group_names: dict[str, int] = {}
+@dataclass(slots=True)
+class _Ops:
+    """Ops in the selection (``keep``: which of the candidates), and where they go."""
 
-    def group_of(anchors: np.ndarray, missing: str = LAUNCH_NOT_IN_TRACE) -> np.ndarray:
-        tops = np.where(anchors >= 0, top[np.maximum(anchors, 0)], -1)
+    keep: np.ndarray
+    events: np.ndarray
+    node: np.ndarray
+    pass_code: np.ndarray
+
+
+def _ops_in_selection(ctx: _Context, candidates: np.ndarray) -> _Ops:
+    """The ops among ``candidates`` in the selection, with their node and pass."""
+    keep = ctx.in_selection(ctx.trace.events.ts[candidates])
+    ops = candidates[keep]
+    node, _, pass_code = ctx.classify(ops)
+    return _Ops(keep, ops, node, pass_code)
+
+
+class _Groups:
+    """The "not in any module" groups: one node per top-level op or annotation name, numbered
+    after the module nodes and the bucket in the order they are first met."""
+
+    def __init__(self, ctx: _Context) -> None:
+        self.ctx = ctx
+        self.n_modules = len(ctx.tree.nodes)
+        self.bucket = self.n_modules
+        self.ids: dict[str, int] = {}
+
+    def of(self, anchors: np.ndarray, missing: str = LAUNCH_NOT_IN_TRACE) -> np.ndarray:
+        """The group node of each event, by the name of its top-level op or annotation."""
+        ctx, ev = self.ctx, self.ctx.trace.events
+        tops = np.where(anchors >= 0, ctx.top[np.maximum(anchors, 0)], -1)
         uniq, inverse = np.unique(tops, return_inverse=True)
         ids = np.empty(len(uniq), np.int64)
         for k, t in enumerate(uniq.tolist()):
@@ -292,64 +371,105 @@ def _attribute(trace, links, tree: Hierarchy, steps: Steps, selected, warnings,
                 label = missing
             else:
                 label = ev.names[ev.name[t]]
-                if is_step[t]:
+                if ctx.is_step[t]:
                     label = BETWEEN_OPS
-                elif is_python[t]:
+                elif ctx.is_python[t]:
                     label = "(Python code)"
-            ids[k] = group_names.setdefault(label, n_mod + 1 + len(group_names))
+            ids[k] = self.ids.setdefault(label, self.n_modules + 1 + len(self.ids))
         return ids[inverse.ravel()]
 
-    cpu_node[cpu_node < 0] = group_of(cpu[cpu_node < 0])
-    gpu_node[before_trace] = group_of(anchor[before_trace], LAUNCHED_BEFORE_TRACE)
-    gpu_node[gpu_node < 0] = group_of(anchor[gpu_node < 0])
-    op_node[op_node < 0] = group_of(ops[op_node < 0])
-    un_node[un_node < 0] = group_of(unsupported[un_node < 0])
-    # --- [memory] events: the innermost CPU slice around each, then like CPU time
+    @property
+    def n_nodes(self) -> int:
+        return self.n_modules + 1 + len(self.ids)
+
+    def names(self) -> dict[int, str]:
+        return {v: k for k, v in self.ids.items()}
+
+
+def _group_unattributed(groups: _Groups, cpu: _CpuTime, gpu: _GpuWork, counted: _Ops,
+                        unsupported: _Ops) -> None:
+    """Put every event outside the modules into its "not in any module" group (in place)."""
+    cpu.node[cpu.node < 0] = groups.of(cpu.events[cpu.node < 0])
+    gpu.node[gpu.before_trace] = groups.of(gpu.anchor[gpu.before_trace], LAUNCHED_BEFORE_TRACE)
+    gpu.node[gpu.node < 0] = groups.of(gpu.anchor[gpu.node < 0])
+    counted.node[counted.node < 0] = groups.of(counted.events[counted.node < 0])
+    unsupported.node[unsupported.node < 0] = groups.of(unsupported.events[unsupported.node < 0])
+
+
+@dataclass(slots=True)
+class _MemoryEvents:
+    """[memory] events in the selection (``keep``), their node and pass."""
+
+    keep: np.ndarray
+    node: np.ndarray
+    pass_code: np.ndarray
+
+
+def _memory_events(ctx: _Context, groups: _Groups) -> _MemoryEvents:
+    """[memory] events: the innermost CPU slice around each, then attributed like CPU time."""
+    trace, links = ctx.trace, ctx.links
     memory = trace.memory
-    mem_keep = np.zeros(0, bool)
-    mem_node = mem_bwd = np.zeros(0, np.int64)
-    if memory is not None and len(memory):
-        mem_keep = in_selection(ev.ts[memory.event])
-        around = enclosing_slice(trace, links.nest_end, links.parent,
-                                 np.flatnonzero(links.depth >= 0), memory.event[mem_keep])
-        mem_node, mem_bwd = _classify(around, links, tree, scope_of)
-        mem_bwd = passes(around, mem_node, mem_bwd)
-        outside = (mem_node < 0) & (around >= 0)
-        mem_node[outside] = group_of(around[outside])
-        mem_node[mem_node < 0] = bucket  # no slice around it at all
-    n_nodes = n_mod + 1 + len(group_names)
+    if memory is None or not len(memory):
+        return _MemoryEvents(np.zeros(0, bool), np.zeros(0, np.int64), np.zeros(0, np.int64))
+    keep = ctx.in_selection(trace.events.ts[memory.event])
+    around = enclosing_slice(trace, links.nest_end, links.parent,
+                             np.flatnonzero(links.depth >= 0), memory.event[keep])
+    node, _, pass_code = ctx.classify(around)
+    outside = (node < 0) & (around >= 0)
+    node[outside] = groups.of(around[outside])
+    node[node < 0] = groups.bucket  # no slice around it at all
+    return _MemoryEvents(keep, node, pass_code)
+
+
+def _own_metrics(ctx: _Context, n_nodes: int, cpu: _CpuTime, gpu: _GpuWork, counted: _Ops,
+                 unsupported: _Ops, costs: OpCosts) -> dict[str, np.ndarray]:
+    """Each node's own value of every metric, per pass: own[metric][pass, node], per step."""
 
     def sums(node, phase, weights) -> np.ndarray:
         out = np.zeros((len(PASSES), n_nodes))
         for ph in range(len(PASSES)):
             m = phase == ph
             out[ph] = np.bincount(node[m], weights=weights[m], minlength=n_nodes)[:n_nodes]
-        return out / n_steps
+        return out / ctx.n_steps
 
-    own = {
-        "gpu_busy_us": sums(gpu_node, gpu_pass, busy),
-        "gpu_work_us": sums(gpu_node, gpu_pass, ev.dur[work]),
-        "cpu_us": sums(cpu_node, cpu_pass, cpu_excl),
-        "kernels": sums(gpu_node, gpu_pass, is_kernel),
-        "flops": sums(op_node, op_pass, costs.flops[op_keep]),
-        "macs": sums(op_node, op_pass, costs.macs[op_keep]),
-        "bytes_read": sums(op_node, op_pass, costs.bytes_read[op_keep]),
-        "bytes_written": sums(op_node, op_pass, costs.bytes_written[op_keep]),
-        "unsupported_ops": sums(un_node, un_pass, np.ones(len(unsupported))),
+    ev = ctx.trace.events
+    k = counted.keep
+    return {
+        "gpu_busy_us": sums(gpu.node, gpu.pass_code, gpu.busy_us),
+        "gpu_work_us": sums(gpu.node, gpu.pass_code, ev.dur[gpu.work]),
+        "cpu_us": sums(cpu.node, cpu.pass_code, cpu.exclusive_us),
+        "kernels": sums(gpu.node, gpu.pass_code, gpu.is_kernel),
+        "flops": sums(counted.node, counted.pass_code, costs.flops[k]),
+        "macs": sums(counted.node, counted.pass_code, costs.macs[k]),
+        "bytes_read": sums(counted.node, counted.pass_code, costs.bytes_read[k]),
+        "bytes_written": sums(counted.node, counted.pass_code, costs.bytes_written[k]),
+        "unsupported_ops": sums(unsupported.node, unsupported.pass_code,
+                                np.ones(len(unsupported.events))),
     }
 
-    # calls: forward scope events in the selection, per step
+
+def _calls(ctx: _Context, n_nodes: int) -> np.ndarray:
+    """Calls of each node: its forward scope events in the selection, per step."""
+    tree, ev = ctx.tree, ctx.trace.events
     scope_events = np.flatnonzero(tree.scope_mask & ~tree.recompute_mask)
-    scope_events = scope_events[in_selection(ev.ts[scope_events])]
-    calls = np.bincount(tree.node_of_scope[scope_events], minlength=n_nodes)[:n_nodes] / n_steps
+    scope_events = scope_events[ctx.in_selection(ev.ts[scope_events])]
+    return np.bincount(tree.node_of_scope[scope_events], minlength=n_nodes)[:n_nodes] / ctx.n_steps
 
-    # --- assemble the tree: module nodes, the bucket, its groups
-    parent = np.full(n_nodes, -1, np.int64)
-    for hn in tree.nodes:
-        parent[hn.id] = hn.parent
-    parent[n_mod + 1 :] = bucket
-    total = {k: _subtree_totals(v, parent) for k, v in own.items()}
 
+@dataclass(slots=True)
+class _Shape:
+    """The result tree: each node's parent and children in display order, the roots."""
+
+    parent: np.ndarray
+    children: dict[int, list[int]]
+    roots: list[int]  # module roots by first call, then the bucket
+
+
+def _tree_shape(tree: Hierarchy, groups: _Groups, total: dict[str, np.ndarray] | None,
+                parent: np.ndarray) -> _Shape:
+    """Children in display order: modules by first call, groups biggest first."""
+    n_nodes = groups.n_nodes
+    n_mod = groups.n_modules
     children: dict[int, list[int]] = {i: [] for i in range(n_nodes)}
     order_key = np.zeros(n_nodes)
     for hn in tree.nodes:
@@ -361,9 +481,27 @@ def _attribute(trace, links, tree: Hierarchy, steps: Steps, selected, warnings,
         if parent[i] >= 0:
             children[int(parent[i])].append(i)
     module_roots = [hn.id for hn in sorted(tree.nodes, key=lambda h: h.first_ts) if hn.parent < 0]
-    names_of_groups = {v: k for k, v in group_names.items()}
-    table = trace.metadata.module_table
-    memory_use = memory_by_node(trace, mem_keep, mem_node, mem_bwd, parent, n_steps)
+    return _Shape(parent, children, module_roots + [groups.bucket])
+
+
+def _parents(tree: Hierarchy, groups: _Groups) -> np.ndarray:
+    """Parent of each node: the module tree's, and the bucket for every group."""
+    parent = np.full(groups.n_nodes, -1, np.int64)
+    for hn in tree.nodes:
+        parent[hn.id] = hn.parent
+    parent[groups.n_modules + 1 :] = groups.bucket
+    return parent
+
+
+def _module_nodes(ctx: _Context, groups: _Groups, shape: _Shape, own, total, calls,
+                  memory_use) -> tuple[list[ModuleNode], dict[int, int]]:
+    """The ModuleNodes in pre-order (parents before children, siblings in display order), and
+    the new id of each node."""
+    tree = ctx.tree
+    n_mod, bucket = groups.n_modules, groups.bucket
+    parent, children = shape.parent, shape.children
+    names_of_groups = groups.names()
+    table = ctx.trace.metadata.module_table
 
     def phase_times(i: int, phase: int) -> PhaseTimes:
         return PhaseTimes(
@@ -371,9 +509,8 @@ def _attribute(trace, links, tree: Hierarchy, steps: Steps, selected, warnings,
             total=Times(*(float(total[k][phase, i]) for k in _METRICS)),
         )
 
-    # ids in pre-order: parents before children, siblings in display order
     preorder: list[int] = []
-    stack = list(reversed(module_roots + [bucket]))
+    stack = list(reversed(shape.roots))
     while stack:
         i = stack.pop()
         preorder.append(i)
@@ -417,35 +554,47 @@ def _attribute(trace, links, tree: Hierarchy, steps: Steps, selected, warnings,
                 memory=memory_use[old],
             )
         )
+    return nodes, new_id
 
-    sel_numbers = tuple(int(x) for x in steps.numbers[selected]) if not whole_trace else ()
-    if whole_trace:
+
+def _step_selection(ctx: _Context, cpu: _CpuTime, gpu: _GpuWork, counted: _Ops,
+                    unsupported: _Ops, costs: OpCosts) -> StepSelection:
+    """The selected steps and the totals of the selection, per step."""
+    ev, steps, selected, n_steps = ctx.trace.events, ctx.steps, ctx.selected, ctx.n_steps
+    sel_numbers = tuple(int(x) for x in steps.numbers[selected]) if not ctx.whole_trace else ()
+    if ctx.whole_trace:
         finite = ev.ts[np.isfinite(ev.ts)]
         wall = float((ev.ts + ev.dur)[np.isfinite(ev.ts)].max() - finite.min()) if len(finite) else 0.0
     else:
         wall = float((steps.end[selected] - steps.start[selected]).mean())
-    selection = StepSelection(
+    busy, op_keep = gpu.busy_us, counted.keep
+    return StepSelection(
         numbers=sel_numbers,
         in_trace=tuple(int(x) for x in steps.numbers),
         incomplete=tuple(int(x) for x in steps.numbers[~steps.complete]),
         count=n_steps,
         wall_us=wall,
         gpu_busy_us=float(busy.sum() / n_steps),
-        gpu_work_us=float(ev.dur[work].sum() / n_steps),
-        cpu_us=float(cpu_excl.sum() / n_steps),
-        kernels=float(is_kernel.sum() / n_steps),
+        gpu_work_us=float(ev.dur[gpu.work].sum() / n_steps),
+        cpu_us=float(cpu.exclusive_us.sum() / n_steps),
+        kernels=float(gpu.is_kernel.sum() / n_steps),
         flops=float(costs.flops[op_keep].sum() / n_steps),
         macs=float(costs.macs[op_keep].sum() / n_steps),
         bytes_read=float(costs.bytes_read[op_keep].sum() / n_steps),
         bytes_written=float(costs.bytes_written[op_keep].sum() / n_steps),
-        unsupported_ops=float(len(unsupported) / n_steps),
-        cpu_between_ops_us=float(cpu_excl[is_step[cpu]].sum() / n_steps),
-        gpu_launched_before_trace_us=float(busy[before_trace].sum() / n_steps),
-        gpu_launch_missing_us=float(busy[no_launch & ~before_trace].sum() / n_steps),
+        unsupported_ops=float(len(unsupported.events) / n_steps),
+        cpu_between_ops_us=float(cpu.exclusive_us[ctx.is_step[cpu.events]].sum() / n_steps),
+        gpu_launched_before_trace_us=float(busy[gpu.before_trace].sum() / n_steps),
+        gpu_launch_missing_us=float(busy[gpu.no_launch & ~gpu.before_trace].sum() / n_steps),
     )
-    bwd_nodes = np.flatnonzero(links.backward_node == np.arange(n_events))
-    stats = LinkStats(
-        events=n_events,
+
+
+def _link_stats(trace: Trace, links: Links) -> LinkStats:
+    """How many events, GPU work items and backward nodes the linker joined."""
+    ev = trace.events
+    bwd_nodes = np.flatnonzero(links.backward_node == np.arange(len(ev)))
+    return LinkStats(
+        events=len(ev),
         kernels=ev.count(Kind.KERNEL),
         memcpys=ev.count(Kind.MEMCPY),
         memsets=ev.count(Kind.MEMSET),
@@ -455,34 +604,65 @@ def _attribute(trace, links, tree: Hierarchy, steps: Steps, selected, warnings,
         backward_nodes_linked=int(np.count_nonzero(links.forward_op[bwd_nodes] >= 0)),
         nesting_conflicts=links.nesting_conflicts,
     )
-    all_warnings = list(trace.metadata.warnings) + list(tree.warnings) + warnings
-    all_warnings += _unattributed_gpu_warnings(selection, int(before_trace.sum()),
-                                               int((no_launch & ~before_trace).sum()), len(work))
-    if not costs.has_shapes:
-        all_warnings.append(NO_SHAPES_WARNING)
-    has_gpu = stats.kernels + stats.memcpys + stats.memsets > 0
-    flop_summary = _flop_summary(
-        trace, links, costs, op_keep, unsupported_keep, anchor, busy, n_steps, has_gpu,
-        selection.gpu_busy_us if has_gpu else selection.cpu_us,
-    )
+
+
+def _optimizer_totals(nodes: list[ModuleNode]) -> PassTotals:
+    """The work of the optimizer step groups, per pass."""
     optimizer = PassTotals()
     for n in nodes:
         if n.kind is NodeKind.GROUP and n.name.startswith(schema.OPTIMIZER_STEP_PREFIXES):
             optimizer = PassTotals(optimizer.forward + n.forward.total,
                                    optimizer.backward + n.backward.total,
                                    optimizer.other + n.other.total)
+    return optimizer
+
+
+def _attribute(trace, links, tree: Hierarchy, steps: Steps, selected, warnings,
+               costs: OpCosts) -> ModuleProfile:
+    """The ModuleProfile of the selected steps: every stage in order."""
+    ctx = _context(trace, links, tree, steps, selected)
+    cpu = _cpu_time(ctx)
+    gpu = _gpu_work(ctx)
+    counted = _ops_in_selection(ctx, costs.counted)
+    unsupported = _ops_in_selection(ctx, costs.unsupported)
+    groups = _Groups(ctx)
+    _group_unattributed(groups, cpu, gpu, counted, unsupported)
+    memory = _memory_events(ctx, groups)
+    n_nodes = groups.n_nodes
+    own = _own_metrics(ctx, n_nodes, cpu, gpu, counted, unsupported, costs)
+    calls = _calls(ctx, n_nodes)
+    parent = _parents(tree, groups)
+    total = {k: _subtree_totals(v, parent) for k, v in own.items()}
+    shape = _tree_shape(tree, groups, total, parent)
+    memory_use = memory_by_node(trace, memory.keep, memory.node, memory.pass_code, parent,
+                                ctx.n_steps)
+    nodes, new_id = _module_nodes(ctx, groups, shape, own, total, calls, memory_use)
+
+    selection = _step_selection(ctx, cpu, gpu, counted, unsupported, costs)
+    stats = _link_stats(trace, links)
+    all_warnings = list(trace.metadata.warnings) + list(tree.warnings) + warnings
+    all_warnings += _unattributed_gpu_warnings(
+        selection, int(gpu.before_trace.sum()), int((gpu.no_launch & ~gpu.before_trace).sum()),
+        len(gpu.work))
+    if not costs.has_shapes:
+        all_warnings.append(NO_SHAPES_WARNING)
+    has_gpu = stats.kernels + stats.memcpys + stats.memsets > 0
+    flop_summary = _flop_summary(
+        trace, links, costs, counted.keep, unsupported.keep, gpu.anchor, gpu.busy_us,
+        ctx.n_steps, has_gpu, selection.gpu_busy_us if has_gpu else selection.cpu_us,
+    )
     return ModuleProfile(
         metadata=trace.metadata,
         source=tree.source.value,
         source_description=tree.source.description,
         nodes=tuple(nodes),
-        roots=tuple(new_id[r] for r in module_roots + [bucket]),
+        roots=tuple(new_id[r] for r in shape.roots),
         selection=selection,
         stats=stats,
-        module_nodes=n_mod,
+        module_nodes=groups.n_modules,
         warnings=tuple(all_warnings),
         flops=flop_summary,
-        optimizer_step=optimizer,
+        optimizer_step=_optimizer_totals(nodes),
         memory_device=_memory_device(memory_use),
     )
 

@@ -353,19 +353,12 @@ class ModuleProfile:
     def to_parquet(self, path: str) -> None:
         """Write :meth:`to_dataframe` as a Parquet file, atomically (needs pyarrow)."""
         from .output import write_atomic_bytes
-        from .render import render
+        from .records import parquet_bytes
 
-        write_atomic_bytes(path, render(self, "parquet"))
+        write_atomic_bytes(path, parquet_bytes(self))
 
     def to_dataframe(self):
         """One row per node, in pre-order, with typed columns (needs pandas)."""
-        from .render.records import profile_rows
+        from .records import profile_dataframe
 
-        import pandas as pd
-
-        from .render.records import MEMORY_FIELDS, RATE_FIELDS
-
-        rows = profile_rows(self)
-        rates = {f"{phase.value}_{key}": "float64" for phase in PASSES for key in RATE_FIELDS}
-        memory = {f"{phase.value}_{key}": "float64" for phase in PASSES for key in MEMORY_FIELDS}
-        return pd.DataFrame(rows).astype({"calls": "float64", "depth": "int64", **rates, **memory})
+        return profile_dataframe(self)

@@ -1,13 +1,18 @@
-"""A profile as flat records: one dict per node with typed, unit-named fields.
+"""A profile as flat records: one dict per node with typed, unit-named fields, and the same
+rows as a typed DataFrame or Parquet table.
 
-Shared by the JSON and CSV renderers and the pandas view, so that all three agree.
+Shared by the JSON, CSV and Parquet renderers and by ModuleProfile.to_dataframe/to_parquet, so
+that all of them agree. Depends on the profile only: the profile never imports the renderers.
 """
 
 from __future__ import annotations
 
+import io
+import json
 from dataclasses import fields
 
-from ..profile import PASSES, ModuleNode, ModuleProfile, Times
+from .errors import MissingDependencyError
+from .profile import PASSES, ModuleNode, ModuleProfile, Times
 
 #: version of the JSON document written by ``--format json`` (docs/output-formats.md)
 JSON_SCHEMA = "traceprof.profile/3"
@@ -58,8 +63,6 @@ def node_record(profile: ModuleProfile, node: ModuleNode) -> dict:
 
 def profile_rows(profile: ModuleProfile) -> list[dict]:
     """Flat rows (nested shapes as JSON text) for CSV and pandas."""
-    import json
-
     rows = []
     for node in profile.walk():
         rec = node_record(profile, node)
@@ -71,3 +74,36 @@ def profile_rows(profile: ModuleProfile) -> list[dict]:
         rec["memory_device"] = rec["memory_device"] or ""
         rows.append(rec)
     return rows
+
+
+def profile_dataframe(profile: ModuleProfile):
+    """:func:`profile_rows` as a pandas DataFrame with typed columns (needs pandas)."""
+    import pandas as pd
+
+    rows = profile_rows(profile)
+    rates = {f"{phase.value}_{key}": "float64" for phase in PASSES for key in RATE_FIELDS}
+    memory = {f"{phase.value}_{key}": "float64" for phase in PASSES for key in MEMORY_FIELDS}
+    return pd.DataFrame(rows).astype({"calls": "float64", "depth": "int64", **rates, **memory})
+
+
+def parquet_bytes(profile: ModuleProfile) -> bytes:
+    """:func:`profile_dataframe` as a Parquet file, with the trace, the schema, the hierarchy
+    source and the warnings in its metadata (needs pyarrow)."""
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise MissingDependencyError(
+            "Parquet output needs pyarrow: pip install 'traceprof[parquet]'") from None
+    table = pa.Table.from_pandas(profile_dataframe(profile), preserve_index=False)
+    # the trace and the schema travel with the rows
+    table = table.replace_schema_metadata({
+        **(table.schema.metadata or {}),
+        b"traceprof.schema": JSON_SCHEMA.encode(),
+        b"traceprof.trace": profile.metadata.path.encode("utf-8", "surrogateescape"),
+        b"traceprof.hierarchy": profile.source.encode(),
+        b"traceprof.warnings": json.dumps(list(profile.warnings)).encode(),
+    })
+    buf = io.BytesIO()
+    pq.write_table(table, buf)
+    return buf.getvalue()

@@ -7,7 +7,7 @@ import io
 
 from ..profile import ModuleProfile
 from . import RenderOptions, register
-from .records import profile_rows
+from ..records import profile_rows
 
 
 @register("csv", (".csv",), "one row per node, numbers in microseconds", shows_warnings=False)

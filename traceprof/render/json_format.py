@@ -8,7 +8,7 @@ import msgspec
 
 from ..profile import ModuleProfile
 from . import RenderOptions, register
-from .records import JSON_SCHEMA, node_record
+from ..records import JSON_SCHEMA, node_record
 
 
 def profile_document(profile: ModuleProfile) -> dict:
