@@ -5,6 +5,7 @@ from .api import analyze
 from .capture import profile, profile_once  # torch is imported only when a session starts
 from .errors import TraceprofError, TraceReadError
 from .hierarchy import Source
+from .job import Job, analyze_job
 from .profile import PASSES, ModuleNode, ModuleProfile, NodeKind, Pass, PhaseTimes, StepSelection, Times
 from .trace import Trace, load_trace
 from .transforms import SortKey, limit_depth, sort_children, top_children
@@ -12,6 +13,7 @@ from .transforms import SortKey, limit_depth, sort_children, top_children
 __version__ = "0.1.0"
 
 __all__ = [
+    "Job",
     "ModuleNode",
     "ModuleProfile",
     "NodeKind",
@@ -26,6 +28,7 @@ __all__ = [
     "TraceReadError",
     "TraceprofError",
     "analyze",
+    "analyze_job",
     "limit_depth",
     "load_trace",
     "profile",

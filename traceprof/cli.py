@@ -130,7 +130,7 @@ def _interrupted(e: KeyboardInterrupt) -> None:
 
 
 @main.command()
-@click.argument("trace", type=click.Path(dir_okay=True, path_type=str))
+@click.argument("trace", nargs=-1, required=True, type=click.Path(dir_okay=True, path_type=str))
 @click.option("-f", "--format", "fmt", type=click.Choice(sorted(render.REGISTRY)), default=None,
               help="Output format [default: from -o's extension, else tree].")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, allow_dash=True, path_type=str),
@@ -168,9 +168,42 @@ def _interrupted(e: KeyboardInterrupt) -> None:
               help="Peak TFLOP/s of one device, for MFU [default: the peaks table's; none for "
                    "CPUs and devices not in it].")
 @click.option("--max-memory", type=_Size(), default=None, metavar="SIZE", help=_MAX_MEMORY_HELP)
+@click.option("--jobs", "-j", "jobs", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Parallel workers: for a job, the traces analyzed at once (each worker holds "
+                   "one trace) [default: all CPUs].")
+@click.option("--engine", type=click.Choice(["local", "dask"]), default="local",
+              show_default=True,
+              help="Where a job's traces are analyzed: a local process pool, or Dask distributed "
+                   "(pip install 'traceprof[dask]').")
+@click.option("--scheduler", default=None, metavar="ADDRESS",
+              help="Dask scheduler of --engine dask (tcp://HOST:PORT) [default: a LocalCluster "
+                   "of --jobs workers].")
+@click.option("--ranks", "ranks_columns", type=click.Choice(["summary", "all"]), default="summary",
+              show_default=True,
+              help="Job tree and table: summary columns across ranks (median, min, max, slowest "
+                   "rank, imbalance), or all: one column per rank too.")
+@click.option("--straggler-threshold", type=click.FloatRange(min=0), default=0.05,
+              show_default=True, metavar="FRACTION",
+              help="Job: a rank is a straggler when its step time is above the median by more "
+                   "than this fraction.")
 def analyze(trace, fmt, output, depth, top, ignore, batch_size, sort, step, hierarchy, raw,
-            unsupported_ops, tensorboard_logdir, columns, peak_tflops, max_memory):
-    """Per-module forward and backward GPU time of TRACE (.json or .json.gz)."""
+            unsupported_ops, tensorboard_logdir, columns, peak_tflops, max_memory, jobs, engine,
+            scheduler, ranks_columns, straggler_threshold):
+    """Per-module forward and backward GPU time of TRACE (.json or .json.gz).
+
+    Several traces, a directory or a glob pattern ('runs/*.pt.trace.json.gz') are the ranks of
+    one distributed job: one report of every module across the ranks (docs/jobs.md)."""
+    from .job import is_job
+
+    if is_job(trace):
+        return _analyze_job(
+            list(trace), fmt=fmt, output=output, depth=depth, top=top, ignore=ignore,
+            batch_size=batch_size, sort=sort, step=step, hierarchy=hierarchy, raw=raw,
+            unsupported_ops=unsupported_ops, tensorboard_logdir=tensorboard_logdir,
+            columns=columns, peak_tflops=peak_tflops, max_memory=max_memory, jobs=jobs,
+            engine=engine, scheduler=scheduler, ranks=ranks_columns,
+            straggler_threshold=straggler_threshold)
+    trace = trace[0]
     try:
         if output:  # refused before the analysis, and checked again when written
             resolve_output(output, inputs=[trace])
@@ -221,6 +254,94 @@ def analyze(trace, fmt, output, depth, top, ignore, batch_size, sort, step, hier
         _fail(e.message, e.exit_code)
     except MemoryError:
         _fail(f"{trace}: out of memory while analyzing", 5)
+    except KeyboardInterrupt as e:
+        _interrupted(e)
+
+
+class _JobProgressBar:
+    """A bar on stderr over a job's traces: one advance per trace analyzed, with its name."""
+
+    def __init__(self, total: int) -> None:
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+        from rich.progress import TimeElapsedColumn
+
+        self._progress = Progress(
+            TextColumn("analyzing traces"), BarColumn(), MofNCompleteColumn(),
+            TimeElapsedColumn(), TextColumn("{task.description}"),
+            console=Console(stderr=True), transient=True,
+        )
+        self._task = self._progress.add_task("", total=total)
+        self._progress.start()
+
+    def __call__(self, done: int, total: int, item) -> None:
+        path = item[0] if isinstance(item, tuple) else item
+        self._progress.update(self._task, completed=done, description=os.path.basename(path))
+        self._progress.refresh()
+
+    def close(self) -> None:
+        self._progress.stop()
+
+
+def _job_progress(total: int) -> _JobProgressBar | None:
+    """A bar per trace when a person is watching stderr (``TRACEPROF_PROGRESS`` overrides)."""
+    mode = os.environ.get("TRACEPROF_PROGRESS", "auto").lower()
+    if mode == "never" or (mode != "always" and not sys.stderr.isatty()):
+        return None
+    return _JobProgressBar(total)
+
+
+def _analyze_job(traces, *, fmt, output, depth, top, ignore, batch_size, sort, step, hierarchy,
+                 raw, unsupported_ops, tensorboard_logdir, columns, peak_tflops, max_memory, jobs,
+                 engine, scheduler, ranks, straggler_threshold):
+    """``analyze`` of several traces, a directory or a glob: the job report."""
+    from .job import analyze_job, find_traces
+
+    try:
+        for given, option in ((top, "--top"), (ignore, "--ignore"), (batch_size, "--batch-size"),
+                              (sort != "order", "--sort"), (unsupported_ops, "--unsupported-ops"),
+                              (columns, "--columns"), (tensorboard_logdir, "--tensorboard")):
+            if given:
+                raise OptionError(f"{option} applies to one trace, not to a job of several "
+                                  "(docs/jobs.md)")
+        paths = find_traces(traces)
+        if output:
+            resolve_output(output, inputs=paths)
+        if fmt is None:
+            chosen = render.for_output(output) if output else None
+            fmt = chosen.name if chosen else "tree"
+        renderer = render.get_job(fmt)
+        if renderer.binary and not output:
+            raise OptionError(f"--format {fmt} is binary: give an output file with -o FILE, "
+                              "or -o - for standard output")
+        if renderer.binary and output == STDOUT and sys.stdout.isatty():
+            raise OptionError(f"--format {fmt} is binary: not written to a terminal; redirect "
+                              "standard output or give -o FILE")
+        reporter = _job_progress(len(paths))
+        try:
+            job = analyze_job(paths, step=step, hierarchy=hierarchy, peak_tflops=peak_tflops,
+                              max_memory=max_memory, engine=engine, jobs=jobs,
+                              scheduler=scheduler, straggler_threshold=straggler_threshold,
+                              progress=reporter)
+        finally:
+            _close(reporter)
+        options = render.RenderOptions(raw_numbers=raw, ranks=ranks, depth=depth)
+        text = render.render_job(job, fmt, options)
+        if not renderer.shows_warnings:
+            for warning in job.warnings:
+                click.echo(f"traceprof: warning: {warning}", err=True)
+        else:
+            for warning in job.warnings:
+                if warning.startswith("partial job"):  # also where a pipe reader sees it
+                    click.echo(f"traceprof: warning: {warning}", err=True)
+        if isinstance(text, bytes) or (output and output != STDOUT):
+            write_output(output, text, inputs=paths)
+        else:
+            click.echo(text, nl=False)
+    except TraceprofError as e:
+        _fail(e.message, e.exit_code)
+    except MemoryError:
+        _fail("out of memory while analyzing the job", 5)
     except KeyboardInterrupt as e:
         _interrupted(e)
 
