@@ -638,6 +638,10 @@ class Emitter:
         self.grads, self.scopes = [], []
         self.attr = None
         self.step_k7 = None              # first/last stream-7 activity of the step
+        # an injected straggler (generate_job): the kernels of one module run slow_factor times
+        # longer on the slow rank; the other ranks wait that long in their next all-reduce
+        self.slow_module, self.slow_factor, self.is_slow = None, 1.0, False
+        self.pending_wait = 0
 
     # -- helpers --
     def _ev_idx(self):
@@ -715,6 +719,15 @@ class Emitter:
             s = node.stream
             ks = max(t + 2500 + int(3000 * rng.random()), self.sfree[s])
             kd = self._jit(node.dur, 0.06)
+            if self.slow_module is not None and self.attr == self.slow_module and node.cat == "kernel":
+                extra = int(kd * (self.slow_factor - 1))
+                if self.is_slow:
+                    kd += extra
+                else:
+                    self.pending_wait += extra
+            if node.kname == K["nccl"] and self.pending_wait:
+                kd += self.pending_wait            # waiting for the slow rank
+                self.pending_wait = 0
             self.sfree[s] = ks + kd + 700 + int(900 * rng.random())
             if s == S_COMPUTE:
                 if self.step_k7 is None:
@@ -901,7 +914,7 @@ class Emitter:
 # File writing
 # ---------------------------------------------------------------------------------------------
 
-def _header(model, seed):
+def _header(model, seed, rank=0, world_size=8):
     dev = {"name": "NVIDIA H100 80GB HBM3", "totalGlobalMem": 85029158912, "computeMajor": 9,
            "computeMinor": 0, "maxThreadsPerBlock": 1024, "maxThreadsPerMultiprocessor": 2048,
            "regsPerBlock": 65536, "warpSize": 32, "sharedMemPerBlock": 49152, "numSms": 132,
@@ -909,12 +922,12 @@ def _header(model, seed):
            "sharedMemPerMultiprocessor": 233472}
     head = {
         "schemaVersion": 1,
-        "deviceProperties": [{"id": i, **dev} for i in range(8)],
+        "deviceProperties": [{"id": i, **dev} for i in range(min(world_size, 8))],
         "cupti_version": 24, "cuda_runtime_version": 12040, "cuda_driver_version": 12080,
-        "distributedInfo": {"backend": "nccl", "rank": 0, "world_size": 8, "pg_count": 1,
+        "distributedInfo": {"backend": "nccl", "rank": rank, "world_size": world_size, "pg_count": 1,
                             "pg_config": [{"pg_name": "0", "pg_desc": "default_pg",
-                                           "backend_config": "cuda:nccl", "pg_size": 8,
-                                           "ranks": list(range(8))}], "nccl_version": "2.21.5"},
+                                           "backend_config": "cuda:nccl", "pg_size": world_size,
+                                           "ranks": list(range(world_size))}], "nccl_version": "2.21.5"},
         "record_shapes": 1, "profile_memory": 1,
         "trace_id": "%032X" % random.Random(seed).getrandbits(128),
     }
@@ -955,20 +968,25 @@ def _trailer_events(em, t_start, t_end):
 
 
 def generate(out, target_mb=520.0, steps=None, layers=24, seed=0, n_embd=1024, n_head=16,
-             batch=8, seq_len=1024, first_step=5, quiet=False):
-    """Write the trace to out; returns the expectation dict (also written to out.expect.json)."""
+             batch=8, seq_len=1024, first_step=5, quiet=False, rank=0, world_size=8,
+             slow_module=None, slow_factor=1.0, slow=False):
+    """Write the trace to out; returns the expectation dict (also written to out.expect.json).
+    ``rank``/``world_size``: the distributedInfo; ``slow_module``: the qualified name of a module
+    whose kernels take ``slow_factor`` times longer when ``slow`` (the other ranks wait for it in
+    their next all-reduce)."""
     t_wall = time.perf_counter()
     rng = random.Random(seed)
     model = Model(layers, n_embd, n_head, batch, seq_len)
     t0 = 1_900_000_000_000_000 + rng.randrange(10**12)       # ns, ~1.9e12 us like real traces
     em = Emitter(model, rng, t0 + 300_000)
+    em.slow_module, em.slow_factor, em.is_slow = slow_module, slow_factor, slow
     target = int(target_mb * 1e6)
     opener = (lambda p: gzip.open(p, "wb", compresslevel=3)) if out.endswith(".gz") else \
         (lambda p: open(p, "wb", buffering=1 << 22))
     written = n_steps = n_events = 0
     tmp = out + ".tmp"
     with opener(tmp) as f:
-        head = _header(model, seed)
+        head = _header(model, seed, rank, world_size)
         f.write(head)
         written += len(head)
         first = True
@@ -1030,6 +1048,25 @@ def generate(out, target_mb=520.0, steps=None, layers=24, seed=0, n_embd=1024, n
     with open(out + ".expect.json", "wb") as f:
         f.write(orjson.dumps(expect, option=orjson.OPT_INDENT_2))
     return expect
+
+
+def generate_job(out_dir, ranks=8, slow_rank=None, slow_module="transformer.h.1.mlp.c_fc",
+                 slow_factor=3.0, name="gpt", gz=False, seed=0, **kwargs):
+    """Write the traces of one ``ranks``-rank job into ``out_dir``, one per rank
+    (``<name>_rank<R>.<ms>.pt.trace.json[.gz]``, with distributedInfo), all with the same steps;
+    on ``slow_rank`` the kernels of ``slow_module`` run ``slow_factor`` times longer (forward and
+    backward), and the other ranks wait that long in their all-reduce. Returns the paths."""
+    os.makedirs(out_dir, exist_ok=True)
+    paths = []
+    for r in range(ranks):
+        path = os.path.join(out_dir, f"{name}_rank{r}.{1767225600000 + r}.pt.trace.json"
+                            + (".gz" if gz else ""))
+        generate(path, seed=seed * 1000 + r, rank=r, world_size=ranks,
+                 slow_module=slow_module if slow_rank is not None else None,
+                 slow_factor=slow_factor, slow=r == slow_rank, **kwargs)
+        os.remove(path + ".expect.json")
+        paths.append(path)
+    return paths
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1144,7 +1181,24 @@ def main(argv=None):
     ap.add_argument("--layers", type=int, default=24, help="transformer blocks (default 24)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--validate", action="store_true", help="re-read the file and check its invariants")
+    ap.add_argument("--ranks", type=int, default=None,
+                    help="write a job of N ranks (distributedInfo) into the directory --out")
+    ap.add_argument("--slow-rank", type=int, default=None, help="job: the straggler rank")
+    ap.add_argument("--slow-module", default="transformer.h.1.mlp.c_fc",
+                    help="job: the module that is slow on --slow-rank")
+    ap.add_argument("--slow-factor", type=float, default=3.0,
+                    help="job: how much longer its kernels run there (default 3)")
+    ap.add_argument("--gz", action="store_true", help="job: gzip the traces")
     a = ap.parse_args(argv)
+    if a.ranks:
+        t = time.perf_counter()
+        paths = generate_job(a.out, ranks=a.ranks, slow_rank=a.slow_rank, slow_module=a.slow_module,
+                             slow_factor=a.slow_factor, gz=a.gz, seed=a.seed, target_mb=a.target_mb,
+                             steps=a.steps, layers=a.layers, quiet=True)
+        size = sum(os.path.getsize(p) for p in paths)
+        print(f"wrote {len(paths)} ranks to {a.out}: {size / 1e6:.1f} MB on disk in "
+              f"{time.perf_counter() - t:.1f} s")
+        return 0
     os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
     exp = generate(a.out, target_mb=a.target_mb, steps=a.steps, layers=a.layers, seed=a.seed)
     size = os.path.getsize(a.out)

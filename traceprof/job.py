@@ -192,7 +192,9 @@ class Straggler:
     median_us: float
     excess_us: float
     excess_fraction: float
-    #: the modules that make up the difference: own time over the median's, largest first
+    #: the modules that make up the difference: own time over the median's, largest first (GPU
+    #: work time, the plain sum of the module's kernel durations, which concurrent work on
+    #: other streams does not dilute; CPU time on CPU-only traces)
     modules: tuple[tuple[JobModule, float], ...]
 
 
@@ -464,7 +466,7 @@ def _excess_modules(job: Job, rank: int) -> tuple[tuple[JobModule, float], ...]:
     for m in job.modules:
         if rank not in m.nodes or m.kind is NodeKind.UNATTRIBUTED:
             continue
-        own = m.times(job.metric, own=True)
+        own = m.times("gpu_work_us" if job.metric == "gpu_busy_us" else job.metric, own=True)
         med = spread_of(own).median
         excess = own[rank] - med
         if excess > 0:

@@ -96,7 +96,8 @@ def _stragglers_section(job: Job, raw: bool) -> list[str]:
                      f"({units.signed_percent(s.excess_fraction)}) over the median "
                      f"{units.duration(s.median_us, raw)}")
         if s.modules:
-            lines.append("    modules over the median (own time, all passes): " + ", ".join(
+            own = "own GPU work time" if job.metric == "gpu_busy_us" else "own CPU time"
+            lines.append(f"    modules over the median ({own}, all passes): " + ", ".join(
                 f"{_label(m)} {units.signed_duration(e, raw)}" for m, e in s.modules))
     return lines
 
