@@ -29,6 +29,7 @@ from .errors import OptionError
 from .flops import FAMILIES, Family, OpCosts, Registry, count_ops
 from .hierarchy import Hierarchy, Source, build_hierarchy
 from .link import Links, link
+from . import module_ops, step_timeline
 from .memory import enclosing_slice, memory_by_node
 from .profile import (
     UNATTRIBUTED_NAME,
@@ -494,7 +495,7 @@ def _parents(tree: Hierarchy, groups: _Groups) -> np.ndarray:
 
 
 def _module_nodes(ctx: _Context, groups: _Groups, shape: _Shape, own, total, calls,
-                  memory_use) -> tuple[list[ModuleNode], dict[int, int]]:
+                  memory_use, ops_of) -> tuple[list[ModuleNode], dict[int, int]]:
     """The ModuleNodes in pre-order (parents before children, siblings in display order), and
     the new id of each node."""
     tree = ctx.tree
@@ -552,9 +553,54 @@ def _module_nodes(ctx: _Context, groups: _Groups, shape: _Shape, own, total, cal
                 other=phase_times(old, OTHER),
                 info=info,
                 memory=memory_use[old],
+                ops=ops_of[old],
             )
         )
     return nodes, new_id
+
+
+def _module_ops(ctx: _Context, groups: _Groups, cpu: _CpuTime, gpu: _GpuWork, counted: _Ops,
+                costs: OpCosts) -> list:
+    """Each node's own ops and kernels per pass (traceprof.module_ops)."""
+    return module_ops.ops_by_node(
+        ctx.trace, ctx.links, ctx.tree.scope_mask, ctx.is_step, groups.n_nodes, ctx.n_steps,
+        cpu=module_ops.Attributed(cpu.events, cpu.node, cpu.pass_code, cpu.exclusive_us),
+        counted=module_ops.Attributed(counted.events, counted.node, counted.pass_code,
+                                      costs.flops[counted.keep]),
+        gpu=module_ops.Attributed(gpu.work, gpu.node, gpu.pass_code, gpu.busy_us),
+        gpu_anchor=gpu.anchor)
+
+
+def _step_timeline(ctx: _Context, parent: np.ndarray, paths: list, cpu: _CpuTime,
+                   gpu: _GpuWork, memory: _MemoryEvents, memory_device: str | None):
+    """The timeline of the first selected step (the whole trace when it has no steps) and
+    its memory curve (traceprof.step_timeline)."""
+    ev, steps = ctx.trace.events, ctx.steps
+    if not ctx.whole_trace:
+        pos = int(ctx.selected[0])
+        window = (float(steps.start[pos]), float(steps.end[pos]))
+        number: int | None = int(steps.numbers[pos])
+    else:
+        finite = np.isfinite(ev.ts)
+        if not finite.any():
+            return None
+        window = (float(ev.ts[finite].min()), float((ev.ts + ev.dur)[finite].max()) + 1e-3)
+        number = None
+    depth = np.zeros(len(parent), np.int64)
+    for i in range(len(parent)):  # parents precede children in creation order
+        if parent[i] >= 0:
+            depth[i] = depth[parent[i]] + 1
+    mem = None
+    if len(memory.keep):
+        mem = step_timeline.StepEvents(np.flatnonzero(memory.keep), memory.node,
+                                       memory.pass_code)
+    return step_timeline.build_timeline(
+        ctx.trace, ctx.links, window=window, step=number, scope_mask=ctx.tree.scope_mask,
+        node_of_scope=ctx.tree.node_of_scope, recompute_mask=ctx.tree.recompute_mask,
+        n_modules=len(ctx.tree.nodes), depth_of=depth, path_of=paths,
+        cpu=step_timeline.StepEvents(cpu.events, cpu.node, cpu.pass_code),
+        gpu=step_timeline.StepEvents(gpu.work, gpu.node, gpu.pass_code),
+        memory=mem, memory_device=memory_device)
 
 
 def _step_selection(ctx: _Context, cpu: _CpuTime, gpu: _GpuWork, counted: _Ops,
@@ -636,7 +682,10 @@ def _attribute(trace, links, tree: Hierarchy, steps: Steps, selected, warnings,
     shape = _tree_shape(tree, groups, total, parent)
     memory_use = memory_by_node(trace, memory.keep, memory.node, memory.pass_code, parent,
                                 ctx.n_steps)
-    nodes, new_id = _module_nodes(ctx, groups, shape, own, total, calls, memory_use)
+    ops_of = _module_ops(ctx, groups, cpu, gpu, counted, costs)
+    nodes, new_id = _module_nodes(ctx, groups, shape, own, total, calls, memory_use, ops_of)
+    timeline = _step_timeline(ctx, parent, [nodes[new_id[i]].path for i in range(n_nodes)],
+                              cpu, gpu, memory, _memory_device(memory_use))
 
     selection = _step_selection(ctx, cpu, gpu, counted, unsupported, costs)
     stats = _link_stats(trace, links)
@@ -664,6 +713,7 @@ def _attribute(trace, links, tree: Hierarchy, steps: Steps, selected, warnings,
         flops=flop_summary,
         optimizer_step=_optimizer_totals(nodes),
         memory_device=_memory_device(memory_use),
+        timeline=timeline,
     )
 
 

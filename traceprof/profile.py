@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, fields
 from typing import Iterator
 
 from .memory import MemoryUse
+from .step_timeline import Timeline
 from .trace import ModuleInfo, TraceMetadata
 
 
@@ -88,6 +89,38 @@ class NodeKind(str, enum.Enum):
 UNATTRIBUTED_NAME = "(not in any module)"
 
 
+class OpKind(str, enum.Enum):
+    OP = "op"  # a CPU op, with the GPU work it launched
+    KERNEL = "kernel"  # GPU kernels (memcpy, memset) of one name
+
+
+_OP_SUMMED = ("calls", "kernels", "gpu_busy_us", "gpu_work_us", "cpu_us", "flops")
+
+
+@dataclass(frozen=True, slots=True)
+class OpStat:
+    """One row of a node's ops table (traceprof.module_ops): the ops (or kernels) of one name,
+    input shapes and pass inside the node itself, per step."""
+
+    kind: OpKind
+    name: str
+    phase: str  # the pass: a Pass value
+    input_shapes: str | None = None  # the op's recorded input dims, JSON text; None: none
+    calls: float = 0.0  # op calls (for a kernel row: kernels, memcpys and memsets) per step
+    kernels: float = 0.0  # kernels per step
+    gpu_busy_us: float = 0.0  # concurrency-shared, as the node's
+    gpu_work_us: float = 0.0  # plain sum of durations
+    cpu_us: float = 0.0  # exclusive CPU time inside the op (0 in kernel rows)
+    flops: float = 0.0  # FLOPs of the counted ops inside the op (0 in kernel rows)
+
+    def key(self) -> tuple:
+        return (self.kind, self.name, self.phase, self.input_shapes)
+
+    def __add__(self, other: "OpStat") -> "OpStat":
+        return OpStat(self.kind, self.name, self.phase, self.input_shapes,
+                      *(getattr(self, f) + getattr(other, f) for f in _OP_SUMMED))
+
+
 @dataclass(frozen=True, slots=True)
 class ModuleNode:
     id: int
@@ -105,6 +138,8 @@ class ModuleNode:
     other: PhaseTimes = PhaseTimes()  # neither forward nor backward (Pass.OTHER)
     info: ModuleInfo | None = None
     memory: tuple[MemoryUse, ...] = ()  # per device, from [memory] events (profile_memory=True)
+    #: the node's own ops and kernels per pass, largest first (traceprof.module_ops)
+    ops: tuple["OpStat", ...] = ()
 
     def phase(self, p: Pass | str) -> PhaseTimes:
         """The node's times in pass ``p``."""
@@ -252,6 +287,9 @@ class ModuleProfile:
     #: the device whose memory the flat outputs and the tree report: the first accelerator with
     #: [memory] events in the selection, else "cpu"; None when there are none
     memory_device: str | None = None
+    #: one step drawn as lanes, and the memory curve over it (traceprof.step_timeline); None
+    #: when not computed
+    timeline: Timeline | None = None
 
     def memory_of(self, node: ModuleNode, device: str | None = None) -> MemoryUse | None:
         """``node``'s memory use on ``device`` (default: :attr:`memory_device`), or None."""
@@ -332,6 +370,17 @@ class ModuleProfile:
                 assert self.nodes[c].parent == node.id, f"bad parent link under {node.id}"
             if node.kind is NodeKind.MODULE:  # a module's work is forward or backward
                 assert node.other.total == ZERO, f"{node.qualified_name} has other-pass work"
+            if node.ops:  # the ops rows add up to the node's own work, per pass
+                for phase in PASSES:
+                    own = node.phase(phase).own
+                    rows = [o for o in node.ops if o.phase == phase.value]
+                    for kind, keys in ((OpKind.OP, _OP_SUMMED[1:]),
+                                       (OpKind.KERNEL, ("kernels", "gpu_busy_us", "gpu_work_us"))):
+                        for key in keys:
+                            got = sum(getattr(o, key) for o in rows if o.kind is kind)
+                            assert close(got, getattr(own, key)), (
+                                f"{node.qualified_name} {phase} {kind.value} rows {key}: "
+                                f"{got} != {getattr(own, key)}")
         roots = ZERO
         for r in self.roots:
             roots = roots + self.nodes[r].total

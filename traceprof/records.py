@@ -107,3 +107,38 @@ def parquet_bytes(profile: ModuleProfile) -> bytes:
     buf = io.BytesIO()
     pq.write_table(table, buf)
     return buf.getvalue()
+
+
+#: columns of the per-module ops table (``--ops``, the JSON ``ops`` section)
+OP_FIELDS = ("node", "qualified_name", "pass", "kind", "name", "input_shapes", "calls", "kernels",
+             "gpu_busy_us", "gpu_work_us", "cpu_us", "flops", "share_of_node", "flop_per_s")
+
+
+def op_records(profile: ModuleProfile, node: ModuleNode | None = None) -> list[dict]:
+    """Rows of the ops table. Without ``node``: every node's own ops and kernels per pass (one row
+    per node x op or kernel x pass; they add up to the node's own work). With ``node``: the ops
+    and kernels of its whole subtree, merged by name, shapes and pass. ``share_of_node``: the
+    row's time (GPU busy time; CPU time on CPU-only traces) over the node's total, all passes;
+    ``flop_per_s``: its FLOPs over that time."""
+    from .module_ops import bounded
+
+    shown = (lambda t: t.gpu_busy_us) if profile.has_gpu else (lambda t: t.cpu_us)
+    if node is None:
+        groups = [(n, n.ops) for n in profile.walk()]
+    else:
+        rows = [o for n in profile.walk(node.id) for o in n.ops]
+        groups = [(node, bounded(rows, limit=len(rows) or 1))]
+    out = []
+    for n, ops in groups:
+        whole = shown(n.total)
+        for o in ops:
+            time = shown(o)
+            out.append({
+                "node": n.id, "qualified_name": n.qualified_name, "pass": o.phase,
+                "kind": o.kind.value, "name": o.name, "input_shapes": o.input_shapes,
+                "calls": o.calls, "kernels": o.kernels, "gpu_busy_us": o.gpu_busy_us,
+                "gpu_work_us": o.gpu_work_us, "cpu_us": o.cpu_us, "flops": o.flops,
+                "share_of_node": time / whole if whole > 0 else 0.0,
+                "flop_per_s": o.flops / (time * 1e-6) if o.flops and time > 0 else None,
+            })
+    return out

@@ -9,6 +9,7 @@ from dataclasses import replace
 from typing import Callable
 
 from .errors import OptionError
+from .module_ops import bounded
 from .profile import PASSES, ZERO, ModuleNode, ModuleProfile, NodeKind, Pass, PhaseTimes, Times
 
 
@@ -151,6 +152,17 @@ def _rebuild(profile: ModuleProfile, arrange: Arrange) -> ModuleProfile:
     def summed(group: list[ModuleNode]) -> dict[str, PhaseTimes]:
         return {p.value: sum_phase(group, p) for p in PASSES}
 
+    def subtree_ops(group: list[ModuleNode]) -> list:
+        """The ops rows of every node of the subtrees of ``group`` (their own ops, merged by
+        the node that takes over their time)."""
+        rows = []
+        stack = [c.id for c in group]
+        while stack:
+            n = nodes[stack.pop()]
+            rows.extend(n.ops)
+            stack.extend(n.children)
+        return rows
+
     def emit(node: ModuleNode, new_parent: int, depth: int) -> int:
         new_id = len(out)
         out.append(node)  # placeholder, replaced below once children are known
@@ -163,14 +175,18 @@ def _rebuild(profile: ModuleProfile, arrange: Arrange) -> ModuleProfile:
                 id=len(out), parent=new_id, children=(), depth=depth + 1, kind=NodeKind.OTHERS,
                 name=f"({len(folded)} more)", class_name="", qualified_name=node.qualified_name + "/(more)",
                 path=node.path + ("(more)",), calls=0.0, **summed(folded),
+                ops=bounded(subtree_ops(folded)),
             )
             out.append(others)
             child_ids.append(others.id)
-        elif folded:
+        ops = node.ops
+        if folded and not as_sibling:
             phases = {p.value: PhaseTimes(own=node.phase(p).own + sum_phase(folded, p).total,
                                           total=node.phase(p).total) for p in PASSES}
+            ops = bounded(list(node.ops) + subtree_ops(folded))
         out[new_id] = replace(
-            node, id=new_id, parent=new_parent, children=tuple(child_ids), depth=depth, **phases,
+            node, id=new_id, parent=new_parent, children=tuple(child_ids), depth=depth,
+            ops=ops, **phases,
         )
         return new_id
 
@@ -182,6 +198,7 @@ def _rebuild(profile: ModuleProfile, arrange: Arrange) -> ModuleProfile:
             id=len(out), parent=-1, children=(), depth=0, kind=NodeKind.OTHERS,
             name=f"({len(folded_roots)} more)", class_name="", qualified_name="(more)",
             path=("(more)",), calls=0.0, **summed(folded_roots),
+            ops=bounded(subtree_ops(folded_roots)),
         )
         out.append(others)
         bucket = [i for i in root_ids if out[i].kind is NodeKind.UNATTRIBUTED]

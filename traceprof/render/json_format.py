@@ -8,7 +8,7 @@ import msgspec
 
 from ..profile import ModuleProfile
 from . import RenderOptions, register
-from ..records import JSON_SCHEMA, node_record
+from ..records import JSON_SCHEMA, node_record, op_records
 
 
 def profile_document(profile: ModuleProfile) -> dict:
@@ -36,6 +36,7 @@ def profile_document(profile: ModuleProfile) -> dict:
              "memory": [dataclasses.asdict(m) for m in n.memory]}
             for n in profile.walk()
         ],
+        "ops": op_records(profile),
     }
 
 

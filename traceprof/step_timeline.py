@@ -1,0 +1,320 @@
+"""The timeline of one step: what ran when, on which lane, for which module; and the device's
+allocated memory over the step.
+
+A stage of attribution: it receives the step's events already attributed to nodes and passes
+and keeps, for one step (the first of the selection; the whole trace when it has no steps):
+
+- **lanes**: the module scopes of the forward (one row per nesting level), the backward node
+  ops at the depth of the module they belong to, each CPU thread (slices down to
+  :data:`CPU_DEPTH` levels), each GPU stream (kernels, memcpy, memset, by the module that
+  launched them);
+- **memory**: the allocator's total on the profile's memory device at each ``[memory]`` event,
+  with the peak and the module (and pass) whose event reached it.
+
+**Bounded.** A trace of many tiny events would make a page slow, so: on each lane row, runs of
+consecutive events shorter than ``span / MERGE_FRACTION`` (a pixel at 4,000 px across), of the
+same module and pass and closer than that to each other, become one event that counts them
+(``count``); then, past :data:`MAX_EVENTS`, the shortest events are left out (``dropped``).
+The memory curve keeps at most :data:`MAX_MEMORY_POINTS` points: the lowest and highest total
+of each time bucket, and the peak.
+
+Modules are named by their path (``ModuleNode.path``), so the timeline stays valid for a
+profile whose tree was cut or folded (``--depth``, ``--top``): a viewer shows a module under
+its closest ancestor still in the tree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .schema import Kind
+from .trace import Trace
+
+MAX_EVENTS = 40_000
+MAX_MEMORY_POINTS = 4_000
+MERGE_FRACTION = 4_000
+CPU_DEPTH = 4  # CPU slices shown per thread: nesting levels 0 .. CPU_DEPTH - 1
+TIMELINE_SCHEMA = "traceprof.timeline/1"
+
+
+class LaneKind:
+    MODULES_FORWARD = "modules_forward"
+    MODULES_BACKWARD = "modules_backward"
+    CPU = "cpu"
+    GPU = "gpu"
+
+
+@dataclass(frozen=True, slots=True)
+class Lane:
+    kind: str
+    name: str
+    rows: int
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryCurve:
+    device: str
+    time_us: tuple[float, ...]  # from the step's start
+    allocated_bytes: tuple[float, ...]  # the allocator's total after each point's event
+    peak_time_us: float
+    peak_bytes: float
+    peak_module: int  # index into Timeline.modules, -1: none
+    peak_phase: str  # the pass of the event at the peak
+    exact_total: bool  # False: the trace lacks totals; bytes are relative to the step's start
+
+
+@dataclass(frozen=True, slots=True)
+class Timeline:
+    step: int | None  # the ProfilerStep shown; None: the whole trace
+    start_us: float  # trace time of the step's start; event times are relative to it
+    span_us: float
+    modules: tuple[tuple[str, ...], ...]  # module paths events refer to
+    names: tuple[str, ...]
+    lanes: tuple[Lane, ...]
+    # one entry per event (columns)
+    lane: np.ndarray
+    row: np.ndarray
+    start: np.ndarray  # µs from start_us
+    dur: np.ndarray
+    name: np.ndarray  # index into names
+    module: np.ndarray  # index into modules, -1: none
+    phase: np.ndarray  # 0 forward, 1 backward, 2 other
+    count: np.ndarray  # events merged into this one (1: a single event)
+    events_in_step: int  # before merging and leaving out
+    merged_below_us: float
+    dropped: int
+    memory: MemoryCurve | None = None
+
+    def document(self) -> dict:
+        """The timeline as JSON-ready columns (the HTML report and TensorBoard tab read it)."""
+        r = lambda a: np.round(a, 3).tolist()  # noqa: E731 - ns precision
+        mem = self.memory
+        return {
+            "schema": TIMELINE_SCHEMA,
+            "step": self.step,
+            "start_us": self.start_us,
+            "span_us": self.span_us,
+            "modules": [list(p) for p in self.modules],
+            "names": list(self.names),
+            "lanes": [{"kind": ln.kind, "name": ln.name, "rows": ln.rows} for ln in self.lanes],
+            "events": {"lane": self.lane.tolist(), "row": self.row.tolist(),
+                       "start": r(self.start), "dur": r(self.dur), "name": self.name.tolist(),
+                       "module": self.module.tolist(), "phase": self.phase.tolist(),
+                       "count": self.count.tolist()},
+            "bounds": {"events_in_step": self.events_in_step,
+                       "events_shown": int(len(self.lane)),
+                       "merged_below_us": self.merged_below_us, "dropped": self.dropped,
+                       "max_events": MAX_EVENTS},
+            "memory": None if mem is None else {
+                "device": mem.device, "time_us": list(mem.time_us),
+                "allocated_bytes": list(mem.allocated_bytes),
+                "peak": {"time_us": mem.peak_time_us, "bytes": mem.peak_bytes,
+                         "module": mem.peak_module, "phase": mem.peak_phase},
+                "exact_total": mem.exact_total,
+            },
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class StepEvents:
+    """Attributed events of the selection: event indices, node (attribution ids), pass code."""
+
+    events: np.ndarray
+    node: np.ndarray
+    phase: np.ndarray
+
+
+def build_timeline(trace: Trace, links, *, window: tuple[float, float], step: int | None,
+                   scope_mask: np.ndarray, node_of_scope: np.ndarray,
+                   recompute_mask: np.ndarray, n_modules: int, depth_of: np.ndarray,
+                   path_of: list[tuple[str, ...]], cpu: StepEvents, gpu: StepEvents,
+                   memory: StepEvents | None, memory_device: str | None) -> Timeline:
+    """The timeline of the step in ``window`` (trace times). ``path_of[node]`` and
+    ``depth_of[node]`` for attribution's node ids; ``cpu`` and ``gpu`` the selection's events
+    (they are cut to the window here); ``memory``: its ``[memory]`` events (rows of
+    ``trace.memory``), with their node and pass."""
+    ev = trace.events
+    t0, t1 = window
+    lanes: list[Lane] = []
+    parts: list[tuple] = []  # (lane, row, event index, node, phase)
+
+    def in_window(idx: np.ndarray) -> np.ndarray:
+        return (ev.ts[idx] >= t0) & (ev.ts[idx] < t1)
+
+    # module scopes of the forward: one row per scope nesting level
+    scopes = np.flatnonzero(scope_mask & ~recompute_mask)
+    scopes = scopes[in_window(scopes)]
+    if len(scopes):
+        node = node_of_scope[scopes]
+        row = depth_of[node]
+        lanes.append(Lane(LaneKind.MODULES_FORWARD, "Modules · forward", int(row.max()) + 1))
+        parts.append((len(lanes) - 1, row, scopes, node, np.zeros(len(scopes), np.int64)))
+    # backward: the backward node ops, at the depth of their module
+    m = in_window(cpu.events) & (links.backward_node[cpu.events] == cpu.events)
+    m &= (cpu.node >= 0) & (cpu.node < n_modules)
+    if m.any():
+        node = cpu.node[m]
+        row = depth_of[node]
+        lanes.append(Lane(LaneKind.MODULES_BACKWARD, "Modules · backward", int(row.max()) + 1))
+        parts.append((len(lanes) - 1, row, cpu.events[m], node, cpu.phase[m]))
+    # CPU threads
+    m = in_window(cpu.events) & (links.depth[cpu.events] < CPU_DEPTH)
+    sel = cpu.events[m]
+    for t in np.unique(ev.thread[sel]).tolist():
+        on = ev.thread[sel] == t
+        info = ev.threads[t]
+        row = links.depth[sel[on]]
+        lanes.append(Lane(LaneKind.CPU, _thread_label(info, "thread"), int(row.max()) + 1))
+        parts.append((len(lanes) - 1, row, sel[on], cpu.node[m][on], cpu.phase[m][on]))
+    # GPU streams
+    m = (ev.ts[gpu.events] >= t0) & (ev.ts[gpu.events] < max(t1, t0))
+    sel = gpu.events[m]
+    for t in np.unique(ev.thread[sel]).tolist():
+        on = ev.thread[sel] == t
+        info = ev.threads[t]
+        lanes.append(Lane(LaneKind.GPU, _thread_label(info, "stream"), 1))
+        parts.append((len(lanes) - 1, np.zeros(int(on.sum()), np.int64), sel[on],
+                      gpu.node[m][on], gpu.phase[m][on]))
+    if parts:
+        lane = np.concatenate([np.full(len(p[2]), p[0], np.int64) for p in parts])
+        row = np.concatenate([np.asarray(p[1], np.int64) for p in parts])
+        idx = np.concatenate([p[2] for p in parts]).astype(np.int64)
+        node = np.concatenate([p[3] for p in parts]).astype(np.int64)
+        phase = np.concatenate([np.asarray(p[4], np.int64) for p in parts])
+    else:
+        lane = row = idx = node = phase = np.zeros(0, np.int64)
+    end = max(t1, float((ev.ts[idx] + ev.dur[idx]).max()) if len(idx) else t1)
+    span = max(end - t0, 1e-3)
+    start = ev.ts[idx] - t0
+    dur = ev.dur[idx]
+    name = ev.name[idx].astype(np.int64)
+    n_in_step = len(idx)
+
+    # merge runs of tiny events, then leave out the shortest past MAX_EVENTS
+    tiny_us = span / MERGE_FRACTION
+    lane, row, start, dur, name, node, phase, count = _merge_tiny(
+        lane, row, start, dur, name, node, phase, tiny_us)
+    dropped = 0
+    if len(lane) > MAX_EVENTS:
+        keep = np.sort(np.argsort(-dur, kind="stable")[:MAX_EVENTS])
+        dropped = len(lane) - MAX_EVENTS
+        lane, row, start, dur, name, node, phase, count = (
+            a[keep] for a in (lane, row, start, dur, name, node, phase, count))
+
+    # modules and names actually used, renumbered
+    mod_codes, module = _codes(np.where((node >= 0) & (node < len(path_of)), node, -1))
+    name_codes, name = _codes(name)
+    curve = _memory_curve(trace, memory, memory_device, t0, path_of, mod_codes)
+    if curve is not None and curve[1] >= 0 and curve[1] not in mod_codes:
+        mod_codes = mod_codes + [curve[1]]
+    mem = curve[0] if curve is not None else None
+    if mem is not None:
+        mem = _with_peak_module(mem, mod_codes.index(curve[1]) if curve[1] >= 0 else -1)
+    return Timeline(
+        step=step, start_us=float(t0), span_us=float(span),
+        modules=tuple(tuple(path_of[c]) for c in mod_codes),
+        names=tuple(ev.names[c] for c in name_codes),
+        lanes=tuple(lanes), lane=lane, row=row, start=start, dur=dur, name=name,
+        module=module, phase=phase, count=count, events_in_step=n_in_step,
+        merged_below_us=float(tiny_us), dropped=dropped, memory=mem,
+    )
+
+
+def _thread_label(info, what: str) -> str:
+    """``thread 13868 (python)``, ``GPU 0 · stream 7``: the trace's name for the thread, or
+    its id."""
+    name = " ".join((info.name or f"{what} {info.tid}").split())
+    return f"GPU {info.pid} · {name}" if what == "stream" else name
+
+
+def _codes(values: np.ndarray) -> tuple[list[int], np.ndarray]:
+    """Distinct non-negative values (first-seen order) and each value's index among them."""
+    out = np.full(len(values), -1, np.int64)
+    ok = values >= 0
+    if not ok.any():
+        return [], out
+    uniq, first, inverse = np.unique(values[ok], return_index=True, return_inverse=True)
+    order = np.argsort(first, kind="stable")
+    rank = np.empty(len(uniq), np.int64)
+    rank[order] = np.arange(len(uniq))
+    out[ok] = rank[inverse.ravel()]
+    return uniq[order].tolist(), out
+
+
+def _merge_tiny(lane, row, start, dur, name, node, phase, tiny_us):
+    """Runs of consecutive events shorter than ``tiny_us`` on one lane row, of one module and
+    pass, with gaps below ``tiny_us``, merged into one event each (the name of its longest)."""
+    count = np.ones(len(lane), np.int64)
+    if len(lane) < 2:
+        return lane, row, start, dur, name, node, phase, count
+    order = np.lexsort((start, row, lane))
+    lane, row, start, dur, name, node, phase = (
+        a[order] for a in (lane, row, start, dur, name, node, phase))
+    tiny = dur < tiny_us
+    end = start + dur
+    same = np.zeros(len(lane), bool)
+    same[1:] = (tiny[1:] & tiny[:-1] & (lane[1:] == lane[:-1]) & (row[1:] == row[:-1])
+                & (node[1:] == node[:-1]) & (phase[1:] == phase[:-1])
+                & (start[1:] - end[:-1] < tiny_us))
+    if not same.any():
+        return lane, row, start, dur, name, node, phase, count
+    group_start = np.flatnonzero(~same)
+    g_end = np.maximum.reduceat(end, group_start)
+    g_count = np.diff(np.append(group_start, len(lane)))
+    # the name of the longest event of each group
+    group = np.cumsum(~same) - 1
+    longest = np.lexsort((-dur, group))
+    first_of_group = longest[np.searchsorted(group[longest], np.arange(len(group_start)))]
+    s = start[group_start]
+    return (lane[group_start], row[group_start], s, g_end - s, name[first_of_group],
+            node[group_start], phase[group_start], g_count.astype(np.int64))
+
+
+def _memory_curve(trace: Trace, memory: StepEvents | None, device: str | None, t0: float,
+                  path_of, mod_codes):
+    """(MemoryCurve without its peak module, the peak's node) or None."""
+    mem = trace.memory
+    if memory is None or mem is None or not len(memory.events) or device is None:
+        return None
+    rows = memory.events
+    if device not in mem.devices:
+        return None
+    on = mem.device[rows] == mem.devices.index(device)
+    if not on.any():
+        return None
+    rows, node, phase = rows[on], memory.node[on], memory.phase[on]
+    ev = trace.events
+    t = ev.ts[mem.event[rows]] - t0
+    order = np.argsort(t, kind="stable")
+    rows, node, phase, t = rows[order], node[order], phase[order], t[order]
+    total = mem.total_allocated[rows].astype(np.float64)
+    exact = bool((total >= 0).all())
+    if not exact:
+        total = np.cumsum(mem.bytes[rows].astype(np.float64))
+    peak = int(np.argmax(total))
+    keep = np.arange(len(t))
+    if len(t) > MAX_MEMORY_POINTS:
+        buckets = MAX_MEMORY_POINTS // 2
+        b = np.minimum((t - t[0]) / max(t[-1] - t[0], 1e-9) * buckets, buckets - 1).astype(int)
+        lo = np.lexsort((total, b))
+        hi = np.lexsort((-total, b))
+        firsts = np.searchsorted(b[lo], np.arange(buckets))
+        valid = firsts < len(b)
+        valid[valid] &= b[lo][firsts[valid]] == np.arange(buckets)[valid]
+        keep = np.unique(np.concatenate([lo[firsts[valid]], hi[firsts[valid]], [peak]]))
+    peak_node = int(node[peak]) if 0 <= node[peak] < len(path_of) else -1
+    curve = MemoryCurve(
+        device=device, time_us=tuple(np.round(t[keep], 3).tolist()),
+        allocated_bytes=tuple(total[keep].tolist()), peak_time_us=round(float(t[peak]), 3),
+        peak_bytes=float(total[peak]), peak_module=-1,
+        peak_phase=("forward", "backward", "other")[int(phase[peak])], exact_total=exact,
+    )
+    return curve, peak_node
+
+
+def _with_peak_module(curve: MemoryCurve, module: int) -> MemoryCurve:
+    from dataclasses import replace
+
+    return replace(curve, peak_module=module)
