@@ -1,0 +1,473 @@
+"""Diff of two traces: which module got slower between two runs, and what changed inside it.
+
+Nodes are matched by key (docs/diff.md):
+
+- traces whose module tree comes from traceprof scopes or Lightning scopes: the qualified name
+  and class (``layer1.0.conv1`` of class ``Conv2d``);
+- other sources (``nn.Module`` python_function events, annotations), or two traces whose
+  sources differ: the tree path of class names with each class's call order among its
+  siblings (``GPT#0/ModuleDict#0/Block#2``);
+- outside the modules: ``(not in any module)`` and its groups by name.
+
+A node present on one side only is *added* or *removed*: a renamed or moved module is one of
+each, never matched by guess. Per node and pass (forward, backward, other) a :class:`PassDelta`
+holds the time base -> new (GPU busy time, CPU time on CPU-only traces), FLOPs, kernels,
+achieved FLOP/s and memory, and, with several steps per trace, the step-to-step spread: a
+change within the spread is marked as noise.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import os
+from dataclasses import dataclass
+
+from . import schema
+from .diff_side import BUCKET_PATH, Side, side_of
+from .errors import OptionError
+from .profile import PASSES, ModuleNode, ModuleProfile, NodeKind, Pass
+from .trace import Trace
+
+#: exit code of ``traceprof diff --fail-if-slower`` when the new run is slower than allowed
+SLOWER_EXIT_CODE = 10
+#: kernels or ops listed under each changed node
+TOP_INSIDE = 5
+#: below this share of matched module nodes the two traces are said to be of different models
+SAME_MODEL_SHARE = 0.5
+
+
+class Status(str, enum.Enum):
+    MATCHED = "matched"
+    ADDED = "added"  # in the new trace only
+    REMOVED = "removed"  # in the base trace only
+
+
+@dataclass(frozen=True, slots=True)
+class PassDelta:
+    """One pass of one node, base -> new. Times per step, microseconds; None: not on that side."""
+
+    phase: Pass
+    base_us: float
+    new_us: float
+    spread_us: float | None  # step-to-step standard deviation (larger side); None: one step
+    base_flops: float
+    new_flops: float
+    base_kernels: float
+    new_kernels: float
+    base_flop_per_s: float | None
+    new_flop_per_s: float | None
+    base_memory_peak_bytes: float | None
+    new_memory_peak_bytes: float | None
+    base_calls: float
+    new_calls: float
+
+    @property
+    def delta_us(self) -> float:
+        return self.new_us - self.base_us
+
+    @property
+    def delta_ratio(self) -> float | None:
+        """Δ as a fraction of the base time; None when the base time is 0."""
+        return self.delta_us / self.base_us if self.base_us > 0 else None
+
+    @property
+    def noise(self) -> bool:
+        """The change is within the step-to-step spread."""
+        return self.spread_us is not None and self.delta_us != 0 and \
+            abs(self.delta_us) <= self.spread_us
+
+
+@dataclass(frozen=True, slots=True)
+class InsideDelta:
+    """A kernel (GPU traces) or op (CPU-only traces) inside a node, base -> new, per step.
+    ``status``: added when it ran only in the new trace, removed when only in the base one."""
+
+    kind: str  # "kernel" or "op"
+    name: str
+    phase: Pass
+    base_us: float
+    new_us: float
+    status: Status
+
+    @property
+    def delta_us(self) -> float:
+        return self.new_us - self.base_us
+
+
+@dataclass(frozen=True, slots=True)
+class DiffNode:
+    id: int
+    parent: int
+    children: tuple[int, ...]
+    depth: int
+    key: str
+    name: str
+    class_name: str
+    qualified_name: str
+    kind: NodeKind
+    status: Status
+    passes: tuple[PassDelta, ...]  # in PASSES order
+    inside: tuple[InsideDelta, ...]  # largest |Δ| first, at most TOP_INSIDE
+
+    def phase(self, p: Pass | str) -> PassDelta:
+        return self.passes[PASSES.index(Pass(p))]
+
+    @property
+    def base_us(self) -> float:
+        return sum(p.base_us for p in self.passes)
+
+    @property
+    def new_us(self) -> float:
+        return sum(p.new_us for p in self.passes)
+
+    @property
+    def delta_us(self) -> float:
+        return self.new_us - self.base_us
+
+    @property
+    def delta_ratio(self) -> float | None:
+        return self.delta_us / self.base_us if self.base_us > 0 else None
+
+    @property
+    def spread_us(self) -> float | None:
+        spreads = [p.spread_us for p in self.passes if p.spread_us is not None]
+        return math.sqrt(sum(s * s for s in spreads)) if spreads else None
+
+    @property
+    def noise(self) -> bool:
+        s = self.spread_us
+        return s is not None and self.delta_us != 0 and abs(self.delta_us) <= s
+
+
+@dataclass(frozen=True, slots=True)
+class SideSummary:
+    path: str
+    device: str  # "CPU" or the GPU's name
+    has_gpu: bool
+    source: str  # hierarchy source
+    steps: tuple[int, ...]
+    wall_us: float  # mean step wall time
+    time_us: float  # mean step GPU busy time (CPU time on CPU-only traces)
+    wall_spread_us: float | None
+    modules_us: float
+    outside_us: float
+    collectives_us: float
+
+    @property
+    def idle_us(self) -> float:
+        """Wall time of the step the GPU was not busy (on CPU-only traces: wall minus CPU)."""
+        return self.wall_us - self.time_us
+
+
+@dataclass(frozen=True, slots=True)
+class DiffProfile:
+    """The diff of two traces: nodes in display order (siblings by |Δ|, largest first)."""
+
+    base: SideSummary
+    new: SideSummary
+    metric: str  # "gpu_busy_us" or "cpu_us"
+    matched_by: str  # "qualified name" or "class path"
+    nodes: tuple[DiffNode, ...]
+    roots: tuple[int, ...]
+    warnings: tuple[str, ...]
+
+    @property
+    def wall_delta_us(self) -> float:
+        return self.new.wall_us - self.base.wall_us
+
+    @property
+    def wall_delta_ratio(self) -> float | None:
+        return self.wall_delta_us / self.base.wall_us if self.base.wall_us > 0 else None
+
+    @property
+    def wall_spread_us(self) -> float | None:
+        s = [x for x in (self.base.wall_spread_us, self.new.wall_spread_us) if x is not None]
+        return max(s) if s else None
+
+    def where(self) -> tuple[tuple[str, float], ...]:
+        """Where the step's difference went: modules, outside modules (without collectives),
+        collectives, idle; they add up to the step's wall-time Δ."""
+        b, n = self.base, self.new
+        return (
+            ("modules", n.modules_us - b.modules_us),
+            ("outside modules", (n.outside_us - n.collectives_us) - (b.outside_us - b.collectives_us)),
+            ("collectives", n.collectives_us - b.collectives_us),
+            ("idle", n.idle_us - b.idle_us),
+        )
+
+    def walk(self, start: int | None = None):
+        stack = [start] if start is not None else list(reversed(self.roots))
+        while stack:
+            node = self.nodes[stack.pop()]
+            yield node
+            stack.extend(reversed(node.children))
+
+    def find(self, name: str) -> DiffNode:
+        """A node by qualified name (either side's) or key."""
+        for n in self.nodes:
+            if name in (n.qualified_name, n.key):
+                return n
+        raise KeyError(name)
+
+    def modules(self) -> list[DiffNode]:
+        return [n for n in self.nodes if n.kind is NodeKind.MODULE]
+
+    def ranked(self) -> list[DiffNode]:
+        """Module nodes by |Δ of their own time| (without their children's), largest first:
+        where the change is, rather than every ancestor that contains it."""
+        def own(n: DiffNode) -> float:
+            return n.delta_us - sum(self.nodes[c].delta_us for c in n.children)
+        return sorted(self.modules(), key=lambda n: (-abs(own(n)), n.id))
+
+    def slower(self, percent: float, module: str | None = None) -> str | None:
+        """A one-line reason when the new run is slower than the base by more than ``percent``
+        % (the step's wall time, or ``module``'s time over all passes), else None."""
+        if module is None:
+            base, new, what = self.base.wall_us, self.new.wall_us, "the step"
+        else:
+            try:
+                node = self.find(module)
+            except KeyError:
+                raise OptionError(f"module {module!r} is in neither trace") from None
+            base, new, what = node.base_us, node.new_us, f"module {module}"
+        from .render import units
+
+        if base <= 0:
+            return None if new <= 0 else f"{what} takes {units.duration(new)} in the new run, 0 before"
+        ratio = (new - base) / base
+        if ratio * 100 > percent:
+            return (f"{what} is {units.percent(ratio)} slower ({units.duration(base)} -> "
+                    f"{units.duration(new)} per step), more than {percent:g}%")
+        return None
+
+    def rows(self) -> list[dict]:
+        from .render.diff_records import diff_rows
+
+        return diff_rows(self)
+
+    def to_dataframe(self):
+        """One row per node and pass, sorted by |Δ| (needs pandas)."""
+        import pandas as pd
+
+        return pd.DataFrame(self.rows())
+
+
+# --- building
+
+
+def diff(base: Trace | Side | str | os.PathLike, new: Trace | Side | str | os.PathLike, *,
+         hierarchy=None, max_memory=None, parallel: bool = True) -> DiffProfile:
+    """Compare two traces (paths, :class:`Trace` objects or sides from
+    :func:`traceprof.diff_side.side_of`): per module and pass, base -> new.
+
+    Two paths are analyzed in two processes at once when ``parallel`` (each returns only its
+    small tables)."""
+    sides = _sides([base, new], hierarchy, max_memory, parallel)
+    return compare(*sides)
+
+
+def _sides(items, hierarchy, max_memory, parallel) -> list[Side]:
+    todo = [i for i, x in enumerate(items) if not isinstance(x, Side)]
+    out = list(items)
+    paths = [i for i in todo if not isinstance(items[i], Trace)]
+    if parallel and len(paths) == 2 and (os.cpu_count() or 1) > 1:
+        from concurrent.futures import ProcessPoolExecutor
+        import multiprocessing
+
+        ctx = multiprocessing.get_context("spawn" if os.name == "nt" else "forkserver")
+        with ProcessPoolExecutor(2, mp_context=ctx) as pool:
+            futures = [pool.submit(_side_task, str(items[i]), hierarchy, max_memory) for i in paths]
+            for i, f in zip(paths, futures):
+                out[i] = f.result()
+        return out
+    for i in todo:
+        out[i] = side_of(items[i], hierarchy=hierarchy, max_memory=max_memory)
+    return out
+
+
+def _side_task(path, hierarchy, max_memory) -> Side:
+    return side_of(path, hierarchy=hierarchy, max_memory=max_memory)
+
+
+def _summary(side: Side) -> SideSummary:
+    p = side.profile
+    names = sorted({d.name for d in p.metadata.devices if d.name})
+    module_us = sum(p.nodes[r].total.__getattribute__(side.metric) for r in p.roots
+                    if p.nodes[r].kind is NodeKind.MODULE)
+    bucket = p.unattributed
+    outside = getattr(bucket.total, side.metric) if bucket else 0.0
+    collectives = sum(v for k, v in side.labels.items()
+                      if side.label_kind == "kernel" and schema.COLLECTIVE_KERNEL_RE.match(k))
+    time_us = p.selection.gpu_busy_us if p.has_gpu else p.selection.cpu_us
+    return SideSummary(
+        path=side.path, device=", ".join(names) if p.has_gpu and names else "CPU",
+        has_gpu=p.has_gpu, source=p.source, steps=side.step_numbers,
+        wall_us=p.selection.wall_us, time_us=time_us,
+        wall_spread_us=_stdev(side.step_wall_us), modules_us=module_us, outside_us=outside,
+        collectives_us=collectives,
+    )
+
+
+def _stdev(values) -> float | None:
+    values = list(values)
+    if len(values) < 2:
+        return None
+    mean = sum(values) / len(values)
+    return math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+
+
+_NAMED_SOURCES = ("traceprof", "lightning")
+
+
+def _keys(profile: ModuleProfile, by_name: bool) -> dict[int, str]:
+    """The matching key of each node of ``profile``."""
+    keys: dict[int, str] = {}
+    for node in profile.walk():
+        if node.kind is not NodeKind.MODULE:
+            keys[node.id] = node.qualified_name
+        elif by_name:
+            keys[node.id] = f"{node.qualified_name} ({node.class_name})"
+        else:
+            parent = keys[node.parent] + "/" if node.parent >= 0 else ""
+            siblings = profile.nodes[node.parent].children if node.parent >= 0 else profile.roots
+            same = [s for s in siblings if profile.nodes[s].kind is NodeKind.MODULE
+                    and profile.nodes[s].class_name == node.class_name]
+            keys[node.id] = f"{parent}{node.class_name or node.name}#{same.index(node.id)}"
+    return keys
+
+
+def compare(base: Side, new: Side) -> DiffProfile:
+    """The diff of two analyzed sides."""
+    warnings: list[str] = []
+    bp, np_ = base.profile, new.profile
+    by_name = bp.source in _NAMED_SOURCES and np_.source in _NAMED_SOURCES
+    if bp.source != np_.source and not by_name:
+        warnings.append(f"the module trees come from different sources ({bp.source} in the base, "
+                        f"{np_.source} in the new trace): modules matched by class path")
+    metric = base.metric
+    if base.metric != new.metric:
+        metric = "cpu_us"
+        cpu_side = "base" if base.metric == "cpu_us" else "new"
+        warnings.append(f"the {cpu_side} trace has no GPU work: comparing CPU time only "
+                        "(GPU time, kernels and collectives cannot be compared)")
+    bkeys, nkeys = _keys(bp, by_name), _keys(np_, by_name)
+    bnode = {k: bp.nodes[i] for i, k in bkeys.items()}
+    nnode = {k: np_.nodes[i] for i, k in nkeys.items()}
+    bmods = {k for k, n in bnode.items() if n.kind is NodeKind.MODULE}
+    nmods = {k for k, n in nnode.items() if n.kind is NodeKind.MODULE}
+    if bmods and nmods:
+        share = len(bmods & nmods) / len(bmods | nmods)
+        if share < SAME_MODEL_SHARE:
+            warnings.append(f"the traces look like different models: {len(bmods & nmods)} of "
+                            f"{len(bmods | nmods)} modules match; unmatched ones are listed as "
+                            "added or removed, the step and outside-module times still compare")
+    parents_b = {k: bkeys[bp.nodes[i].parent] if bp.nodes[i].parent >= 0 else None
+                 for i, k in bkeys.items()}
+    parents_n = {k: nkeys[np_.nodes[i].parent] if np_.nodes[i].parent >= 0 else None
+                 for i, k in nkeys.items()}
+    order = list(dict.fromkeys(list(bkeys.values()) + list(nkeys.values())))
+    kinds = base.label_kind if base.label_kind == new.label_kind else "op"
+    built: dict[str, tuple] = {}
+    for key in order:
+        b, n = bnode.get(key), nnode.get(key)
+        status = Status.MATCHED if b and n else (Status.REMOVED if b else Status.ADDED)
+        passes = tuple(_pass_delta(p, b, n, bp, np_, base, new, metric) for p in PASSES)
+        inside = _inside(b, n, base, new, kinds) if base.metric == new.metric else ()
+        parent = parents_n.get(key) if n is not None else parents_b.get(key)
+        built[key] = (b, n, status, passes, inside, parent)
+    # tree order: roots as in the traces (modules first, bucket last); siblings by |Δ|
+    children: dict[str | None, list[str]] = {}
+    for key in order:
+        children.setdefault(built[key][5], []).append(key)
+
+    def magnitude(key: str) -> float:
+        return abs(sum(p.delta_us for p in built[key][3]))
+
+    ids: dict[str, int] = {}
+    flat: list[str] = []
+    roots = children.get(None, [])
+    roots = sorted((r for r in roots if r != BUCKET_PATH[0]), key=lambda k: -magnitude(k)) + \
+        [r for r in roots if r == BUCKET_PATH[0]]
+    stack = list(reversed(roots))
+    while stack:
+        key = stack.pop()
+        ids[key] = len(flat)
+        flat.append(key)
+        kids = sorted(children.get(key, []), key=lambda k: -magnitude(k))
+        children[key] = kids
+        stack.extend(reversed(kids))
+    depth: dict[str, int] = {}
+    nodes = []
+    for key in flat:
+        b, n, status, passes, inside, parent = built[key]
+        depth[key] = depth[parent] + 1 if parent is not None else 0
+        ref: ModuleNode = n or b
+        nodes.append(DiffNode(
+            id=ids[key], parent=ids[parent] if parent is not None else -1,
+            children=tuple(ids[c] for c in children.get(key, [])), depth=depth[key], key=key,
+            name=ref.name, class_name=ref.class_name, qualified_name=ref.qualified_name,
+            kind=ref.kind, status=status, passes=passes, inside=inside,
+        ))
+    bs, ns = _summary(base), _summary(new)
+    if metric == "cpu_us" and (bs.has_gpu or ns.has_gpu):
+        bs, ns = (_cpu_summary(s, side) for s, side in ((bs, base), (ns, new)))
+    for label, side in (("base", base), ("new", new)):
+        if len(side.step_numbers) < 2:
+            warnings.append(f"the {label} trace has {len(side.step_numbers) or 'no'} complete "
+                            "step" + ("s" if len(side.step_numbers) != 1 else "") +
+                            ": no step-to-step spread, changes cannot be told from noise")
+    return DiffProfile(base=bs, new=ns, metric=metric,
+                       matched_by="qualified name" if by_name else "class path",
+                       nodes=tuple(nodes), roots=tuple(ids[r] for r in roots),
+                       warnings=tuple(dict.fromkeys(warnings)))
+
+
+def _cpu_summary(s: SideSummary, side: Side) -> SideSummary:
+    """A side's summary in CPU time (one of the traces has no GPU work)."""
+    p = side.profile
+    modules = sum(p.nodes[r].total.cpu_us for r in p.roots if p.nodes[r].kind is NodeKind.MODULE)
+    bucket = p.unattributed
+    from dataclasses import replace
+
+    return replace(s, time_us=p.selection.cpu_us, modules_us=modules,
+                   outside_us=bucket.total.cpu_us if bucket else 0.0, collectives_us=0.0)
+
+
+def _pass_delta(phase: Pass, b: ModuleNode | None, n: ModuleNode | None, bp: ModuleProfile,
+                np_: ModuleProfile, base: Side, new: Side, metric: str) -> PassDelta:
+    def side(node, profile, s: Side):
+        if node is None:
+            return 0.0, 0.0, 0.0, None, None, 0.0, None
+        t = node.phase(phase).total
+        rate = profile.throughput(t).flop_per_s if t.flops else None
+        mem = profile.memory_of(node)
+        peak = mem.phase(phase).peak_bytes if mem is not None else None
+        steps = s.node_steps.get((node.path, PASSES.index(phase))) if s.metric == metric else None
+        return (getattr(t, metric), t.flops, t.kernels, rate, peak,
+                node.calls if phase is not Pass.OTHER else 0.0, _stdev(steps or ()))
+
+    bt, bf, bk, br, bm, bc, bsd = side(b, bp, base)
+    nt, nf, nk, nr, nm, nc, nsd = side(n, np_, new)
+    spreads = [x for x in (bsd, nsd) if x is not None]
+    return PassDelta(phase, bt, nt, max(spreads) if spreads else None, bf, nf, bk, nk, br, nr,
+                     bm, nm, bc, nc)
+
+
+def _inside(b: ModuleNode | None, n: ModuleNode | None, base: Side, new: Side,
+            kind: str) -> tuple[InsideDelta, ...]:
+    out = []
+    for code, phase in enumerate(PASSES):
+        bi = base.inside.get((b.path, code), {}) if b is not None else {}
+        ni = new.inside.get((n.path, code), {}) if n is not None else {}
+        for name in dict.fromkeys(list(bi) + list(ni)):
+            bv, nv = bi.get(name), ni.get(name)
+            if bv is not None and nv is not None:
+                status = Status.MATCHED
+            else:
+                status = Status.ADDED if bv is None else Status.REMOVED
+            if status is Status.MATCHED and nv == bv:
+                continue
+            out.append(InsideDelta(kind, name, phase, bv or 0.0, nv or 0.0, status))
+    out.sort(key=lambda d: (-abs(d.delta_us), d.name, PASSES.index(d.phase)))
+    return tuple(out[:TOP_INSIDE])

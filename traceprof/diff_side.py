@@ -1,0 +1,170 @@
+"""One side of a diff: a trace's profile, plus what the diff needs beyond it.
+
+:func:`side_of` analyzes a trace as ``traceprof analyze`` does (the mean over its complete steps)
+and adds, from the same trace and the attribution's classification of every work item (node and
+pass, :func:`traceprof.attribution._classify`):
+
+- per selected step, the time of every module node and pass (and of the step), for the
+  step-to-step spread that tells a change from noise;
+- per module node and pass, the time of each kernel (GPU traces) or op (CPU-only traces)
+  inside the node's subtree, for "what changed inside it".
+
+The time is GPU busy time (concurrency-shared, as the profile's) on traces with GPU work, else
+the exclusive CPU time of the slices. Only small tables leave this module, so both sides of a
+diff can be computed in separate processes.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import schema
+from .hierarchy import build_hierarchy
+from .link import link
+from .profile import UNATTRIBUTED_NAME, ModuleProfile
+from .trace import Trace, load_trace
+
+#: label of a module's own CPU time outside every op (the Python code of its forward)
+MODULE_CODE = "(module code)"
+#: label of a step's CPU time between its top-level slices
+BETWEEN_OPS = "(between ops)"
+FORWARD, BACKWARD, OTHER = range(3)  # pass codes, the order of profile.PASSES
+BUCKET_PATH = (UNATTRIBUTED_NAME,)
+
+
+@dataclass(frozen=True, slots=True)
+class Side:
+    """A trace analyzed for a diff. Paths are :attr:`ModuleNode.path` (the bucket's is
+    ``("(not in any module)",)``); pass codes index :data:`traceprof.profile.PASSES`."""
+
+    path: str
+    profile: ModuleProfile
+    metric: str  # "gpu_busy_us" (traces with GPU work) or "cpu_us"
+    step_numbers: tuple[int, ...]  # the selected steps (empty: the whole trace)
+    step_wall_us: tuple[float, ...]  # wall time of each selected step
+    step_time_us: tuple[float, ...]  # the metric of each selected step
+    #: (path, pass code) -> the node's total metric in each selected step
+    node_steps: dict
+    #: (path, pass code) -> {kernel or op name: metric per step inside the node's subtree}
+    inside: dict
+    #: kernel or op name -> metric per step, all work of the selection
+    labels: dict
+    label_kind: str  # "kernel" or "op"
+
+
+def side_of(source: Trace | str | os.PathLike, *, hierarchy=None, max_memory=None) -> Side:
+    """Analyze ``source`` (a :class:`Trace` or a path) for a diff."""
+    from .api import analyze
+
+    trace = source if isinstance(source, Trace) else load_trace(source, max_memory=max_memory)
+    profile = analyze(trace, hierarchy=hierarchy)
+    return _side(trace, profile)
+
+
+def _side(trace: Trace, profile: ModuleProfile) -> Side:
+    from . import attribution  # its helpers, looked up when used
+
+    ev = trace.events
+    links = link(trace)
+    tree = build_hierarchy(trace, links, profile.source)
+    steps = attribution.find_steps(trace, links)
+    selected, _ = attribution._select(steps, None)
+    scope_of = links.nearest(tree.scope_mask)
+    has_gpu = profile.has_gpu
+    if has_gpu:
+        work = links.gpu_work
+        events = links.anchor
+        when = np.where(events >= 0, ev.ts[np.maximum(events, 0)], ev.ts[work])
+        weight = attribution._shared_busy_time(ev, work)
+        label = ev.name[work].astype(np.int64)
+        special = np.zeros(len(work), np.int64)
+    else:
+        cpu = np.flatnonzero(links.depth >= 0)
+        span = links.nest_end - ev.ts
+        child = np.bincount(np.maximum(links.parent[cpu], 0),
+                            weights=np.where(links.parent[cpu] >= 0, span[cpu], 0),
+                            minlength=len(ev)) if len(cpu) else np.zeros(len(ev))
+        weight = np.maximum(span[cpu] - child[cpu], 0.0)
+        events, when = cpu, ev.ts[cpu]
+        label = ev.name[cpu].astype(np.int64)
+        is_step_name = np.array([schema.STEP_RE.match(s) is not None for s in ev.names] or [False])
+        special = np.where(tree.scope_mask[cpu], 1, np.where(is_step_name[ev.name[cpu]], 2, 0))
+    # the selection: each item in the step holding its launch (or start)
+    n_sel = max(len(selected), 1)
+    if len(selected):
+        pos = steps.of_time(when)
+        slot_of_pos = np.full(len(steps.numbers) + 1, -1, np.int64)
+        slot_of_pos[selected] = np.arange(len(selected))
+        slot = np.where(pos >= 0, slot_of_pos[np.maximum(pos, 0)], -1)
+    else:
+        slot = np.where(np.isfinite(when), 0, -1)
+    keep = slot >= 0
+    events, weight, label, special, slot = (a[keep] for a in (events, weight, label, special, slot))
+    node, bwd = attribution._classify(events, links, tree, scope_of)
+    n_mod = len(tree.nodes)
+    node = np.where(node >= 0, node, n_mod)  # n_mod: not in any module
+    phase = np.where(bwd, BACKWARD, np.where(node < n_mod, FORWARD, OTHER))
+
+    parent = np.array([h.parent for h in tree.nodes] + [-1], np.int64)
+    paths = [h.path for h in tree.nodes] + [BUCKET_PATH]
+    # per step, node and pass; then subtree totals
+    flat = (slot * (n_mod + 1) + node) * 3 + phase
+    per = np.bincount(flat, weights=weight, minlength=n_sel * (n_mod + 1) * 3)
+    per = per.reshape(n_sel, n_mod + 1, 3)
+    depth = np.zeros(n_mod + 1, np.int64)
+    for i in range(n_mod):
+        if parent[i] >= 0:
+            depth[i] = depth[parent[i]] + 1
+    for i in np.argsort(-depth, kind="stable"):
+        if parent[i] >= 0:
+            per[:, parent[i], :] += per[:, i, :]
+    node_steps = {(paths[i], p): tuple(float(x) for x in per[:, i, p])
+                  for i in range(n_mod + 1) for p in range(3)}
+
+    # inside each node: per label, pushed up to every ancestor
+    names = ev.names
+    text = {}
+
+    def name_of(code: int, kind: int) -> str:
+        if kind == 1:
+            return MODULE_CODE
+        if kind == 2:
+            return BETWEEN_OPS
+        if code not in text:
+            text[code] = names[code]
+        return text[code]
+
+    key = (node * 3 + phase) * 3 + special
+    combined = key * (len(names) + 1) + label
+    uniq, inverse = np.unique(combined, return_inverse=True)
+    sums = np.bincount(inverse.ravel(), weights=weight, minlength=len(uniq)) / n_sel
+    inside: dict = {}
+    labels: dict = {}
+    for u, s in zip(uniq.tolist(), sums.tolist()):
+        k, code = divmod(u, len(names) + 1)
+        np_, kind = divmod(k, 3)
+        n, p = divmod(np_, 3)
+        name = name_of(code, kind)
+        labels[name] = labels.get(name, 0.0) + s
+        while n >= 0:
+            bucket = inside.setdefault((paths[n], p), {})
+            bucket[name] = bucket.get(name, 0.0) + s
+            n = int(parent[n])
+    if len(selected):
+        wall = tuple(float(x) for x in (steps.end[selected] - steps.start[selected]))
+        numbers = tuple(int(x) for x in steps.numbers[selected])
+    else:
+        wall = (profile.selection.wall_us,)
+        numbers = ()
+    step_time = tuple(float(x) for x in per[:, :, :].sum(axis=2)[:, [i for i in range(n_mod + 1)
+                                                                   if parent[i] < 0]].sum(axis=1))
+    return Side(
+        path=profile.metadata.path, profile=profile,
+        metric="gpu_busy_us" if has_gpu else "cpu_us",
+        step_numbers=numbers, step_wall_us=wall, step_time_us=step_time,
+        node_steps=node_steps, inside=inside, labels=labels,
+        label_kind="kernel" if has_gpu else "op",
+    )
