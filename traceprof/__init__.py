@@ -6,6 +6,7 @@ from .capture import profile, profile_once  # torch is imported only when a sess
 from .errors import TraceprofError, TraceReadError
 from .hierarchy import Source
 from .job import Job, analyze_job
+from .diff_profile import DiffProfile, diff
 from .profile import PASSES, ModuleNode, ModuleProfile, NodeKind, Pass, PhaseTimes, StepSelection, Times
 from .trace import Trace, load_trace
 from .transforms import SortKey, limit_depth, sort_children, top_children
@@ -13,6 +14,8 @@ from .transforms import SortKey, limit_depth, sort_children, top_children
 __version__ = "0.1.0"
 
 __all__ = [
+    "DiffProfile",
+    "diff",
     "Job",
     "ModuleNode",
     "ModuleProfile",

@@ -404,5 +404,9 @@ def _fail(message: str, code: int) -> None:
     sys.exit(code)
 
 
+from .diff_command import diff_command  # noqa: E402  (traceprof diff BASE NEW)
+
+main.add_command(diff_command)
+
 if __name__ == "__main__":  # pragma: no cover
     main()

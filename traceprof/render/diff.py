@@ -54,7 +54,7 @@ NOISE = "(noise)"
 
 def _change(base: float, new: float, delta_ratio, raw: bool) -> str:
     d = units.signed_duration(new - base, raw)
-    pct = f" {units.signed_percent(delta_ratio)}" if delta_ratio is not None else ""
+    pct = f" {units.signed_percent(delta_ratio)}" if delta_ratio is not None and new != base else ""
     return f"{units.duration(base, raw)} -> {units.duration(new, raw)} ({d}{pct})"
 
 
@@ -115,7 +115,7 @@ def render_tree(diff, opts: RenderOptions) -> str:
             lines.append(f"{ind}  {p.phase.short}: {_change(p.base_us, p.new_us, p.delta_ratio, raw)}"
                          f"{_spread(p.spread_us, raw)}{pnoise}"
                          + (f"; {', '.join(extra)}" if extra else ""))
-        if node.delta_us != 0 and node.inside:
+        if node.delta_us != 0 and node.inside and node.status.value == "matched":
             for d in node.inside:
                 mark = f" [{d.status.value}]" if d.status.value in MARKS else ""
                 lines.append(f"{ind}  > {d.kind} {d.name} ({d.phase.short}){mark}: "

@@ -33,6 +33,9 @@ from .trace import Trace
 SLOWER_EXIT_CODE = 10
 #: kernels or ops listed under each changed node
 TOP_INSIDE = 5
+#: traces analyzed in parallel processes when together larger than this (smaller ones take less
+#: time than starting a process)
+PARALLEL_FROM_BYTES = 20_000_000
 #: below this share of matched module nodes the two traces are said to be of different models
 SAME_MODEL_SHARE = 0.5
 
@@ -189,12 +192,13 @@ class DiffProfile:
         """Where the step's difference went: modules, outside modules (without collectives),
         collectives, idle; they add up to the step's wall-time Δ."""
         b, n = self.base, self.new
-        return (
+        parts = (
             ("modules", n.modules_us - b.modules_us),
             ("outside modules", (n.outside_us - n.collectives_us) - (b.outside_us - b.collectives_us)),
             ("collectives", n.collectives_us - b.collectives_us),
             ("idle", n.idle_us - b.idle_us),
         )
+        return tuple((k, v if abs(v) >= 0.001 else 0.0) for k, v in parts)  # float rounding
 
     def walk(self, start: int | None = None):
         stack = [start] if start is not None else list(reversed(self.roots))
@@ -268,25 +272,35 @@ def diff(base: Trace | Side | str | os.PathLike, new: Trace | Side | str | os.Pa
 
 
 def _sides(items, hierarchy, max_memory, parallel) -> list[Side]:
-    todo = [i for i, x in enumerate(items) if not isinstance(x, Side)]
+    """Each item as a :class:`Side`; the paths among them analyzed by the local engine's process
+    pool (one worker per trace, at most the CPUs) when ``parallel``."""
     out = list(items)
-    paths = [i for i in todo if not isinstance(items[i], Trace)]
-    if parallel and len(paths) == 2 and (os.cpu_count() or 1) > 1:
-        from concurrent.futures import ProcessPoolExecutor
-        import multiprocessing
+    paths = [i for i, x in enumerate(items) if not isinstance(x, (Side, Trace))]
+    if parallel and len(paths) > 1 and _size(items[i] for i in paths) > PARALLEL_FROM_BYTES:
+        from .engine import LocalEngine, default_jobs
 
-        ctx = multiprocessing.get_context("spawn" if os.name == "nt" else "forkserver")
-        with ProcessPoolExecutor(2, mp_context=ctx) as pool:
-            futures = [pool.submit(_side_task, str(items[i]), hierarchy, max_memory) for i in paths]
-            for i, f in zip(paths, futures):
-                out[i] = f.result()
-        return out
-    for i in todo:
-        out[i] = side_of(items[i], hierarchy=hierarchy, max_memory=max_memory)
+        engine = LocalEngine(min(len(paths), default_jobs()))
+        got = engine.map(_side_task, [(str(items[i]), hierarchy, max_memory) for i in paths])
+        for i, side in zip(paths, got):
+            out[i] = side
+    for i, x in enumerate(out):
+        if not isinstance(x, Side):
+            out[i] = side_of(x, hierarchy=hierarchy, max_memory=max_memory)
     return out
 
 
-def _side_task(path, hierarchy, max_memory) -> Side:
+def _size(paths) -> int:
+    total = 0
+    for p in paths:
+        try:
+            total += os.path.getsize(p)
+        except OSError:
+            pass
+    return total
+
+
+def _side_task(task) -> Side:
+    path, hierarchy, max_memory = task
     return side_of(path, hierarchy=hierarchy, max_memory=max_memory)
 
 
@@ -471,3 +485,41 @@ def _inside(b: ModuleNode | None, n: ModuleNode | None, base: Side, new: Side,
             out.append(InsideDelta(kind, name, phase, bv or 0.0, nv or 0.0, status))
     out.sort(key=lambda d: (-abs(d.delta_us), d.name, PASSES.index(d.phase)))
     return tuple(out[:TOP_INSIDE])
+
+
+def diff_jobs(base_dir: str | os.PathLike, new_dir: str | os.PathLike, *, hierarchy=None,
+              max_memory=None) -> DiffProfile:
+    """Compare two jobs (directories of one trace per rank, found as ``traceprof analyze`` finds
+    them: :func:`traceprof.job.find_traces`): rank by rank; the result is the diff of the rank
+    whose step changed most, with every rank's step change in its warnings."""
+    from .job import find_traces
+
+    hierarchy = None if hierarchy == "auto" else hierarchy
+    sides = []
+    for d in (base_dir, new_dir):
+        paths = find_traces([str(d)])
+        got = _sides(paths, hierarchy, max_memory, parallel=True)
+        by_rank = {}
+        for s in got:
+            rank = s.profile.metadata.rank
+            by_rank[rank if rank is not None else 0] = s
+        if len(by_rank) != len(got):
+            raise OptionError(f"{d}: several traces of one rank; give one trace per rank")
+        sides.append(by_rank)
+    common = sorted(set(sides[0]) & set(sides[1]))
+    if not common:
+        raise OptionError(f"{base_dir} and {new_dir} have no rank in common")
+    diffs = {r: compare(sides[0][r], sides[1][r]) for r in common}
+    worst = max(common, key=lambda r: (abs(diffs[r].wall_delta_us), -r))
+    from .render import units
+
+    notes = [f"jobs compared rank by rank ({len(common)} ranks in common); shown: rank {worst}, "
+             "the largest step change; steps per rank: " + ", ".join(
+                 f"rank {r} {units.signed_duration(diffs[r].wall_delta_us)}" for r in common)]
+    only = sorted(set(sides[0]) ^ set(sides[1]))
+    if only:
+        notes.append("ranks in one job only: " + ", ".join(map(str, only)))
+    d = diffs[worst]
+    from dataclasses import replace
+
+    return replace(d, warnings=tuple(notes) + d.warnings)
