@@ -60,6 +60,8 @@ def diff_command(base, new, fmt, output, fail_pct, module, hierarchy, raw, tenso
             raise OptionError(f"--format {fmt} is binary: give an output file with -o FILE, "
                               "or -o - for standard output")
         result = _diff(base, new, hierarchy, max_memory)
+        if module is not None:
+            result.slower(fail_pct, module)  # an unknown module: the error before any output
         text = render_diff(result, fmt, RenderOptions(raw_numbers=raw))
         if not renderer.shows_warnings:
             for warning in result.warnings:

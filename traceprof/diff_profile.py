@@ -217,12 +217,14 @@ class DiffProfile:
     def modules(self) -> list[DiffNode]:
         return [n for n in self.nodes if n.kind is NodeKind.MODULE]
 
+    def own_delta_us(self, node: DiffNode) -> float:
+        """``node``'s Δ without its children's: the change in its own work."""
+        return node.delta_us - sum(self.nodes[c].delta_us for c in node.children)
+
     def ranked(self) -> list[DiffNode]:
         """Module nodes by |Δ of their own time| (without their children's), largest first:
         where the change is, rather than every ancestor that contains it."""
-        def own(n: DiffNode) -> float:
-            return n.delta_us - sum(self.nodes[c].delta_us for c in n.children)
-        return sorted(self.modules(), key=lambda n: (-abs(own(n)), n.id))
+        return sorted(self.modules(), key=lambda n: (-abs(self.own_delta_us(n)), n.id))
 
     def slower(self, percent: float, module: str | None = None) -> str | None:
         """A one-line reason when the new run is slower than the base by more than ``percent``
@@ -341,7 +343,8 @@ def _keys(profile: ModuleProfile, by_name: bool) -> dict[int, str]:
         if node.kind is not NodeKind.MODULE:
             keys[node.id] = node.qualified_name
         elif by_name:
-            keys[node.id] = f"{node.qualified_name} ({node.class_name})"
+            keys[node.id] = (f"{node.qualified_name} ({node.class_name})" if node.qualified_name
+                             else f"({node.class_name})")
         else:
             parent = keys[node.parent] + "/" if node.parent >= 0 else ""
             siblings = profile.nodes[node.parent].children if node.parent >= 0 else profile.roots

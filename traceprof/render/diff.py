@@ -81,17 +81,18 @@ def render_tree(diff, opts: RenderOptions) -> str:
         f"matched:   by {diff.matched_by}; times are {what} per step, all passes unless named"
         + ("; ± is the step-to-step spread" if diff.wall_spread_us is not None else ""),
     ]
-    ranked = [m for m in diff.ranked() if m.delta_us != 0][:3]
+    ranked = [m for m in diff.ranked() if abs(diff.own_delta_us(m)) >= 0.05][:3]
     if ranked:
-        lines.append("most changed: " + ", ".join(
-            f"{m.qualified_name or m.class_name} {units.signed_duration(m.delta_us, raw)}"
-            for m in ranked))
+        lines.append("most changed (own time): " + ", ".join(
+            f"{m.qualified_name or m.class_name} "
+            f"{units.signed_duration(diff.own_delta_us(m), raw)}" for m in ranked))
     for w in diff.warnings:
         lines.append(f"warning: {w}")
     lines.append("")
     for node in diff.walk():
         ind = "  " * node.depth
-        label = node.qualified_name or node.class_name or node.name
+        label = (node.qualified_name or node.class_name) if node.kind.value == "module" \
+            else node.name
         cls = f" ({node.class_name})" if node.class_name and node.qualified_name else ""
         mark = f" {MARKS[node.status.value]}" if node.status.value in MARKS else ""
         noise = f" {NOISE}" if node.noise else ""

@@ -1,0 +1,307 @@
+"""traceprof diff: traces built in code (one change each, found and reported as what it is), the
+sample pair (a widened MLP), golden outputs, the command line and its exit codes.
+
+Goldens: ``python -m pytest tests/test_diff.py --update-golden`` rewrites tests/golden/diff_*.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import traceprof
+from traceprof.cli import main
+from traceprof.diff_profile import SLOWER_EXIT_CODE, Status, compare
+from traceprof.diff_side import side_of
+from traceprof.profile import Pass
+from traceprof.render.diff import DIFF_REGISTRY, render_diff
+
+from .conftest import SAMPLE_TRACES
+from .tracebuilder import TraceBuilder
+
+GOLDEN = Path(__file__).parent / "golden"
+BASE_SAMPLE = SAMPLE_TRACES / "gpt_diff_base_cpu.pt.trace.json.gz"
+WIDE_SAMPLE = SAMPLE_TRACES / "gpt_diff_wide_mlp_cpu.pt.trace.json.gz"
+
+
+def model(steps=(1, 2), fc_us=(30.0, 30.0), act_us=10.0, fc_kernel="gemm_a", act_name="act",
+          extra: str | None = None, jitter=0.0, gpu=True, cpu_only_dur=None) -> TraceBuilder:
+    """Net -> fc (Linear: one kernel), act (ReLU: one kernel) [, extra (Dropout: one kernel)],
+    one ProfilerStep each; ``fc_us``: fc's kernel time per step; ``jitter``: added to act's
+    kernel in odd steps (step-to-step noise)."""
+    b = TraceBuilder()
+    if not gpu:
+        b.top["deviceProperties"] = []
+    for i, n in enumerate(steps):
+        t0 = i * 1000.0
+        b.step(n, t0, 900)
+        b.scope("", "Net", t0 + 10, 600)
+        b.scope("fc", "Linear", t0 + 20, 100)
+        b.op("aten::addmm", t0 + 30, cpu_only_dur or 50, seq=n * 10 + 1)
+        if gpu:
+            b.launch(t0 + 40, t0 + 200, fc_us[i % len(fc_us)], name=fc_kernel)
+        b.scope(act_name, "ReLU", t0 + 150, 50)
+        b.op("aten::relu", t0 + 160, 20, seq=n * 10 + 2)
+        if gpu:
+            b.launch(t0 + 165, t0 + 300, act_us + (jitter if i % 2 else 0.0), name="relu_kernel")
+        if extra:
+            b.scope(extra, "Dropout", t0 + 250, 50)
+            b.op("aten::dropout", t0 + 260, 20, seq=n * 10 + 3)
+            if gpu:
+                b.launch(t0 + 265, t0 + 400, 5, name="dropout_kernel")
+    return b
+
+
+@pytest.fixture
+def built(tmp_path, monkeypatch):
+    """Write two builders as base.json and new.json (relative names, stable in goldens) and diff
+    them; returns the DiffProfile."""
+    monkeypatch.chdir(tmp_path)
+
+    def run(base: TraceBuilder, new: TraceBuilder, **kw):
+        base.write(Path("base.json"))
+        new.write(Path("new.json"))
+        for side in ("base.json", "new.json"):
+            traceprof.analyze(side).self_check()
+        return traceprof.diff("base.json", "new.json", **kw)
+
+    return run
+
+
+def test_a_module_made_slower_is_found_first_with_its_kernel(built):
+    d = built(model(), model(fc_us=(60.0, 60.0)))
+    fc = d.find("fc")
+    assert fc.status is Status.MATCHED
+    assert fc.phase(Pass.FORWARD).base_us == pytest.approx(30)
+    assert fc.phase(Pass.FORWARD).new_us == pytest.approx(60)
+    assert fc.delta_us == pytest.approx(30) and fc.delta_ratio == pytest.approx(1.0)
+    assert d.find("act").delta_us == pytest.approx(0)
+    assert d.ranked()[0].qualified_name == "fc"
+    net = d.nodes[d.roots[0]]
+    assert d.nodes[net.children[0]].qualified_name == "fc"  # siblings by |Δ|
+    [k] = fc.inside
+    assert (k.kind, k.name, k.status, k.delta_us) == ("kernel", "gemm_a", Status.MATCHED,
+                                                      pytest.approx(30))
+    assert d.wall_delta_us == 0  # same step spans
+    assert dict(d.where())["modules"] == pytest.approx(30)
+    assert d.slower(10) is None  # the step's wall time did not change
+    assert "module fc is 100.0% slower" in d.slower(10, module="fc")
+
+
+def test_a_module_added_is_reported_as_added(built):
+    d = built(model(), model(extra="drop"))
+    drop = d.find("drop")
+    assert drop.status is Status.ADDED
+    assert (drop.base_us, drop.new_us) == (0, pytest.approx(5))
+    assert {n.qualified_name for n in d.modules() if n.status is not Status.MATCHED} == {"drop"}
+    removed = built(model(extra="drop"), model()).find("drop")
+    assert removed.status is Status.REMOVED and removed.delta_us == pytest.approx(-5)
+
+
+def test_a_swapped_kernel_is_one_removed_and_one_added(built):
+    d = built(model(), model(fc_us=(45.0, 45.0), fc_kernel="gemm_b"))
+    fc = d.find("fc")
+    assert fc.status is Status.MATCHED
+    inside = {(i.name, i.status) for i in fc.inside}
+    assert inside == {("gemm_a", Status.REMOVED), ("gemm_b", Status.ADDED)}
+    by_name = {i.name: i for i in fc.inside}
+    assert by_name["gemm_a"].base_us == pytest.approx(30) and by_name["gemm_a"].new_us == 0
+    assert by_name["gemm_b"].new_us == pytest.approx(45)
+    text = render_diff(d, "tree")
+    assert "> kernel gemm_a (fwd) [removed]: 30.0 us -> 0 (-30.0 us)" in text
+    assert "> kernel gemm_b (fwd) [added]: 0 -> 45.0 us (+45.0 us)" in text
+
+
+def test_a_renamed_module_is_removed_and_added_not_matched(built):
+    d = built(model(), model(act_name="activation"))
+    assert d.find("act").status is Status.REMOVED
+    assert d.find("activation").status is Status.ADDED
+    assert d.find("fc").status is Status.MATCHED
+
+
+def test_python_function_trees_match_by_class_path_and_call_order(built):
+    def py(second_linear: bool, t=9.0):
+        b = TraceBuilder()
+        for i, n in enumerate((1, 2)):
+            t0 = i * 1000.0
+            b.step(n, t0, 900)
+            b.py_module("Net", 0, t0 + 10, 500)
+            b.py_module("Linear", 3, t0 + 20, 100)
+            b.op("aten::mm", t0 + 30, 10, seq=n * 10 + 1)
+            b.launch(t0 + 31, t0 + 200, t)
+            if second_linear:
+                b.py_module("Linear", 4, t0 + 130, 100)
+                b.op("aten::mm", t0 + 140, 10, seq=n * 10 + 2)
+                b.launch(t0 + 141, t0 + 300, 4)
+        return b
+
+    d = built(py(False), py(True, t=12.0))
+    assert d.matched_by == "class path"
+    first, second = d.find("Net#0/Linear#0"), d.find("Net#0/Linear#1")
+    assert first.status is Status.MATCHED and first.delta_us == pytest.approx(3)
+    assert second.status is Status.ADDED and second.new_us == pytest.approx(4)
+
+
+def test_noise_a_change_within_the_step_to_step_spread(built):
+    # act's kernel alternates 10 / 30 us between steps in both runs; the new act is 1 us slower
+    d = built(model(jitter=20.0), model(act_us=11.0, jitter=20.0, fc_us=(60.0, 60.0)))
+    act, fc = d.find("act"), d.find("fc")
+    assert act.phase(Pass.FORWARD).spread_us == pytest.approx(14.142, rel=1e-3)
+    assert act.noise and act.phase(Pass.FORWARD).noise
+    assert not fc.noise
+    text = render_diff(d, "tree")
+    assert "act (ReLU): 20.0 us -> 21.0 us (+1.0 us +5.0%) ±14.1 us (noise)" in text
+
+
+def test_a_trace_against_itself_is_all_zero_and_exit_0(tmp_path):
+    d = traceprof.diff(BASE_SAMPLE, BASE_SAMPLE)
+    assert all(p.delta_us == 0 for n in d.nodes for p in n.passes)
+    assert all(not n.inside for n in d.nodes)
+    assert d.wall_delta_us == 0 and all(v == 0 for _, v in d.where())
+    assert all(n.status is Status.MATCHED for n in d.nodes)
+    r = CliRunner().invoke(main, ["diff", str(BASE_SAMPLE), str(BASE_SAMPLE),
+                                  "--fail-if-slower", "0"])
+    assert r.exit_code == 0, r.output
+    assert "most changed" not in r.output
+
+
+def test_sample_pair_puts_the_widened_mlp_first():
+    d = traceprof.diff(BASE_SAMPLE, WIDE_SAMPLE)
+    assert d.matched_by == "qualified name" and not [n for n in d.nodes
+                                                     if n.status is not Status.MATCHED]
+    # down the tree, the largest change at each level leads to the widened MLP
+    node = d.nodes[d.roots[0]]
+    path = []
+    while node.children and node.qualified_name != "transformer.h.2.mlp":
+        node = d.nodes[node.children[0]]
+        path.append(node.qualified_name)
+    assert path == ["transformer.h.2", "transformer.h.2.mlp"]
+    # the modules whose own time changed most are inside it
+    assert all(n.qualified_name.startswith("transformer.h.2.mlp") for n in d.ranked()[:2])
+    mlp = d.find("transformer.h.2.mlp")
+    assert mlp.delta_ratio > 1.5  # 4x wider: over 2.5x the time
+    assert mlp.phase(Pass.FORWARD).new_flops == pytest.approx(
+        4 * mlp.phase(Pass.FORWARD).base_flops, rel=0.01)
+    assert not mlp.noise
+    others = [n for n in d.modules() if n.qualified_name.startswith("transformer.h.")
+              and n.qualified_name.count(".") == 2 and n.qualified_name != "transformer.h.2"]
+    assert len(others) == 3  # the other blocks, unchanged but for noise
+    assert all(abs(n.delta_us) < abs(d.find("transformer.h.2").delta_us) / 3 for n in others)
+    df = d.to_dataframe()
+    assert len(df) == 3 * len(d.nodes)
+    assert df["delta_us"].abs().is_monotonic_decreasing
+
+
+def test_fail_if_slower_exit_code_on_the_step_and_on_a_module():
+    runner = CliRunner()
+    r = runner.invoke(main, ["diff", str(BASE_SAMPLE), str(WIDE_SAMPLE), "--fail-if-slower", "5",
+                             "--module", "transformer.h.2.mlp"])
+    assert r.exit_code == SLOWER_EXIT_CODE == 10
+    assert "module transformer.h.2.mlp is" in r.output and "slower" in r.output
+    r = runner.invoke(main, ["diff", str(WIDE_SAMPLE), str(BASE_SAMPLE), "--fail-if-slower", "5",
+                             "--module", "transformer.h.2.mlp"])
+    assert r.exit_code == 0
+    r = runner.invoke(main, ["diff", str(BASE_SAMPLE), str(WIDE_SAMPLE), "--fail-if-slower",
+                             "5", "--module", "no.such"])
+    assert r.exit_code == 3 and r.output.count("\n") == 1
+    assert "traceprof: error: module 'no.such' is in neither trace" in r.output
+
+
+def test_different_models_and_a_cpu_only_trace_explain_in_one_line(built, tmp_path):
+    other = SAMPLE_TRACES / "lenet5_train_cpu.pt.trace.json.gz"
+    d = traceprof.diff(BASE_SAMPLE, other)
+    [w] = [w for w in d.warnings if "different models" in w]
+    assert "\n" not in w and "0 of" in w
+    assert d.wall_delta_us != 0  # the step still compares
+    d = built(model(), model(gpu=False, cpu_only_dur=80))
+    [w] = [w for w in d.warnings if "no GPU work" in w]
+    assert w.startswith("the new trace has no GPU work: comparing CPU time only")
+    assert d.metric == "cpu_us"
+    fc = d.find("fc")  # CPU time of the scope: 100 us in both
+    assert fc.phase(Pass.FORWARD).base_us == pytest.approx(100) and fc.delta_us == 0
+    assert fc.inside == ()  # kernels on one side, ops on the other: not compared
+
+
+def test_formats_by_extension_and_one_row_per_node_and_pass(built, tmp_path):
+    built(model(), model(fc_us=(60.0, 60.0)))
+    runner = CliRunner()
+    for ext in ("json", "csv", "html", "txt"):
+        r = runner.invoke(main, ["diff", "base.json", "new.json", "-o", f"out.{ext}"])
+        assert r.exit_code == 0, r.output
+    doc = json.loads(Path("out.json").read_text())
+    assert doc["schema"] == "traceprof.diff/1"
+    assert doc["nodes"][0]["key"] == "(Net)"
+    csv_lines = Path("out.csv").read_text().splitlines()
+    assert csv_lines[0].startswith("key,parent_key,depth,kind,status")
+    assert len(csv_lines) - 1 == 3 * len(doc["nodes"])
+    assert csv_lines[1].split(",")[0] in ("(Net)", "fc (Linear)")  # largest |Δ| first
+    r = runner.invoke(main, ["diff", "base.json", "new.json", "-o", "out.xlsx"])
+    assert r.exit_code == 3 and "unknown output extension" in r.output
+    r = runner.invoke(main, ["diff", "base.json", "new.json", "-o", "base.json", "-f", "json"])
+    assert r.exit_code == 4
+    pytest.importorskip("pyarrow")
+    r = runner.invoke(main, ["diff", "base.json", "new.json", "-o", "out.parquet"])
+    assert r.exit_code == 0, r.output
+    import pandas as pd
+
+    df = pd.read_parquet("out.parquet")
+    assert len(df) == 3 * len(doc["nodes"]) and df["delta_us"].dtype == "float64"
+
+
+def test_colors_only_on_a_terminal(built):
+    from traceprof.render.diff_terminal import styled
+
+    d = built(model(), model(fc_us=(60.0, 60.0)))
+    text = render_diff(d, "tree")
+    assert "\x1b[" not in text
+    from rich.console import Console
+
+    console = Console(force_terminal=True, color_system="standard", width=200)
+    with console.capture() as cap:
+        console.print(styled(text), end="")
+    colored = cap.get()
+    assert "\x1b[31m" in colored  # slower in red
+
+
+def test_job_directories_are_compared_rank_by_rank(built, tmp_path):
+    built(model(), model(fc_us=(60.0, 60.0)))
+    for side in ("base", "new"):
+        (tmp_path / side).mkdir()
+        (tmp_path / f"{side}.json").rename(tmp_path / side / "rank0.pt.trace.json")
+    r = CliRunner().invoke(main, ["diff", "base", "new"])
+    assert r.exit_code == 0, r.output
+    assert "jobs compared rank by rank (1 ranks in common); shown: rank 0" in r.output
+    assert "fc (Linear): 30.0 us -> 60.0 us (+30.0 us +100.0%)" in r.output
+
+
+CASES = {
+    "diff_slower_swapped_added": lambda: (model(act_name="act"),
+                                          model(fc_us=(45.0, 45.0), fc_kernel="gemm_b",
+                                                extra="drop")),
+}
+EXT = {"tree": "txt", "json": "json", "csv": "csv"}
+
+
+@pytest.mark.parametrize("fmt", sorted(EXT))
+def test_golden(built, fmt, update_golden):
+    base, new = CASES["diff_slower_swapped_added"]()
+    d = built(base, new)
+    out = render_diff(d, fmt)
+    golden = GOLDEN / f"diff_slower_swapped_added.{EXT[fmt]}"
+    if update_golden or not golden.exists():
+        golden.write_text(out)
+        if not update_golden:
+            pytest.fail(f"{golden.name} was missing and has been written; rerun")
+    assert out == golden.read_text(), f"{golden.name} differs (rerun with --update-golden)"
+
+
+def test_every_diff_renderer_is_covered():
+    assert set(DIFF_REGISTRY) == set(EXT) | {"parquet", "html"}
+
+
+def test_sides_can_be_computed_once_and_compared_many_times():
+    base = side_of(BASE_SAMPLE)
+    assert compare(base, base).wall_delta_us == 0
