@@ -62,7 +62,13 @@ class LocalEngine:
         from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
         # never more tasks queued than workers: a worker takes the next trace when it is done
-        context = multiprocessing.get_context("forkserver" if os.name == "posix" else "spawn")
+        if os.name == "posix":
+            # workers are forked from a server that has imported the analysis once: they start
+            # at once and share its pages (libraries, module code)
+            context = multiprocessing.get_context("forkserver")
+            context.set_forkserver_preload([getattr(fn, "__module__", "traceprof.job")])
+        else:  # pragma: no cover
+            context = multiprocessing.get_context("spawn")
         with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
             pending: dict = {}
             queue = iter(enumerate(items))

@@ -50,7 +50,10 @@ def _traces_in(directory: str) -> list[str]:
         for root, dirs, files in os.walk(directory):
             dirs.sort()
             found += traces(files, root)
-    return found
+    # PyTorch's own names (*.pt.trace.json[.gz]) when there are any: other JSON files beside
+    # them (notes, configs) are not traces
+    named = [f for f in found if schema.PROFILER_TRACE_NAME_RE.search(os.path.basename(f))]
+    return named or found
 
 
 def find_traces(paths) -> list[str]:

@@ -332,3 +332,6 @@ JOB_FILE_NAME_VARYING_RE = re.compile(
     r"|\.json(?:\.gz)?\Z", re.I)
 #: file names a job directory is searched for
 TRACE_FILE_SUFFIXES: tuple[str, ...] = (".json", ".json.gz")
+#: the names torch.profiler's tensorboard_trace_handler gives traces; in a directory that has
+#: such files, only they are taken
+PROFILER_TRACE_NAME_RE = re.compile(r"\.pt\.trace\.json(?:\.gz)?\Z", re.I)
