@@ -119,7 +119,7 @@ def render_tree(diff, opts: RenderOptions) -> str:
         if node.delta_us != 0 and node.inside and node.status.value == "matched":
             for d in node.inside:
                 mark = f" [{d.status.value}]" if d.status.value in MARKS else ""
-                lines.append(f"{ind}  > {d.kind} {d.name} ({d.phase.short}){mark}: "
+                lines.append(f"{ind}  > {d.kind} {units.label(d.name)} ({d.phase.short}){mark}: "
                              f"{units.duration(d.base_us, raw)} -> {units.duration(d.new_us, raw)} "
                              f"({units.signed_duration(d.delta_us, raw)})")
     return "\n".join(lines) + "\n"

@@ -207,4 +207,11 @@ def signed_duration(us: float, raw: bool = False) -> str:
 
 def signed_percent(fraction: float) -> str:
     text = percent(fraction)
+    if text.startswith("<"):  # a tiny change keeps its sign: -<0.1%
+        return ("-" if fraction < 0 else "+") + text
     return text if text.startswith("-") or text == "0%" else "+" + text
+
+
+def label(text: str, width: int = 100) -> str:
+    """A long name (a C++ kernel signature) cut to ``width`` characters with an ellipsis."""
+    return text if len(text) <= width else text[: width - 1] + "…"
