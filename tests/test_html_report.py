@@ -25,6 +25,7 @@ import traceprof
 from traceprof import render
 from traceprof.render import html as html_report
 
+from . import viewer_checks
 from .conftest import REPO, SAMPLE_TRACES, SHARED_TRACES
 from .tracebuilder import TraceBuilder
 
@@ -211,7 +212,9 @@ def test_the_page_embeds_the_json_document_and_loads_nothing(reports, name, trac
 
     # one script, inline, the shared frontend; styles inline; no element that loads anything
     modules = [(attrs, text) for attrs, text in parts.scripts if attrs.get("type") == "module"]
-    assert len(modules) == 1 and len(parts.scripts) == 3
+    assert len(modules) == 1 and len(parts.scripts) == 4
+    timeline = json.loads(data["traceprof-timeline"])
+    assert timeline["schema"] == "traceprof.timeline/1" and timeline["lanes"]
     script = modules[0][1]
     assert html_report.static_text("index.js") in script and "renderReport(" in script
     assert html_report.static_text("style.css") in parts.styles[0]
@@ -232,7 +235,7 @@ def test_the_page_embeds_the_json_document_and_loads_nothing(reports, name, trac
 
 def test_names_that_would_end_a_script_element_are_escaped(reports):
     page = reports["evil"].read_text(encoding="utf-8")
-    assert len(re.findall(r"</script", page, re.I)) == 3  # the three elements' own end tags
+    assert len(re.findall(r"</script", page, re.I)) == 4  # the four elements' own end tags
     assert "<!--" not in page and "<b>x" not in page
     parts = parse(page)
     doc = json.loads(next(t for a, t in parts.scripts if a.get("id") == "traceprof-profile"))
@@ -333,7 +336,7 @@ def test_chromium_shows_the_escaped_names_as_text(reports, browser):
     shown = [r.find_element(By.CSS_SELECTOR, ".tp-name").text for r in rows(browser)]
     assert EVIL_SCOPE in shown and EVIL_ANNOTATION in shown
     assert not browser.find_elements(By.TAG_NAME, "b")
-    assert len(browser.find_elements(By.TAG_NAME, "script")) == 3
+    assert len(browser.find_elements(By.TAG_NAME, "script")) == 4
 
 
 def test_chromium_runs_no_script_but_the_reports_own(reports, browser, tmp_path):
@@ -344,7 +347,7 @@ def test_chromium_runs_no_script_but_the_reports_own(reports, browser, tmp_path)
 
     page = reports["evil"].read_text(encoding="utf-8")
     tampered = tmp_path / "tampered.html"
-    tampered.write_text(page.replace("renderReport(data(", "renderReport( data("), encoding="utf-8")
+    tampered.write_text(page.replace("renderReport(doc,", "renderReport( doc,"), encoding="utf-8")
     browser.get_log("browser")
     browser.get(tampered.as_uri())
     blocked = WebDriverWait(browser, 20).until(lambda d: [
@@ -376,3 +379,37 @@ def test_chromium_renders_a_gpu_training_report_and_zooms(reports, browser, tmp_
     shot.parent.mkdir(parents=True, exist_ok=True)
     assert browser.save_screenshot(str(shot))
     assert shot.stat().st_size > 10_000
+
+
+def test_chromium_shows_a_modules_kernels_the_timeline_and_the_memory_peak(reports, browser,
+                                                                           tmp_path):
+    """BERT inference on an H100: click a module and see its top kernels (those of the JSON's
+    ops section, largest first); find a kernel of a known module on the timeline of the step and
+    click it: the module is selected in the tree; the memory curve labels its peak with the
+    module whose allocation reached it."""
+    open_report(browser, reports["bert"])
+    profile = traceprof.analyze(BERT)
+    encoder = "BertLMHeadModel_0.BertModel_0.BertEncoder_0"
+    viewer_checks.click_module_row(browser, encoder)
+    title, names = viewer_checks.top_kernels(browser)
+    assert title == f"Kernels of {encoder}"
+    from traceprof.records import op_records
+
+    expected = sorted((r for r in op_records(profile, profile.find(encoder))
+                       if r["kind"] == "kernel"), key=lambda r: -r["gpu_busy_us"])
+    assert len(names) == min(25, len(expected)) and names[0] == expected[0]["name"]
+    viewer_checks.screenshot(browser, "tp-ops", "viewer-ops.png", tmp_path)
+
+    head = "BertLMHeadModel_0.BertOnlyMLMHead_0"
+    clicked = viewer_checks.click_kernel_of(browser, head)
+    assert clicked["module"].startswith(head) and clicked["selected"].startswith(head)
+    assert clicked["info"].startswith("Selected: ") and "GPU 0 · stream 7" in clicked["info"]
+    viewer_checks.screenshot(browser, "tp-timeline", "viewer-timeline.png", tmp_path)
+
+    label, on_curve = viewer_checks.memory_peak(browser)
+    peak = profile.timeline.memory
+    assert label.startswith("peak 101.31 MB · ") and "(forward)" in label
+    assert ".".join(profile.timeline.modules[peak.peak_module]) in label
+    assert on_curve == label
+    errors = [m for m in browser.get_log("browser") if m["level"] == "SEVERE"]
+    assert not errors, errors

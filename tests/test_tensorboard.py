@@ -458,3 +458,59 @@ def test_chromium_renders_the_module_tree(tensorboard, tmp_path):
         assert cells["Throughput"] == "100.00 TFLOP/s"  # 3 GFLOP in 30 us of GPU busy time
     finally:
         driver.quit()
+
+
+def test_chromium_tab_shows_a_modules_kernels_the_timeline_and_the_memory_peak(tensorboard,
+                                                                             tmp_path):
+    """The same module views as the HTML report's, in the TensorBoard tab, offline: no request
+    leaves TensorBoard's own origin and the console has no error."""
+    from selenium import webdriver
+    from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select, WebDriverWait
+
+    from . import viewer_checks
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = shutil.which("chromium") or CHROMIUM
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
+                "--window-size=1500,1000", "--hide-scrollbars"):
+        options.add_argument(arg)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(service=Service(shutil.which("chromedriver") or CHROMEDRIVER),
+                              options=options)
+    try:
+        driver.set_page_load_timeout(60)
+        driver.get(f"{tensorboard}/#traceprof")
+        wait = WebDriverWait(driver, 60, ignored_exceptions=(NoSuchElementException,
+                                                             StaleElementReferenceException))
+        driver.switch_to.frame(wait.until(lambda d: d.find_element(By.CSS_SELECTOR, "iframe")))
+        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "tr.tp-row"))
+        Select(driver.find_element(By.ID, "tp-run")).select_by_value(BERT_RUN)
+        wait.until(lambda d: "BertLMHeadModel_0" in d.find_element(By.CSS_SELECTOR,
+                                                                    "tr.tp-row").text)
+        encoder = "BertLMHeadModel_0.BertModel_0.BertEncoder_0"
+        viewer_checks.click_module_row(driver, encoder)
+        title, names = viewer_checks.top_kernels(driver)
+        assert title == f"Kernels of {encoder}" and len(names) >= 5
+
+        head = "BertLMHeadModel_0.BertOnlyMLMHead_0"
+        clicked = viewer_checks.click_kernel_of(driver, head)
+        assert clicked["module"].startswith(head) and clicked["selected"].startswith(head)
+        label, on_curve = viewer_checks.memory_peak(driver)
+        assert label.startswith("peak 101.31 MB · ") and on_curve == label
+
+        origin = tensorboard.rstrip("/")
+        fetched = driver.execute_script(
+            "return performance.getEntriesByType('resource').map((e) => e.name)")
+        assert fetched and all(u.startswith(origin) for u in fetched), fetched
+        viewer_checks.screenshot(driver, "tp-timeline", "tensorboard-timeline.png", tmp_path)
+        driver.switch_to.default_content()
+        top = driver.execute_script(
+            "return performance.getEntriesByType('resource').map((e) => e.name)")
+        assert all(u.startswith(origin) for u in top), top
+        errors = [m for m in driver.get_log("browser") if m["level"] == "SEVERE"]
+        assert not errors, errors
+    finally:
+        driver.quit()

@@ -53,7 +53,9 @@ def report_script() -> str:
             raise RuntimeError(f"index.js contains {bad!r}; it cannot be inlined in a <script>")
     return (f"\n{code}\n"
             "const data = (id) => JSON.parse(document.getElementById(id).textContent);\n"
-            "renderReport(data('traceprof-profile'), data('traceprof-report'));\n")
+            "const doc = data('traceprof-profile');\n"
+            "doc.timeline = data('traceprof-timeline');\n"
+            "renderReport(doc, data('traceprof-report'));\n")
 
 
 def _content_security_policy(script: str) -> str:
@@ -67,6 +69,7 @@ def report_html(profile: ModuleProfile) -> str:
     from .. import __version__
 
     doc = profile_document(profile)
+    timeline = profile.timeline.document() if profile.timeline else None
     path = profile.metadata.path or ""
     name = os.path.basename(path) or "trace"
     page = {"title": name,
@@ -90,6 +93,7 @@ it to see them. The profile is in the element #traceprof-profile (traceprof's JS
 docs/output-formats.md).</div></noscript>
 <script type="application/json" id="traceprof-profile">{script_json(doc)}</script>
 <script type="application/json" id="traceprof-report">{script_json(page)}</script>
+<script type="application/json" id="traceprof-timeline">{script_json(timeline)}</script>
 <script type="module">{script}</script>
 </body>
 </html>

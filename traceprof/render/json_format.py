@@ -11,9 +11,11 @@ from . import RenderOptions, register
 from ..records import JSON_SCHEMA, node_record, op_records
 
 
-def profile_document(profile: ModuleProfile) -> dict:
+def profile_document(profile: ModuleProfile, timeline: bool = False) -> dict:
+    """The JSON document; ``timeline``: with the profile's timeline of a step (``timeline``,
+    schema ``traceprof.timeline/1``), as the TensorBoard tab reads it."""
     md = profile.metadata
-    return {
+    doc = {
         "schema": JSON_SCHEMA,
         "trace": {
             "path": md.path,
@@ -38,6 +40,9 @@ def profile_document(profile: ModuleProfile) -> dict:
         ],
         "ops": op_records(profile),
     }
+    if timeline:
+        doc["timeline"] = profile.timeline.document() if profile.timeline else None
+    return doc
 
 
 def flops_section(profile: ModuleProfile) -> dict:
@@ -53,4 +58,10 @@ def flops_section(profile: ModuleProfile) -> dict:
 
 @register("json", (".json",), f"JSON document, schema {JSON_SCHEMA}")
 def render_json(profile: ModuleProfile, opts: RenderOptions) -> str:
-    return msgspec.json.format(msgspec.json.encode(profile_document(profile)), indent=1).decode() + "\n"
+    return profile_json(profile)
+
+
+def profile_json(profile: ModuleProfile, timeline: bool = False) -> str:
+    """The JSON document as text (``timeline``: as :func:`profile_document`)."""
+    doc = profile_document(profile, timeline)
+    return msgspec.json.format(msgspec.json.encode(doc), indent=1).decode() + "\n"

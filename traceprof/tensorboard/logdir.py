@@ -20,6 +20,7 @@ from typing import Sequence
 import msgspec
 
 from .. import render, schema
+from ..render.json_format import profile_json
 from ..api import analyze_steps
 from ..errors import OutputError, TraceReadError
 from ..output import write_atomic, write_atomic_bytes
@@ -213,9 +214,10 @@ def write_run(
             progress(f"{trace_path}: {min(len(numbers), max_step_profiles)} steps")
         chosen = list(numbers[:max_step_profiles])
         step_profiles = list(zip(chosen, analyze_steps(trace, chosen, hierarchy=hierarchy)))
-    mean_text = render.render(profile, "json")
+    # the tab's documents carry the timeline of a step (the mean: of its first step)
+    mean_text = profile_json(profile, timeline=True)
     mean_doc = msgspec.json.decode(mean_text)
-    step_texts = [(n, render.render(p, "json")) for n, p in step_profiles]
+    step_texts = [(n, profile_json(p, timeline=True)) for n, p in step_profiles]
     if step_texts:
         step_docs = [(n, msgspec.json.decode(t)) for n, t in step_texts]
     else:

@@ -24,6 +24,7 @@ const PALETTE = ['#8fb9e0', '#f2b880', '#9dd3a8', '#e9a3a3', '#c3b1e1', '#d9c2a0
   '#b5c7d3', '#dfe39a', '#9fd8d8'];
 const ROW_HEIGHT = 22;
 const MAX_ICICLE_LEVELS = 12;
+const OPS_SHOWN = 25;      // rows of the ops table shown
 const SPLIT_GAP = 16;        // px between the forward and the backward icicle
 const MIN_PASS_WIDTH = 220;  // px: the narrowest a pass's icicle gets
 
@@ -246,6 +247,7 @@ class TraceprofView {
       return;
     }
     this.byId = new Map(this.doc.nodes.map((n) => [n.id, n]));
+    this.pathIndex = null;
     this.hasGpu = (this.doc.stats.kernels + this.doc.stats.memcpys + this.doc.stats.memsets) > 0;
     if (!this.hasGpu || !(this.metric in METRICS)) this.metric = this.hasGpu ? 'gpu_busy_us' : 'cpu_us';
     this.extraFields = this.findExtraFields();
@@ -318,6 +320,8 @@ class TraceprofView {
                 el('span', {class: 'tp-hint'},
                     `${timeName} per step, width = time; click a module to zoom, the top bar to zoom out`)),
             this.icicleBox),
+        this.renderOpsPanel(),
+        this.renderTimelinePanel(),
         el('section', {class: 'tp-panel'},
             el('div', {class: 'tp-panel-head'},
                 el('h2', {}, 'Module tree'),
@@ -334,6 +338,8 @@ class TraceprofView {
         this.options.footer ? el('footer', {class: 'tp-footer'}, this.options.footer) : null));
     this.renderIcicle();
     this.renderTable();
+    this.renderOps();
+    this.drawTimeline();
   }
 
   renderToolbar() {
@@ -556,12 +562,176 @@ class TraceprofView {
 
   reveal(id) {
     this.selected = id;
+    this.selectionChanged();
     for (let p = this.byId.get(id).parent; p >= 0 && this.byId.has(p); p = this.byId.get(p).parent) {
       this.expanded.add(p);
     }
     this.renderTable();
     const row = this.tableBox.querySelector(`tr[data-id="${id}"]`);
     if (row) row.scrollIntoView({block: 'nearest'});
+  }
+
+  // -- inside a module: its ops and kernels ---------------------------------------------------
+
+  // the selected node, else the first root
+  currentNode() {
+    const id = this.selected !== null && this.byId.has(this.selected) ? this.selected : this.doc.roots[0];
+    return this.byId.get(id);
+  }
+
+  selectionChanged() {
+    this.renderOps();
+    this.drawTimeline();
+  }
+
+  renderOpsPanel() {
+    this.opsKind = this.opsKind || 'kernel';
+    const kinds = [['kernel', 'Kernels'], ['op', 'Ops']];
+    const anyKernels = (this.doc.ops || []).some((r) => r.kind === 'kernel');
+    if (!anyKernels) this.opsKind = 'op';
+    this.opsTitle = el('h2', {});
+    this.opsBox = el('div', {class: 'tp-ops-wrap'});
+    const select = el('select', {id: 'tp-ops-kind', onchange: (e) => { this.opsKind = e.target.value; this.renderOps(); }},
+        kinds.filter(([k]) => anyKernels || k === 'op').map(([k, label]) =>
+          el('option', {value: k, selected: k === this.opsKind}, label)));
+    return el('section', {class: 'tp-panel', id: 'tp-ops'},
+        el('div', {class: 'tp-panel-head'}, this.opsTitle,
+            el('span', {class: 'tp-hint'}, 'with its submodules, per step; click a module in the chart or the tree'),
+            el('label', {class: 'tp-check tp-push-right'}, 'Show', select)),
+        this.opsBox);
+  }
+
+  // the ops (or kernels) of a node and its subtree, merged by name, shapes and pass
+  opsOf(node, kind) {
+    const ids = new Set();
+    const stack = [node.id];
+    while (stack.length) {
+      const id = stack.pop();
+      ids.add(id);
+      const n = this.byId.get(id);
+      if (n) stack.push(...n.children);
+    }
+    const merged = new Map();
+    for (const r of this.doc.ops || []) {
+      if (r.kind !== kind || !ids.has(r.node)) continue;
+      const key = `${r.pass}\u0000${r.name}\u0000${r.input_shapes}`;
+      const m = merged.get(key);
+      if (!m) { merged.set(key, {...r}); continue; }
+      for (const f of ['calls', 'kernels', 'gpu_busy_us', 'gpu_work_us', 'cpu_us', 'flops']) m[f] += r[f];
+    }
+    return [...merged.values()];
+  }
+
+  renderOps() {
+    if (!this.opsBox) return;
+    const node = this.currentNode();
+    const kind = this.opsKind;
+    this.opsTitle.textContent = `${kind === 'kernel' ? 'Kernels' : 'Ops'} of ${node.qualified_name || node.name}`;
+    if (!this.doc.ops) {
+      this.opsBox.replaceChildren(el('div', {class: 'tp-empty'},
+          'This profile has no ops section (written by an older traceprof).'));
+      return;
+    }
+    const timeField = this.hasGpu ? (this.metric === 'gpu_work_us' ? 'gpu_work_us' : 'gpu_busy_us') : 'cpu_us';
+    const whole = this.value(node, this.hasGpu ? timeField : 'cpu_us', 'both');
+    const rows = this.opsOf(node, kind).sort((a, b) => (b[timeField] - a[timeField]) || (b.cpu_us - a.cpu_us));
+    if (!rows.length) {
+      this.opsBox.replaceChildren(el('div', {class: 'tp-empty'}, `No ${kind === 'kernel' ? 'kernels' : 'ops'} in this module.`));
+      return;
+    }
+    const shown = rows.slice(0, OPS_SHOWN);
+    const anyFlops = kind === 'op' && rows.some((r) => r.flops);
+    const head = el('tr', {}, el('th', {}, kind === 'kernel' ? 'Kernel' : 'Op'), el('th', {}, 'Pass'),
+        el('th', {class: 'tp-num'}, 'Calls'),
+        el('th', {class: 'tp-num'}, this.hasGpu ? METRICS[timeField] : 'CPU time'),
+        el('th', {class: 'tp-num'}, 'Share of module'),
+        kind === 'op' && this.hasGpu ? el('th', {class: 'tp-num'}, 'CPU') : null,
+        anyFlops ? el('th', {class: 'tp-num'}, 'FLOPs') : null,
+        anyFlops ? el('th', {class: 'tp-num'}, 'Throughput') : null,
+        kind === 'op' ? el('th', {}, 'Input shapes') : null);
+    const body = el('tbody');
+    for (const r of shown) {
+      const time = r[timeField];
+      const share = whole > 0 ? time / whole : 0;
+      const rate = r.flops && r[this.hasGpu ? 'gpu_busy_us' : 'cpu_us'] > 0 ? r.flops / (r[this.hasGpu ? 'gpu_busy_us' : 'cpu_us'] * 1e-6) : null;
+      body.append(el('tr', {class: 'tp-op-row', 'data-pass': r.pass},
+          el('td', {class: 'tp-op-name', title: r.name}, r.name),
+          el('td', {class: `tp-op-pass tp-pass-label-${r.pass}`}, r.pass),
+          el('td', {class: 'tp-num'}, count(Math.round(r.calls * 10) / 10)),
+          el('td', {class: 'tp-num' + (time ? '' : ' tp-zero')}, duration(time)),
+          el('td', {class: 'tp-num tp-share'},
+              el('div', {class: 'tp-bar'}, el('div', {class: 'tp-bar-fill', style: `width:${Math.min(100, share * 100).toFixed(1)}%`})),
+              el('span', {}, percent(share))),
+          kind === 'op' && this.hasGpu ? el('td', {class: 'tp-num'}, duration(r.cpu_us)) : null,
+          anyFlops ? el('td', {class: 'tp-num'}, r.flops ? formatField('flops', r.flops) : '--') : null,
+          anyFlops ? el('td', {class: 'tp-num'}, rate ? formatField('flop_per_s', rate) : '--') : null,
+          kind === 'op' ? el('td', {class: 'tp-shapes', title: r.input_shapes || ''}, r.input_shapes || '--') : null));
+    }
+    const more = rows.length > shown.length ?
+      el('div', {class: 'tp-hint'}, `${rows.length - shown.length} more rows (traceprof analyze --ops MODULE lists them all)`) : null;
+    this.opsBox.replaceChildren(el('table', {class: 'tp-ops'}, el('thead', {}, head), body), more);
+  }
+
+  // -- timeline of a step and memory over it --------------------------------------------------
+
+  renderTimelinePanel() {
+    const tl = this.doc.timeline;
+    this.timelineBox = el('div', {class: 'tp-timeline-wrap'});
+    this.memoryBox = el('div', {class: 'tp-memory-wrap'});
+    this.timelineInfo = el('div', {class: 'tp-timeline-info', id: 'tp-timeline-info'}, ' ');
+    if (!tl) {
+      this.timelineView = null;
+      return el('section', {class: 'tp-panel', id: 'tp-timeline'},
+          el('div', {class: 'tp-panel-head'}, el('h2', {}, 'Timeline')),
+          el('div', {class: 'tp-empty'}, 'No timeline in this profile (written by an older traceprof).'));
+    }
+    const stepName = tl.step === null ? 'the whole trace' : `ProfilerStep#${tl.step}`;
+    const meanOf = (this.doc.steps.numbers || []).length;
+    const note = meanOf > 1 ? ` (the first of the ${meanOf} steps the numbers are the mean of)` : '';
+    const b = tl.bounds || {};
+    const bounded = b.events_in_step > b.events_shown ?
+      `${count(b.events_shown)} of ${count(b.events_in_step)} events drawn: runs of events under ${duration(b.merged_below_us)} merged` +
+        (b.dropped ? `, ${count(b.dropped)} shortest left out` : '') : `${count(b.events_in_step || 0)} events`;
+    this.timelineView = new StepTimelineView(this, tl);
+    const zoom = (f) => this.timelineView.zoomBy(f);
+    return el('section', {class: 'tp-panel', id: 'tp-timeline'},
+        el('div', {class: 'tp-panel-head'},
+            el('h2', {}, `Timeline of ${stepName}`),
+            el('span', {class: 'tp-hint'}, `${note ? note.trim() + '; ' : ''}${bounded}. Wheel or buttons: zoom; drag: pan; click an event: select its module`),
+            el('span', {class: 'tp-push-right'}),
+            el('button', {class: 'tp-button', id: 'tp-zoom-in', onclick: () => zoom(0.5)}, 'Zoom in'),
+            el('button', {class: 'tp-button', id: 'tp-zoom-out', onclick: () => zoom(2)}, 'Zoom out'),
+            el('button', {class: 'tp-button', id: 'tp-zoom-reset', onclick: () => this.timelineView.reset()}, 'Reset')),
+        this.timelineInfo, this.timelineBox,
+        tl.memory ? el('div', {class: 'tp-panel-head tp-memory-head'}, el('h2', {}, `Memory allocated on ${tl.memory.device}`),
+            el('span', {class: 'tp-hint'}, tl.memory.exact_total ? 'the allocator\'s total at each [memory] event; module scopes under the curve' :
+              'bytes allocated since the step began (the trace lacks the allocator\'s totals); module scopes under the curve')) : null,
+        tl.memory ? this.memoryBox : null);
+  }
+
+  drawTimeline() {
+    if (this.timelineView) this.timelineView.draw();
+  }
+
+  // the node a timeline module path stands for: the node with that path, else its closest
+  // ancestor still in the tree (--depth, --top)
+  nodeOfPath(path) {
+    if (!this.pathIndex) {
+      this.pathIndex = new Map(this.doc.nodes.map((n) => [JSON.stringify(n.path), n.id]));
+    }
+    for (let k = path.length; k > 0; k--) {
+      const id = this.pathIndex.get(JSON.stringify(path.slice(0, k)));
+      if (id !== undefined) return id;
+    }
+    return -1;
+  }
+
+  inSelectedSubtree(id) {
+    if (this.selected === null || id < 0) return false;
+    for (let n = this.byId.get(id); n; n = n.parent >= 0 ? this.byId.get(n.parent) : null) {
+      if (n.id === this.selected) return true;
+    }
+    return false;
   }
 
   // -- tree table ----------------------------------------------------------------------------
@@ -684,7 +854,7 @@ class TraceprofView {
       });
       const row = el('tr', {class: `tp-row tp-kind-${n.kind}${this.selected === n.id ? ' tp-selected' : ''}`,
         'data-id': n.id, 'data-depth': n.depth,
-        onclick: () => { this.selected = n.id; this.focus = n.children.length ? n.id : (n.parent >= 0 ? n.parent : null); this.renderIcicle(); this.markSelected(); }},
+        onclick: () => { this.selected = n.id; this.focus = n.children.length ? n.id : (n.parent >= 0 ? n.parent : null); this.renderIcicle(); this.markSelected(); this.selectionChanged(); }},
       nameCell, cells);
       body.append(row);
     }
@@ -705,6 +875,316 @@ class TraceprofView {
   expandAll(open) {
     this.expanded = open ? new Set(this.doc.nodes.filter((n) => n.children.length).map((n) => n.id)) : new Set();
     this.renderTable();
+  }
+}
+
+// ---- the timeline of a step (canvas) and the memory curve under it (SVG) ---------------------
+// Data: the profile's `timeline` (traceprof/step_timeline.py): lanes, and one entry per event in
+// columns (lane, row, start, dur, name, module, phase, count), times in us from the step's start.
+
+const TL_ROW = 14;         // px per row of a lane
+const TL_LANE_GAP = 6;     // px between lanes
+const TL_LABEL = 190;      // px of lane names on the left
+const TL_AXIS = 18;        // px of the time axis on top
+const TL_MIN_SPAN_US = 0.05;
+const MEM_HEIGHT = 110;    // px of the memory curve
+const MEM_SCOPE_ROWS = 2;  // module levels drawn under the curve
+const MEM_SCOPE_ROW = 9;
+const TL_NONE = '#cfcfcf';
+
+function niceStep(span) {
+  const raw = span / 8;
+  const p = 10 ** Math.floor(Math.log10(raw));
+  for (const m of [1, 2, 5, 10]) if (m * p >= raw) return m * p;
+  return 10 * p;
+}
+
+class StepTimelineView {
+  constructor(view, tl) {
+    this.view = view;
+    this.tl = tl;
+    const e = tl.events;
+    this.n = e.start.length;
+    this.end = e.start.map((s, i) => s + e.dur[i]);
+    this.v0 = 0;
+    this.v1 = tl.span_us;
+    this.laneTop = [];
+    let y = TL_AXIS;
+    for (const lane of tl.lanes) {
+      this.laneTop.push(y);
+      y += lane.rows * TL_ROW + TL_LANE_GAP;
+    }
+    this.height = y;
+    // events of each lane row, for hit tests
+    this.byRow = new Map();
+    for (let i = 0; i < this.n; i++) {
+      const key = e.lane[i] * 1000 + e.row[i];
+      if (!this.byRow.has(key)) this.byRow.set(key, []);
+      this.byRow.get(key).push(i);
+    }
+    this.nodes = null;  // module index -> node id, resolved on first draw
+  }
+
+  nodeOfModule(m) {
+    if (!this.nodes) this.nodes = this.tl.modules.map((p) => this.view.nodeOfPath(p));
+    return m >= 0 ? this.nodes[m] : -1;
+  }
+
+  width() {
+    return Math.max(400, (this.view.timelineBox.clientWidth || 1000) - 2);
+  }
+
+  x(t, w) { return TL_LABEL + (t - this.v0) / (this.v1 - this.v0) * (w - TL_LABEL); }
+
+  timeAt(x, w) { return this.v0 + (x - TL_LABEL) / (w - TL_LABEL) * (this.v1 - this.v0); }
+
+  reset() { this.v0 = 0; this.v1 = this.tl.span_us; this.draw(); }
+
+  zoomBy(factor, center = (this.v0 + this.v1) / 2) {
+    const span = Math.max(TL_MIN_SPAN_US, (this.v1 - this.v0) * factor);
+    const f = (center - this.v0) / (this.v1 - this.v0);
+    this.setView(center - f * span, center - f * span + span);
+  }
+
+  setView(a, b) {
+    const span = Math.min(this.tl.span_us, Math.max(TL_MIN_SPAN_US, b - a));
+    a = Math.min(Math.max(0, a), this.tl.span_us - span);
+    this.v0 = a;
+    this.v1 = a + span;
+    this.draw();
+  }
+
+  ensureCanvas() {
+    if (this.canvas && this.canvas.isConnected) return;
+    this.canvas = el('canvas', {class: 'tp-timeline-canvas', id: 'tp-timeline-canvas'});
+    this.view.timelineBox.replaceChildren(this.canvas);
+    let drag = null;
+    this.canvas.addEventListener('mousedown', (ev) => { drag = {x: ev.offsetX, v0: this.v0, v1: this.v1, moved: false}; });
+    this.canvas.addEventListener('mousemove', (ev) => {
+      if (drag) {
+        const dx = ev.offsetX - drag.x;
+        if (Math.abs(dx) > 3) drag.moved = true;
+        if (drag.moved) {
+          const dt = dx / (this.width() - TL_LABEL) * (drag.v1 - drag.v0);
+          this.setView(drag.v0 - dt, drag.v1 - dt);
+        }
+        return;
+      }
+      const i = this.hit(ev.offsetX, ev.offsetY);
+      this.canvas.style.cursor = i >= 0 ? 'pointer' : 'grab';
+      if (i >= 0) this.showInfo(i, false);
+    });
+    window.addEventListener('mouseup', (ev) => {
+      if (!drag) return;
+      const click = !drag.moved && ev.target === this.canvas;
+      drag = null;
+      if (click) this.click(ev.offsetX, ev.offsetY);
+    });
+    this.canvas.addEventListener('wheel', (ev) => {
+      ev.preventDefault();
+      this.zoomBy(ev.deltaY > 0 ? 1.25 : 0.8, this.timeAt(ev.offsetX, this.width()));
+    }, {passive: false});
+  }
+
+  click(x, y) {
+    const i = this.hit(x, y);
+    if (i < 0) return;
+    this.showInfo(i, true);
+    const id = this.nodeOfModule(this.tl.events.module[i]);
+    if (id >= 0) {
+      this.view.reveal(id);
+      this.view.renderIcicle();
+    }
+  }
+
+  showInfo(i, selected) {
+    const e = this.tl.events;
+    const id = this.nodeOfModule(e.module[i]);
+    const node = id >= 0 ? this.view.byId.get(id) : null;
+    const lane = this.tl.lanes[e.lane[i]];
+    const parts = [this.tl.names[e.name[i]], node ? (node.qualified_name || node.name) : 'no module',
+      ['forward', 'backward', 'other'][e.phase[i]], lane.name,
+      `at ${duration(e.start[i])}`, `for ${duration(e.dur[i])}`];
+    if (e.count[i] > 1) parts.push(`${count(e.count[i])} events merged`);
+    this.view.timelineInfo.textContent = (selected ? 'Selected: ' : '') + parts.join(' · ');
+    this.view.timelineInfo.dataset.event = String(i);
+    this.view.timelineInfo.dataset.module = node ? (node.qualified_name || node.name) : '';
+  }
+
+  hit(x, y) {
+    const w = this.width();
+    const lane = this.laneTop.findIndex((top, k) => y >= top && y < top + this.tl.lanes[k].rows * TL_ROW);
+    if (lane < 0 || x < TL_LABEL) return -1;
+    const row = Math.floor((y - this.laneTop[lane]) / TL_ROW);
+    const t = this.timeAt(x, w);
+    const tol = 2 / (w - TL_LABEL) * (this.v1 - this.v0);
+    let best = -1;
+    for (const i of this.byRow.get(lane * 1000 + row) || []) {
+      if (this.tl.events.start[i] <= t + tol && this.end[i] >= t - tol &&
+          (best < 0 || this.tl.events.dur[i] < this.tl.events.dur[best])) best = i;
+    }
+    return best;
+  }
+
+  // Zooms to the first event on a GPU lane (else any lane) of `nodeId`'s subtree and returns
+  // its centre in canvas pixels, or null: what a test clicks.
+  locateEventOf(nodeId, laneKind = 'gpu') {
+    const e = this.tl.events;
+    const inside = (i) => {
+      for (let n = this.view.byId.get(this.nodeOfModule(e.module[i])); n; n = n.parent >= 0 ? this.view.byId.get(n.parent) : null) {
+        if (n.id === nodeId) return true;
+      }
+      return false;
+    };
+    let found = -1;
+    for (let i = 0; i < this.n && found < 0; i++) {
+      if (this.tl.lanes[e.lane[i]].kind === laneKind && inside(i)) found = i;
+    }
+    if (found < 0) return null;
+    const span = Math.max(e.dur[found] * 8, TL_MIN_SPAN_US);
+    this.setView(e.start[found] + e.dur[found] / 2 - span / 2, e.start[found] + e.dur[found] / 2 + span / 2);
+    const w = this.width();
+    const mid = (Math.max(this.x(e.start[found], w), TL_LABEL) + Math.min(this.x(this.end[found], w), w)) / 2;
+    return {x: mid, y: this.laneTop[e.lane[found]] + e.row[found] * TL_ROW + TL_ROW / 2, event: found};
+  }
+
+  draw() {
+    this.ensureCanvas();
+    const w = this.width();
+    const h = this.height;
+    const ratio = window.devicePixelRatio || 1;
+    const c = this.canvas;
+    c.width = Math.round(w * ratio);
+    c.height = Math.round(h * ratio);
+    c.style.width = `${w}px`;
+    c.style.height = `${h}px`;
+    const g = c.getContext('2d');
+    g.setTransform(ratio, 0, 0, ratio, 0, 0);
+    g.clearRect(0, 0, w, h);
+    g.font = '10px system-ui, sans-serif';
+    g.textBaseline = 'middle';
+    // axis
+    const step = niceStep(this.v1 - this.v0);
+    g.fillStyle = '#757575';
+    g.strokeStyle = '#eeeeee';
+    for (let t = Math.ceil(this.v0 / step) * step; t <= this.v1; t += step) {
+      const x = this.x(t, w);
+      g.beginPath(); g.moveTo(x + 0.5, TL_AXIS - 4); g.lineTo(x + 0.5, h); g.stroke();
+      g.fillText(duration(t), x + 2, 8);
+    }
+    // lanes
+    const e = this.tl.events;
+    const colors = this.tl.modules.map((_, m) => {
+      const id = this.nodeOfModule(m);
+      return id >= 0 ? colorOf(this.view.byId.get(id)) : TL_NONE;
+    });
+    const selected = this.tl.modules.map((_, m) => this.view.inSelectedSubtree(this.nodeOfModule(m)));
+    this.tl.lanes.forEach((lane, k) => {
+      const top = this.laneTop[k];
+      g.fillStyle = k % 2 ? '#fafafa' : '#ffffff';
+      g.fillRect(0, top - TL_LANE_GAP / 2, w, lane.rows * TL_ROW + TL_LANE_GAP);
+      g.fillStyle = '#424242';
+      g.fillText(lane.name.length > 30 ? lane.name.slice(0, 29) + '…' : lane.name, 4, top + TL_ROW / 2);
+    });
+    const scale = (w - TL_LABEL) / (this.v1 - this.v0);
+    const marked = [];
+    for (let i = 0; i < this.n; i++) {
+      if (this.end[i] < this.v0 || e.start[i] > this.v1) continue;
+      const x0 = Math.max(TL_LABEL, TL_LABEL + (e.start[i] - this.v0) * scale);
+      const x1 = Math.min(w, TL_LABEL + (this.end[i] - this.v0) * scale);
+      const y = this.laneTop[e.lane[i]] + e.row[i] * TL_ROW;
+      const m = e.module[i];
+      g.fillStyle = m >= 0 ? colors[m] : TL_NONE;
+      const bw = Math.max(x1 - x0, 0.8);
+      g.fillRect(x0, y + 1, bw, TL_ROW - 2);
+      if (m >= 0 && selected[m]) marked.push([x0, y, bw]);
+      if (bw > 40) {
+        g.fillStyle = '#212121';
+        const name = this.tl.names[e.name[i]];
+        const chars = Math.floor((bw - 4) / 5.5);
+        g.save();
+        g.beginPath(); g.rect(x0, y, bw, TL_ROW); g.clip();
+        g.fillText(name.length > chars ? name.slice(0, Math.max(chars - 1, 1)) + '…' : name, x0 + 2, y + TL_ROW / 2);
+        g.restore();
+      }
+    }
+    g.strokeStyle = '#e65100';
+    g.lineWidth = 1.5;
+    for (const [x0, y, bw] of marked) g.strokeRect(x0 + 0.5, y + 1.5, Math.max(bw - 1, 0.5), TL_ROW - 3);
+    g.fillStyle = '#e0e0e0';
+    g.fillRect(TL_LABEL - 1, TL_AXIS - 4, 1, h);
+    this.drawMemory(w);
+  }
+
+  drawMemory(w) {
+    const mem = this.tl.memory;
+    const box = this.view.memoryBox;
+    if (!mem || !box) return;
+    const t = mem.time_us;
+    const b = mem.allocated_bytes;
+    const max = Math.max(...b, 1) * 1.08;
+    const height = MEM_HEIGHT + MEM_SCOPE_ROWS * MEM_SCOPE_ROW + 6;
+    const chart = svg('svg', {class: 'tp-memory-svg', width: w, height, viewBox: `0 0 ${w} ${height}`});
+    const y = (v) => MEM_HEIGHT - v / max * (MEM_HEIGHT - 4);
+    // the curve: the total holds from one event to the next
+    let lo = 0;
+    while (lo < t.length - 1 && t[lo + 1] < this.v0) lo++;
+    let hi = t.length - 1;
+    while (hi > 0 && t[hi - 1] > this.v1) hi--;
+    let d = '';
+    for (let i = lo; i <= hi; i++) {
+      const x = Math.min(Math.max(this.x(t[i], w), TL_LABEL), w);
+      const next = i < hi ? Math.min(Math.max(this.x(t[i + 1], w), TL_LABEL), w) : w;
+      d += `${d ? 'L' : 'M'}${x.toFixed(1)},${y(b[i]).toFixed(1)}L${next.toFixed(1)},${y(b[i]).toFixed(1)}`;
+    }
+    if (d) {
+      const firstX = Math.min(Math.max(this.x(t[lo], w), TL_LABEL), w);
+      chart.append(svg('path', {class: 'tp-memory-area', d: `${d}L${w},${MEM_HEIGHT}L${firstX.toFixed(1)},${MEM_HEIGHT}Z`}));
+      chart.append(svg('path', {class: 'tp-memory-line', d}));
+    }
+    const scaleText = svg('text', {x: 4, y: 12, class: 'tp-memory-scale'});
+    scaleText.textContent = `${formatField('bytes', max / 1.08)}`;
+    const zeroText = svg('text', {x: 4, y: MEM_HEIGHT - 2, class: 'tp-memory-scale'});
+    zeroText.textContent = '0';
+    chart.append(scaleText, zeroText, svg('line', {x1: TL_LABEL, x2: w, y1: MEM_HEIGHT + 0.5, y2: MEM_HEIGHT + 0.5, class: 'tp-memory-axis'}));
+    // module scopes under the curve: the first levels of the module lanes
+    const e = this.tl.events;
+    const scale = (w - TL_LABEL) / (this.v1 - this.v0);
+    for (let i = 0; i < this.n; i++) {
+      const kind = this.tl.lanes[e.lane[i]].kind;
+      if ((kind !== 'modules_forward' && kind !== 'modules_backward') || e.row[i] >= MEM_SCOPE_ROWS) continue;
+      if (this.end[i] < this.v0 || e.start[i] > this.v1) continue;
+      const x0 = Math.max(TL_LABEL, TL_LABEL + (e.start[i] - this.v0) * scale);
+      const x1 = Math.min(w, TL_LABEL + (this.end[i] - this.v0) * scale);
+      const id = this.nodeOfModule(e.module[i]);
+      const rect = svg('rect', {x: x0.toFixed(1), y: MEM_HEIGHT + 3 + e.row[i] * MEM_SCOPE_ROW,
+        width: Math.max(x1 - x0, 0.8).toFixed(1), height: MEM_SCOPE_ROW - 1,
+        fill: id >= 0 ? colorOf(this.view.byId.get(id)) : TL_NONE});
+      const tip = svg('title');
+      const node = id >= 0 ? this.view.byId.get(id) : null;
+      tip.textContent = node ? (node.qualified_name || node.name) : this.tl.names[e.name[i]];
+      rect.append(tip);
+      chart.append(rect);
+    }
+    const scopesLabel = svg('text', {x: 4, y: MEM_HEIGHT + 10, class: 'tp-memory-scale'});
+    scopesLabel.textContent = 'modules';
+    chart.append(scopesLabel);
+    // the peak, with the module whose event reached it
+    const peak = mem.peak;
+    const id = this.nodeOfModule(peak.module);
+    const node = id >= 0 ? this.view.byId.get(id) : null;
+    const label = `peak ${formatField('bytes', peak.bytes)} · ${node ? (node.qualified_name || node.name) : 'no module'} (${peak.phase}) at ${duration(peak.time_us)}`;
+    if (peak.time_us >= this.v0 && peak.time_us <= this.v1) {
+      const px = this.x(peak.time_us, w);
+      const py = y(peak.bytes);
+      chart.append(svg('circle', {cx: px.toFixed(1), cy: py.toFixed(1), r: 4, class: 'tp-memory-peak-dot'}));
+      const text = svg('text', {x: Math.min(px + 7, w - 8), y: Math.max(py + 4, 12), class: 'tp-mem-peak',
+        'text-anchor': px > w - 320 ? 'end' : 'start'});
+      if (px > w - 320) text.setAttribute('x', (px - 7).toFixed(1));
+      text.textContent = label;
+      chart.append(text);
+    }
+    box.replaceChildren(el('div', {class: 'tp-memory-peak', id: 'tp-memory-peak'}, label), chart);
   }
 }
 
