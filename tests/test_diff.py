@@ -305,3 +305,13 @@ def test_every_diff_renderer_is_covered():
 def test_sides_can_be_computed_once_and_compared_many_times():
     base = side_of(BASE_SAMPLE)
     assert compare(base, base).wall_delta_us == 0
+
+
+def test_tensorboard_run_pair(tmp_path):
+    pytest.importorskip("tensorboard")
+    logdir = tmp_path / "tb"
+    r = CliRunner().invoke(main, ["diff", str(BASE_SAMPLE), str(WIDE_SAMPLE), "-o",
+                                  str(tmp_path / "d.json"), "--tensorboard", str(logdir)])
+    assert r.exit_code == 0, r.output
+    assert sorted(p.name for p in logdir.iterdir()) == ["base", "new"]
+    assert "wrote TensorBoard run base" in r.output and "wrote TensorBoard run new" in r.output
