@@ -381,7 +381,9 @@ def tensorboard_command(traces, logdir, name, hierarchy, peak_tflops, serve, por
     never overwritten. Needs the extra: pip install 'traceprof[tensorboard]'.
     """
     try:
-        _write_tensorboard(list(traces), logdir, name=name, hierarchy=hierarchy,
+        from .job import expand_patterns
+
+        _write_tensorboard(expand_patterns(traces), logdir, name=name, hierarchy=hierarchy,
                            peak_flops=peak_tflops * 1e12 if peak_tflops else None,
                            max_memory=max_memory)
         if serve:

@@ -78,6 +78,21 @@ def find_traces(paths) -> list[str]:
     return out
 
 
+def expand_patterns(paths) -> list[str]:
+    """``paths`` with each glob pattern that names no existing file replaced by the files it
+    matches (sorted); files and directories as given. A pattern matching nothing is an error."""
+    out: list[str] = []
+    for p in map(os.fspath, paths):
+        if not os.path.exists(p) and _is_glob(p):
+            found = sorted(glob.glob(p))
+            if not found:
+                raise TraceReadError(p, "no file matches the pattern")
+            out += found
+        else:
+            out.append(p)
+    return out
+
+
 def is_job(paths) -> bool:
     """Whether ``paths`` asks for a job (several files, a directory, a glob) rather than one
     trace file, whose report stays the single-trace one."""
