@@ -161,6 +161,10 @@ def _interrupted(e: KeyboardInterrupt) -> None:
               help="Columns of --format table, a comma list of: "
                    + ", ".join(TABLE_COLUMNS) + " [default: "
                    + ",".join(DEFAULT_TABLE_COLUMNS) + ", those the trace can fill].")
+@click.option("--ops", "ops_module", default=None, metavar="MODULE",
+              help="Instead of the module tree: the ops and kernels of MODULE (qualified name) "
+                   "and its submodules per pass, largest first (tree, table, csv, json, "
+                   "parquet); '*' for every module's own rows.")
 @click.option("--tensorboard", "tensorboard_logdir", metavar="LOGDIR", default=None,
               type=click.Path(file_okay=False, path_type=str),
               help="Also write TRACE as a new run into this TensorBoard log directory.")
@@ -188,7 +192,7 @@ def _interrupted(e: KeyboardInterrupt) -> None:
                    "than this fraction.")
 def analyze(trace, fmt, output, depth, top, ignore, batch_size, sort, step, hierarchy, raw,
             unsupported_ops, tensorboard_logdir, columns, peak_tflops, max_memory, jobs, engine,
-            scheduler, ranks_columns, straggler_threshold):
+            scheduler, ranks_columns, straggler_threshold, ops_module):
     """Per-module forward and backward GPU time of TRACE (.json or .json.gz).
 
     Several traces, a directory or a glob pattern ('runs/*.pt.trace.json.gz') are the ranks of
@@ -196,6 +200,8 @@ def analyze(trace, fmt, output, depth, top, ignore, batch_size, sort, step, hier
     from .job import is_job
 
     if is_job(trace):
+        if ops_module:
+            _fail("--ops applies to one trace, not to a job of several (docs/jobs.md)", 3)
         return _analyze_job(
             list(trace), fmt=fmt, output=output, depth=depth, top=top, ignore=ignore,
             batch_size=batch_size, sort=sort, step=step, hierarchy=hierarchy, raw=raw,
@@ -233,7 +239,12 @@ def analyze(trace, fmt, output, depth, top, ignore, batch_size, sort, step, hier
             columns=parse_columns(columns) if columns is not None else None,
             **({"top_modules": top} if top is not None else {}),
         )
-        text = render.render(profile, fmt, options)
+        if ops_module:
+            from .render.ops import render_ops
+
+            text = render_ops(profile, ops_module, fmt, raw)
+        else:
+            text = render.render(profile, fmt, options)
         if not render.get(fmt).shows_warnings:  # rows only (CSV, Parquet): warnings on stderr
             for warning in profile.warnings:
                 click.echo(f"traceprof: warning: {warning}", err=True)
