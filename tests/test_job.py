@@ -356,3 +356,24 @@ def test_generator_writes_ranks_with_distributed_info(straggler_job_dir):
     assert len(files) == 16
     head = io.open(files[0], encoding="utf-8").read(4000)
     assert '"distributedInfo"' in head and '"world_size":16' in head.replace(" ", "")
+
+
+def test_a_rank_that_cannot_be_read_is_a_one_line_error_from_the_workers(tmp_path,
+                                                                         straggler_job_dir):
+    import pickle
+
+    from traceprof.errors import MemoryLimitError, TraceReadError
+
+    error = pickle.loads(pickle.dumps(TraceReadError("a.json", "truncated JSON")))
+    assert type(error) is TraceReadError and error.message == "a.json: truncated JSON"
+    assert error.path == "a.json" and error.exit_code == 2
+    assert pickle.loads(pickle.dumps(MemoryLimitError("b", "too big"))).exit_code == 5
+    job = tmp_path / "job"
+    job.mkdir()
+    files = sorted(straggler_job_dir.glob("*.json"))[:3]
+    for f in files[:2]:
+        (job / f.name).write_bytes(f.read_bytes())
+    (job / files[2].name).write_bytes(files[2].read_bytes()[:5000])
+    for engine in ("local", "dask"):
+        _one_line_error(traceprof_cli("analyze", job, "--jobs", "2", "--engine", engine), 2,
+                        f"{files[2].name}: truncated JSON")

@@ -121,8 +121,13 @@ class DaskEngine:
         if self.scheduler:
             client = Client(self.scheduler, timeout="30s")
         else:
+            import logging
+
+            # a trace's error reaches the command as its one-line message, not as the workers'
+            # log of the failed task
             cluster = LocalCluster(n_workers=self.jobs or default_jobs(), threads_per_worker=1,
-                                   processes=True, dashboard_address=None)
+                                   processes=True, dashboard_address=None,
+                                   silence_logs=logging.CRITICAL)
             client = Client(cluster)
         try:
             # pure=False: every item is analyzed, even two equal paths

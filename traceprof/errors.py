@@ -16,6 +16,18 @@ class TraceprofError(Exception):
         super().__init__(message)
         self.message = " ".join(str(message).split())  # always one line
 
+    def __reduce__(self):
+        # pickled as it is, whatever its constructor's arguments: an error raised in a worker
+        # process (jobs, traceprof/engine.py) reaches the command as the same one-line error
+        return (_restore, (type(self), self.message, dict(self.__dict__)))
+
+
+def _restore(cls, message: str, state: dict) -> "TraceprofError":
+    error = cls.__new__(cls)
+    Exception.__init__(error, message)
+    error.__dict__.update(state)
+    return error
+
 
 class TraceReadError(TraceprofError):
     """The trace file cannot be read or is not a Kineto / Chrome trace."""
