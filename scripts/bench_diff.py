@@ -84,7 +84,8 @@ def main(argv=None) -> int:
         warm(p)
     commands = {
         "analyze A": [a.python, "-m", "traceprof", "analyze", base, "-f", "json", "-o", os.devnull],
-        "diff A B": [a.python, "-m", "traceprof", "diff", base, new, "-f", "json", "-o", os.devnull],
+        "diff A B": [a.python, "-m", "traceprof", "diff", base, new, "-f", "json", "-o",
+                     os.devnull],
     }
     times: dict[str, list[float]] = {k: [] for k in commands}
     failed = False

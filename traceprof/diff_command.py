@@ -24,14 +24,16 @@ _FORMATS = ["csv", "html", "json", "parquet", "tree"]
               metavar="PCT", help="Exit 10 when NEW is slower than BASE by more than PCT percent "
               "(the step's wall time, or --module's time).")
 @click.option("--module", "module", default=None, metavar="NAME",
-              help="With --fail-if-slower: compare this module (qualified name) instead of the step.")
+              help="With --fail-if-slower: compare this module (qualified name) instead of "
+                   "the step.")
 @click.option("--hierarchy", type=click.Choice(["auto", "traceprof", "lightning", "nn.Module",
                                                 "annotations"]),
               default="auto", show_default=True, help="Where the module trees come from.")
 @click.option("--raw", is_flag=True, help="Times as plain microseconds.")
 @click.option("--tensorboard", "tensorboard_logdir", metavar="LOGDIR", default=None,
               type=click.Path(file_okay=False, path_type=str),
-              help="Also write BASE and NEW as a pair of TensorBoard runs (LOGDIR/base, LOGDIR/new).")
+              help="Also write BASE and NEW as a pair of TensorBoard runs (LOGDIR/base, "
+                   "LOGDIR/new).")
 @click.option("--max-memory", default=None, metavar="SIZE",
               help="Memory limit of loading each trace (e.g. 8G) [default: as analyze].")
 def diff_command(base, new, fmt, output, fail_pct, module, hierarchy, raw, tensorboard_logdir,

@@ -194,7 +194,8 @@ class DiffProfile:
         b, n = self.base, self.new
         parts = (
             ("modules", n.modules_us - b.modules_us),
-            ("outside modules", (n.outside_us - n.collectives_us) - (b.outside_us - b.collectives_us)),
+            ("outside modules",
+             (n.outside_us - n.collectives_us) - (b.outside_us - b.collectives_us)),
             ("collectives", n.collectives_us - b.collectives_us),
             ("idle", n.idle_us - b.idle_us),
         )
@@ -240,7 +241,9 @@ class DiffProfile:
         from .render import units
 
         if base <= 0:
-            return None if new <= 0 else f"{what} takes {units.duration(new)} in the new run, 0 before"
+            if new <= 0:
+                return None
+            return f"{what} takes {units.duration(new)} in the new run, 0 before"
         ratio = (new - base) / base
         if ratio * 100 > percent:
             return (f"{what} is {units.percent(ratio)} slower ({units.duration(base)} -> "

@@ -96,8 +96,8 @@ def render_tree(diff, opts: RenderOptions) -> str:
         cls = f" ({node.class_name})" if node.class_name and node.qualified_name else ""
         mark = f" {MARKS[node.status.value]}" if node.status.value in MARKS else ""
         noise = f" {NOISE}" if node.noise else ""
-        lines.append(f"{ind}{label}{cls}{mark}: {_change(node.base_us, node.new_us, node.delta_ratio, raw)}"
-                     f"{_spread(node.spread_us, raw)}{noise}")
+        change = _change(node.base_us, node.new_us, node.delta_ratio, raw)
+        lines.append(f"{ind}{label}{cls}{mark}: {change}{_spread(node.spread_us, raw)}{noise}")
         for p in node.passes:
             if p.base_us == 0 and p.new_us == 0:
                 continue
@@ -108,13 +108,14 @@ def render_tree(diff, opts: RenderOptions) -> str:
                 extra.append(f"{units.flop_rate(p.base_flop_per_s)} -> "
                              f"{units.flop_rate(p.new_flop_per_s)}")
             if p.base_kernels or p.new_kernels:
-                extra.append(f"kernels {units.count(p.base_kernels)} -> {units.count(p.new_kernels)}")
+                extra.append(f"kernels {units.count(p.base_kernels)} -> "
+                             f"{units.count(p.new_kernels)}")
             if p.base_memory_peak_bytes is not None or p.new_memory_peak_bytes is not None:
                 extra.append(f"peak {units.byte_count(p.base_memory_peak_bytes, raw)} -> "
                              f"{units.byte_count(p.new_memory_peak_bytes, raw)}")
             pnoise = f" {NOISE}" if p.noise else ""
-            lines.append(f"{ind}  {p.phase.short}: {_change(p.base_us, p.new_us, p.delta_ratio, raw)}"
-                         f"{_spread(p.spread_us, raw)}{pnoise}"
+            change = _change(p.base_us, p.new_us, p.delta_ratio, raw)
+            lines.append(f"{ind}  {p.phase.short}: {change}{_spread(p.spread_us, raw)}{pnoise}"
                          + (f"; {', '.join(extra)}" if extra else ""))
         if node.delta_us != 0 and node.inside and node.status.value == "matched":
             for d in node.inside:

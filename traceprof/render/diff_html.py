@@ -22,7 +22,8 @@ _DIFF_STYLE = """
 .tp-diff-summary div { font-family: monospace; margin: 2px 0; }
 .tp-diff-warning { color: #b00; }
 .tp-diff-table { border-collapse: collapse; font-size: 12px; }
-.tp-diff-table td, .tp-diff-table th { border-bottom: 1px solid #ddd; padding: 2px 6px; text-align: left; }
+.tp-diff-table td, .tp-diff-table th { border-bottom: 1px solid #ddd; padding: 2px 6px;
+  text-align: left; }
 .tp-diff-slower td:nth-child(5) { color: #b00; }
 .tp-diff-faster td:nth-child(5) { color: #080; }
 .tp-diff-noise td { color: #888; }
