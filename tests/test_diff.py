@@ -315,3 +315,38 @@ def test_tensorboard_run_pair(tmp_path):
     assert r.exit_code == 0, r.output
     assert sorted(p.name for p in logdir.iterdir()) == ["base", "new"]
     assert "wrote TensorBoard run base" in r.output and "wrote TensorBoard run new" in r.output
+
+
+def test_two_job_directories_show_the_rank_that_changed_most(tmp_path):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "gen_large_trace", Path(__file__).resolve().parents[1] / "scripts" / "gen_large_trace.py")
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    gen.generate_job(tmp_path / "a", ranks=2, steps=3, layers=2, quiet=True)
+    gen.generate_job(tmp_path / "b", ranks=2, slow_rank=1, slow_module="transformer.h.1.mlp.c_fc",
+                     slow_factor=3.0, steps=3, layers=2, quiet=True)
+    d = traceprof.diff_profile.diff_jobs(tmp_path / "a", tmp_path / "b")
+    assert "shown: rank 1, the largest step change" in d.warnings[0]
+    assert d.ranked()[0].qualified_name == "transformer.h.1.mlp.c_fc"
+    assert d.metric == "gpu_busy_us"
+    [k] = [i for i in d.find("transformer.h.1.mlp.c_fc").inside if i.phase is Pass.FORWARD]
+    assert k.kind == "kernel" and k.status is Status.MATCHED and k.delta_us > 0
+
+
+def test_per_step_times_agree_with_analyze_steps():
+    """The spread comes from per-step node times computed with the diff's side tables; they
+    are the numbers traceprof.analyze_steps gives for each step."""
+    from traceprof.api import analyze_steps
+
+    trace = traceprof.load_trace(BASE_SAMPLE)
+    side = side_of(trace)
+    profiles = analyze_steps(trace, list(side.step_numbers))
+    assert len(side.step_numbers) == 3
+    for name in ("", "transformer.h.2.mlp", "transformer.h.0.attn.c_attn"):
+        node = side.profile.find(name)
+        for code, phase in enumerate((Pass.FORWARD, Pass.BACKWARD)):
+            mine = side.node_steps[(node.path, code)]
+            theirs = [getattr(p.find(name).phase(phase).total, side.metric) for p in profiles]
+            assert mine == pytest.approx(theirs, rel=1e-9, abs=1e-6)
