@@ -103,10 +103,14 @@ def _side(trace: Trace, profile: ModuleProfile) -> Side:
         slot = np.where(np.isfinite(when), 0, -1)
     keep = slot >= 0
     events, weight, label, special, slot = (a[keep] for a in (events, weight, label, special, slot))
-    node, bwd = attribution._classify(events, links, tree, scope_of)
     n_mod = len(tree.nodes)
+    context = getattr(attribution, "_context", None)
+    if context is not None:  # the attribution's own node and pass of each event
+        node, _, phase = context(trace, links, tree, steps, selected).classify(events)
+    else:  # outside the modules: other (the loss, forward in the profile, shows there)
+        node, bwd = attribution._classify(events, links, tree, scope_of)
+        phase = np.where(bwd, BACKWARD, np.where(node >= 0, FORWARD, OTHER))
     node = np.where(node >= 0, node, n_mod)  # n_mod: not in any module
-    phase = np.where(bwd, BACKWARD, np.where(node < n_mod, FORWARD, OTHER))
 
     parent = np.array([h.parent for h in tree.nodes] + [-1], np.int64)
     paths = [h.path for h in tree.nodes] + [BUCKET_PATH]
