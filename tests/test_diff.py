@@ -350,3 +350,11 @@ def test_per_step_times_agree_with_analyze_steps():
             mine = side.node_steps[(node.path, code)]
             theirs = [getattr(p.find(name).phase(phase).total, side.metric) for p in profiles]
             assert mine == pytest.approx(theirs, rel=1e-9, abs=1e-6)
+
+
+def test_the_command_offers_every_diff_format():
+    from traceprof.diff_command import _FORMATS
+
+    assert sorted(_FORMATS) == sorted(DIFF_REGISTRY)
+    r = CliRunner().invoke(main, ["diff", str(BASE_SAMPLE), str(BASE_SAMPLE), "-f", "parquet"])
+    assert r.exit_code == 3 and "is binary" in r.output

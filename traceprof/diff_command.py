@@ -61,6 +61,9 @@ def diff_command(base, new, fmt, output, fail_pct, module, hierarchy, raw, tenso
         if renderer.binary and not output:
             raise OptionError(f"--format {fmt} is binary: give an output file with -o FILE, "
                               "or -o - for standard output")
+        if renderer.binary and output == STDOUT and sys.stdout.isatty():
+            raise OptionError(f"--format {fmt} is binary: not written to a terminal; redirect "
+                              "standard output or give -o FILE")
         result = _diff(base, new, hierarchy, max_memory)
         if module is not None:
             result.slower(fail_pct, module)  # an unknown module: the error before any output
