@@ -148,6 +148,7 @@ def build_hierarchy(trace: Trace, links: Links, source: Source | str | None = No
 
 def _build(trace, links, source, keys, mask, warnings) -> Hierarchy:
     ev = trace.events
+    table = trace.metadata.module_table if source is Source.TRACEPROF else None
     scope_parent = links.nearest(mask, include_self=False)
     recompute = mask & (links.backward_node >= 0)
     node_of = np.full(len(ev), -1, np.int64)
@@ -175,13 +176,14 @@ def _build(trace, links, source, keys, mask, warnings) -> Hierarchy:
                 continue
             node = index.get((pnode, sk.key))
             if node is None:
-                parent_path = nodes[pnode].path if pnode >= 0 else ()
+                holder = _containers(nodes, index, int(pnode), sk, table, float(ev.ts[scopes[f]]))
+                parent_path = nodes[holder].path if holder >= 0 else ()
                 path = parent_path + (sk.key,)
                 node = len(nodes)
                 nodes.append(
                     HierarchyNode(
                         id=node,
-                        parent=int(pnode),
+                        parent=holder,
                         path=path,
                         key=sk.key,
                         class_name=sk.class_name,
@@ -197,3 +199,30 @@ def _build(trace, links, source, keys, mask, warnings) -> Hierarchy:
             resolved[u] = node
         node_of[scopes] = resolved[inverse.ravel()]
     return Hierarchy(source, tuple(nodes), mask, node_of, recompute, tuple(warnings))
+
+
+def _containers(nodes: list, index: dict, pnode: int, sk: ScopeKey, table,
+                first_ts: float) -> int:
+    """The node a module scope hangs under: its enclosing scope's node, or, between the two, the
+    containers that are never called (a ``ModuleList`` ``blocks`` between the root and
+    ``blocks.0``), made nodes from the module table so that the tree has the model's levels.
+    Containers have no scope, so no time of their own."""
+    if table is None or pnode < 0 or sk.qualified_name is None:
+        return pnode
+    outer = nodes[pnode].qualified_name
+    parts = sk.qualified_name.split(".")
+    holder = pnode
+    for k in range(1, len(parts)):
+        prefix = ".".join(parts[:k])
+        if (outer and not prefix.startswith(outer + ".")) or prefix not in table.modules:
+            continue
+        node = index.get((holder, prefix))
+        if node is None:
+            node = len(nodes)
+            nodes.append(HierarchyNode(
+                id=node, parent=holder, path=nodes[holder].path + (prefix,), key=prefix,
+                class_name=table.modules[prefix].class_name, qualified_name=prefix,
+                first_ts=first_ts))
+            index[(holder, prefix)] = node
+        holder = node
+    return holder

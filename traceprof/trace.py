@@ -60,6 +60,8 @@ class ModuleInfo:
     leaf: bool | None = None  # no child modules
     weight_shape: tuple[int, ...] | None = None  # shape of a ``weight`` parameter
     kernel_size: Any = None  # a ``kernel_size`` attribute (int or list), as torchinfo shows it
+    #: own parameters that are an earlier module's (tied weights): name -> that one's qualified name
+    tied: dict[str, str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -490,6 +492,8 @@ def _module_table(payload: Any, warnings: list[str]) -> ModuleTable | None:
                 leaf=m["leaf"] if isinstance(m.get("leaf"), bool) else None,
                 weight_shape=_shape(m.get("weight_shape")),
                 kernel_size=m.get("kernel_size"),
+                tied=({str(k): str(v) for k, v in m["tied"].items()}
+                      if isinstance(m.get("tied"), dict) else None),
             )
             modules[info.name] = info
         return ModuleTable(

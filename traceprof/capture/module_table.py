@@ -78,10 +78,12 @@ def describe_modules(named_modules: Iterable[tuple[str, Any]]) -> list[dict[str,
     Added later (readers treat them as optional): ``param_bytes`` / ``param_bytes_total`` (the
     same counts in bytes, ``element_size() * numel()``), ``param_counts`` (own parameters by
     name: what torchinfo's mult-adds estimate needs), ``leaf`` (no child modules),
-    ``weight_shape`` (shape of a ``weight`` parameter) and ``kernel_size`` (a ``kernel_size``
-    attribute, as torchinfo's "Kernel Shape" shows it).
+    ``weight_shape`` (shape of a ``weight`` parameter), ``kernel_size`` (a ``kernel_size``
+    attribute, as torchinfo's "Kernel Shape" shows it) and ``tied`` (own parameters that are a
+    module's met earlier, by name: the qualified name of that first one; absent when none).
     """
     rows = []
+    owner: dict[int, str] = {}  # id of a parameter -> its first qualified name
     for name, module in named_modules:
         params = list(module.parameters())
         trainable = _numel(p for p in params if p.requires_grad)
@@ -107,6 +109,15 @@ def describe_modules(named_modules: Iterable[tuple[str, Any]]) -> list[dict[str,
                 "leaf": not any(True for _ in module.children()),
             }
         )
+        tied = {}
+        for pname, p in module.named_parameters(recurse=False):
+            qualified = f"{name}.{pname}" if name else str(pname)
+            if id(p) in owner:
+                tied[str(pname)] = owner[id(p)]
+            else:
+                owner[id(p)] = qualified
+        if tied:  # own parameters that are another module's (tied weights)
+            rows[-1]["tied"] = tied
         weight = getattr(module, "_parameters", {}).get("weight")
         if weight is not None and hasattr(weight, "shape"):
             rows[-1]["weight_shape"] = [int(d) for d in weight.shape]

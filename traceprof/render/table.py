@@ -282,8 +282,11 @@ def _params_cell(ctx: _Context, n: ModuleNode) -> str:
     if n.id in ctx.recursive:
         return "(recursive)"
     if not n.children or (ctx.stats and info.name in ctx.stats.leaves):
+        if _all_tied(info):  # every parameter is an earlier module's (tied weights)
+            return "(tied)"
         text = units.grouped(info.params_total)
-        return text if info.trainable_total else f"({text})"
+        text = text if info.trainable_total else f"({text})"
+        return f"{text} (tied)" if info.tied else text
     left = ctx.stats.leftover.get(info.name, info.params) if ctx.stats else info.params
     return units.grouped(left) if left and left > 0 else "--"
 
@@ -296,10 +299,20 @@ def _params_percent_cell(ctx: _Context, n: ModuleNode) -> str:
     if n.id in ctx.recursive:
         return "(recursive)"
     if not n.children or info.name in ctx.stats.leaves:
+        if _all_tied(info):
+            return "(tied)"
         share = info.params_total
     else:
         share = ctx.stats.leftover.get(info.name, info.params)
-    return units.param_share((share or 0) / total)
+    # a container's leftover is below 0 when its leaves share tensors (a tied embedding counted
+    # by two leaves): it owns none of its own then
+    return units.param_share(max(share or 0, 0) / total)
+
+
+def _all_tied(info) -> bool:
+    """Every own parameter of the module is an earlier module's (tied weights)."""
+    return bool(info.tied) and info.param_counts is not None and set(info.param_counts) <= set(
+        info.tied)
 
 
 def _mult_adds_cell(ctx: _Context, n: ModuleNode) -> str:
