@@ -112,6 +112,8 @@ class DiffNode:
     status: Status
     passes: tuple[PassDelta, ...]  # in PASSES order
     inside: tuple[InsideDelta, ...]  # largest |Δ| first, at most TOP_INSIDE
+    #: step-to-step standard deviation of the node's time over all passes (larger side)
+    spread_us: float | None = None
 
     def phase(self, p: Pass | str) -> PassDelta:
         return self.passes[PASSES.index(Pass(p))]
@@ -131,11 +133,6 @@ class DiffNode:
     @property
     def delta_ratio(self) -> float | None:
         return self.delta_us / self.base_us if self.base_us > 0 else None
-
-    @property
-    def spread_us(self) -> float | None:
-        spreads = [p.spread_us for p in self.passes if p.spread_us is not None]
-        return math.sqrt(sum(s * s for s in spreads)) if spreads else None
 
     @property
     def noise(self) -> bool:
@@ -395,7 +392,11 @@ def compare(base: Side, new: Side) -> DiffProfile:
         passes = tuple(_pass_delta(p, b, n, bp, np_, base, new, metric) for p in PASSES)
         inside = _inside(b, n, base, new, kinds) if base.metric == new.metric else ()
         parent = parents_n.get(key) if n is not None else parents_b.get(key)
-        built[key] = (b, n, status, passes, inside, parent)
+        spread = _node_spread(b, base, metric) if b is not None else None
+        if n is not None:
+            other = _node_spread(n, new, metric)
+            spread = other if spread is None else (spread if other is None else max(spread, other))
+        built[key] = (b, n, status, passes, inside, parent, spread)
     # tree order: roots as in the traces (modules first, bucket last); siblings by |Δ|
     children: dict[str | None, list[str]] = {}
     for key in order:
@@ -420,14 +421,14 @@ def compare(base: Side, new: Side) -> DiffProfile:
     depth: dict[str, int] = {}
     nodes = []
     for key in flat:
-        b, n, status, passes, inside, parent = built[key]
+        b, n, status, passes, inside, parent, spread = built[key]
         depth[key] = depth[parent] + 1 if parent is not None else 0
         ref: ModuleNode = n or b
         nodes.append(DiffNode(
             id=ids[key], parent=ids[parent] if parent is not None else -1,
             children=tuple(ids[c] for c in children.get(key, [])), depth=depth[key], key=key,
             name=ref.name, class_name=ref.class_name, qualified_name=ref.qualified_name,
-            kind=ref.kind, status=status, passes=passes, inside=inside,
+            kind=ref.kind, status=status, passes=passes, inside=inside, spread_us=spread,
         ))
     bs, ns = _summary(base), _summary(new)
     if metric == "cpu_us" and (bs.has_gpu or ns.has_gpu):
@@ -441,6 +442,17 @@ def compare(base: Side, new: Side) -> DiffProfile:
                        matched_by="qualified name" if by_name else "class path",
                        nodes=tuple(nodes), roots=tuple(ids[r] for r in roots),
                        warnings=tuple(dict.fromkeys(warnings)))
+
+
+def _node_spread(node: ModuleNode, side: Side, metric: str) -> float | None:
+    """Step-to-step standard deviation of the node's time summed over the passes."""
+    if side.metric != metric:
+        return None
+    per_pass = [side.node_steps.get((node.path, code)) for code in range(len(PASSES))]
+    per_pass = [p for p in per_pass if p is not None]
+    if not per_pass:
+        return None
+    return _stdev([sum(values) for values in zip(*per_pass)])
 
 
 def _cpu_summary(s: SideSummary, side: Side) -> SideSummary:
