@@ -26,6 +26,7 @@ def job_script() -> str:
             raise RuntimeError(f"the frontend contains {bad!r}; it cannot be inlined in a <script>")
     return (f"\n{code}\n"
             "const data = (id) => JSON.parse(document.getElementById(id).textContent);\n"
+            "useJobHelpers({el, duration, percent, renderReport});\n"
             "window.traceprofJob = renderJob(data('traceprof-job'), data('traceprof-report'));\n")
 
 

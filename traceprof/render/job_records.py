@@ -28,9 +28,19 @@ _TYPES = {"module": "string", "qualified_name": "string", "name": "string",
 
 
 def module_id(m: JobModule) -> str:
-    """A module's key in the rows: its path, joined by '/' (the bucket's groups under
-    '(not in any module)')."""
-    return "/".join(p for p in m.key if p != "\0bucket")
+    """A module's key in the rows: its qualified name where the tree is made of qualified names
+    (traceprof scopes, Lightning; the root: its class), else its path joined by '/' (the
+    bucket's groups under '(not in any module)')."""
+    if m.key and m.key[0] != "\0bucket" and m.key[-1] == m.qualified_name:
+        if m.qualified_name and all(m.qualified_name.startswith(k) for k in m.key):
+            return m.qualified_name
+        if not m.qualified_name and len(m.key) == 1:
+            return m.class_name or "(root)"
+    return _path_id(m.key)
+
+
+def _path_id(key) -> str:
+    return "/".join(p for p in key if p != "\0bucket")
 
 
 def job_rows(job: Job) -> list[dict]:
@@ -96,7 +106,10 @@ def module_records(job: Job) -> list[dict]:
 def module_id_of(job: Job, key) -> str | None:
     if key is None:
         return None
-    return "/".join(p for p in key if p != "\0bucket")
+    for m in job.modules:
+        if m.key == key:
+            return module_id(m)
+    return _path_id(key)
 
 
 def step_spreads(job: Job) -> dict:

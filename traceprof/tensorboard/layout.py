@@ -98,3 +98,7 @@ def parse_run_index(data: bytes) -> dict:
             and is_plain_file_name(s.get("profile")) for s in steps):
         raise ValueError("has steps that are not {step: integer, profile: file name}")
     return index
+
+#: the job a run's trace belongs to (traceprof tensorboard of several ranks of one job): the
+#: job's JSON document (docs/jobs.md) with ``runs``, rank -> run name; in every rank's run
+JOB_FILE = "job.json"

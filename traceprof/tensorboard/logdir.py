@@ -172,6 +172,7 @@ def write_logdir(
         raise OutputError(
             f"{logdir}: cannot create the log directory ({e.strerror or e})") from None
     runs = []
+    results: list = []  # per run, what a job needs (traceprof.job.RankResult)
     for path in traces:
         if name is None:
             run_name = default_run_name(path)
@@ -181,8 +182,29 @@ def write_logdir(
             run_name = f"{name}/{default_run_name(path)}"
         runs.append(write_run(path, logdir, run_name, hierarchy=hierarchy, peak_flops=peak_flops,
                               max_step_profiles=max_step_profiles, progress=progress,
-                              max_memory=max_memory))
+                              max_memory=max_memory, results=results))
+    if len(runs) > 1:
+        _write_job(runs, results)
     return runs
+
+
+def _write_job(runs: list[RunInfo], results: list) -> None:
+    """When the runs are the ranks of one job: the job's document in every run (layout.JOB_FILE),
+    for the tab's rank x module heat map. Traces that are not one job get none."""
+    from ..errors import JobError
+    from ..job import reduce_job
+    from ..render.job_records import job_document
+
+    try:
+        job = reduce_job(results)
+    except JobError:
+        return
+    run_of = {r.trace_path: r.name for r in runs}
+    doc = job_document(job)
+    doc["runs"] = {str(jr.rank): run_of[jr.path] for jr in job.ranks}
+    text = _json_bytes(doc)
+    for run in runs:
+        write_atomic_bytes(os.path.join(run.path, layout.PLUGIN_DIR, layout.JOB_FILE), text)
 
 
 def _json_bytes(obj) -> bytes:
@@ -199,8 +221,10 @@ def write_run(
     max_step_profiles: int = MAX_STEP_PROFILES,
     progress: Progress | None = None,
     max_memory: int | str | None = None,
+    results: list | None = None,
 ) -> RunInfo:
-    """Analyze one trace and write it as a new run (named ``run_name`` or a free variant)."""
+    """Analyze one trace and write it as a new run (named ``run_name`` or a free variant).
+    ``results``: a list to append the trace's :class:`~traceprof.job.RankResult` to (jobs)."""
     events.require_tensorboard()
     trace = load_trace(trace_path, progress, max_memory, memory_scale=MEMORY_SCALE)
     if progress:
@@ -272,5 +296,10 @@ def write_run(
         "tb_profiler": {"trace_copy": copy_name, "worker": worker, **asdict(copy_stats)},
     }
     write_atomic_bytes(layout.run_index_path(run_dir), _json_bytes(index))
+    if results is not None:
+        from ..job import RankResult
+        from ..job_timeline import step_timelines
+
+        results.append(RankResult(os.fspath(trace_path), profile, step_timelines(trace)))
     return RunInfo(run_name, run_dir, os.fspath(trace_path), tuple(numbers),
                    tuple(n for n, _ in step_texts), copy_name, copy_stats)

@@ -6,7 +6,9 @@ that ``traceprof tensorboard`` wrote (layout.py) and a small self-contained fron
 - ``/data/plugin/traceprof/runs``: the runs, with their index (``run.json``);
 - ``/data/plugin/traceprof/profile?run=NAME[&step=N]``: traceprof's JSON profile of the run
   (render/json_format.py), the mean of the complete steps or one step;
-- ``/data/plugin/traceprof/index.js``, ``style.css``: the frontend (an ES module).
+- ``/data/plugin/traceprof/job?run=NAME``: the job the run is a rank of (``job.json``), for
+  the rank x module heat map; ``{}`` for a run of no job;
+- ``/data/plugin/traceprof/index.js``, ``job.js``, ``style.css``: the frontend (ES modules).
 
 It serves only regular files inside the log directory: every path is resolved (symlinks
 followed) and one that leaves the logdir is refused (403). A missing or malformed run file is a
@@ -31,6 +33,7 @@ from . import layout
 _STATIC_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static")
 _STATIC_FILES = {
     "/index.js": "text/javascript; charset=utf-8",
+    "/job.js": "text/javascript; charset=utf-8",
     "/style.css": "text/css; charset=utf-8",
 }
 _JSON = "application/json"
@@ -87,6 +90,7 @@ class TraceprofPlugin(base_plugin.TBPlugin):
         apps = {route: self._serve_static for route in _STATIC_FILES}
         apps["/runs"] = self._serve_runs
         apps["/profile"] = self._serve_profile
+        apps["/job"] = self._serve_job
         return apps
 
     def is_active(self) -> bool:
@@ -203,6 +207,21 @@ class TraceprofPlugin(base_plugin.TBPlugin):
             file_name = by_step[step]
         what = f"run {name!r}: {file_name}"
         data = self._read(run_dir, file_name, what)  # a plain file name (parse_run_index)
+        try:
+            layout.parse_json_object(data)
+        except ValueError as e:
+            raise _Refused(404, f"{what} {e}") from None
+        return _respond_json(data)
+
+    @_answers_errors
+    def _serve_job(self, request):
+        """The job the run's trace is a rank of (layout.JOB_FILE); ``{}`` for a run of no job."""
+        name = request.args.get("run")
+        run_dir = self._run_dir(name)
+        if not os.path.lexists(os.path.join(run_dir, layout.PLUGIN_DIR, layout.JOB_FILE)):
+            return _respond_json(b"{}")
+        what = f"run {name!r}: {layout.JOB_FILE}"
+        data = self._read(run_dir, layout.JOB_FILE, what)
         try:
             layout.parse_json_object(data)
         except ValueError as e:

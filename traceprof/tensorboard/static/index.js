@@ -1210,7 +1210,10 @@ export async function mount(source, options = {}) {
 // TensorBoard's entry point (the plugin's frontend_metadata): the runs of the log directory.
 export async function render() {
   document.head.append(el('link', {rel: 'stylesheet', href: 'style.css'}));
-  await mount(tensorboardSource());
+  const view = await mount(tensorboardSource());
+  // a run that is a rank of a job: the job's heat map above its tree (job.js, docs/jobs.md)
+  const job = await import('./job.js');
+  await job.mountTensorBoardJob(view, {el, duration, percent, fetchJson});
 }
 
 // The HTML report's entry point: one profile, given inline (style.css inlined by the page); the
