@@ -96,6 +96,10 @@ def logdir(tmp_path_factory, inputs):
                             "--logdir", str(logdir)], capture_output=True, text=True, timeout=120)
     assert again.returncode == 0, again.stderr
     assert f"run {BERT_RUN}-2" in again.stdout
+    # the PyTorch Profiler tab needs internet access (Google Charts); the output says so
+    assert "PyTorch Profiler tab (torch-tb-profiler)" in again.stdout
+    assert "it needs internet access" in again.stdout
+    assert "The traceprof tab needs none" in again.stdout
     assert {p: sha256(p) for p in inputs} == before, "an input trace was modified"
     add_flops(logdir / TINY_RUN / layout.PLUGIN_DIR / layout.MEAN_PROFILE)
     return logdir

@@ -370,6 +370,13 @@ def _write_tensorboard(traces, logdir: str, err: bool = False, **options):
                    err=err)
 
 
+#: printed by ``traceprof tensorboard``: what works without network access (docs/tensorboard.md)
+OFFLINE_NOTE = (
+    "note: the PyTorch Profiler tab (torch-tb-profiler) draws its charts with Google Charts, "
+    "loaded from www.gstatic.com: it needs internet access. The traceprof tab needs none: module "
+    "tree, ops and kernels per module, timeline of a step and memory curve, offline.")
+
+
 @main.command("tensorboard")
 @click.argument("traces", nargs=-1, required=True, type=click.Path(path_type=str))
 @click.option("--logdir", required=True, type=click.Path(file_okay=False, path_type=str),
@@ -387,8 +394,9 @@ def _write_tensorboard(traces, logdir: str, err: bool = False, **options):
 def tensorboard_command(traces, logdir, name, hierarchy, peak_tflops, serve, port, max_memory):
     """Write TRACES (files or directories) as runs of a TensorBoard log directory.
 
-    One run per trace: the traceprof tab (module tree, icicle), a copy of the trace for the
-    PyTorch Profiler tab (torch-tb-profiler), scalars and a text summary. Existing runs are
+    One run per trace: the traceprof tab (module tree, icicle, ops and kernels per module,
+    timeline of a step, memory; works offline), a copy of the trace for the PyTorch Profiler
+    tab (torch-tb-profiler; its charts need internet access), scalars and a text summary. Existing runs are
     never overwritten. Needs the extra: pip install 'traceprof[tensorboard]'.
     """
     try:
@@ -397,6 +405,7 @@ def tensorboard_command(traces, logdir, name, hierarchy, peak_tflops, serve, por
         _write_tensorboard(expand_patterns(traces), logdir, name=name, hierarchy=hierarchy,
                            peak_flops=peak_tflops * 1e12 if peak_tflops else None,
                            max_memory=max_memory)
+        click.echo(f"traceprof: {OFFLINE_NOTE}")
         if serve:
             from .tensorboard import serve as serve_logdir
 
