@@ -7,6 +7,7 @@ LOGDIR/<run>/
   plugins/traceprof/run.json         the run index; written last, so its presence means complete
   plugins/traceprof/profile.json     traceprof's JSON profile (mean of the complete steps)
   plugins/traceprof/step-<N>.json    the JSON profile of ProfilerStep#N alone
+  plugins/traceprof/job.json         the job the run is a rank of (several ranks of one job)
 ```
 
 Shared by the writer and the TensorBoard plugin; imports nothing from tensorboard.
