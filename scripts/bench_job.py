@@ -11,7 +11,7 @@ least 50 MB of JSON each, scripts/gen_large_trace.py --ranks), analyzed by the c
 Each run is a fresh process; its peak memory is the largest sum of the proportional set size
 (PSS: resident memory with each shared page divided among the processes that map it, so that
 libraries mapped by every worker count once) of the command and all its child processes
-(workers), sampled every 50 ms with psutil. Every run is
+(workers), sampled every 100 ms with psutil. Every run is
 repeated ``--repeat`` times and the fastest is kept (its memory is the largest seen). The job
 report of every engine is checked to be identical. The table ends with the issue's targets:
 ``--jobs 2`` / ``--jobs 1`` wall <= 0.6 on 2 cores, peak memory <= 2.5x one trace's analysis,
@@ -94,7 +94,7 @@ def run(cmd: list[str]) -> tuple[float, int, bytes]:
             peak = max(peak, total)
         except psutil.Error:
             pass
-        time.sleep(0.05)
+        time.sleep(0.1)
     wall = time.perf_counter() - t
     done.wait()
     err = proc.stderr.read().decode(errors="replace")
