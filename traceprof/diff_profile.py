@@ -150,9 +150,10 @@ class SideSummary:
     wall_us: float  # mean step wall time
     time_us: float  # mean step GPU busy time (CPU time on CPU-only traces)
     wall_spread_us: float | None
-    modules_us: float
-    outside_us: float
-    collectives_us: float
+    modules_us: float  # the module roots' time
+    outside_us: float  # the "(not in any module)" bucket's time
+    collectives_us: float  # collective kernels (NCCL, RCCL), inside modules or not
+    collectives_outside_us: float = 0.0  # those of them in the bucket
 
     @property
     def idle_us(self) -> float:
@@ -186,13 +187,17 @@ class DiffProfile:
         return max(s) if s else None
 
     def where(self) -> tuple[tuple[str, float], ...]:
-        """Where the step's difference went: modules, outside modules (without collectives),
-        collectives, idle; they add up to the step's wall-time Δ."""
+        """Where the step's difference went: modules and outside modules (each without its
+        collective kernels), collectives, idle; they add up to the step's wall-time Δ."""
         b, n = self.base, self.new
+
+        def inside(s: SideSummary) -> float:
+            return s.collectives_us - s.collectives_outside_us
+
         parts = (
-            ("modules", n.modules_us - b.modules_us),
-            ("outside modules",
-             (n.outside_us - n.collectives_us) - (b.outside_us - b.collectives_us)),
+            ("modules", (n.modules_us - inside(n)) - (b.modules_us - inside(b))),
+            ("outside modules", (n.outside_us - n.collectives_outside_us)
+             - (b.outside_us - b.collectives_outside_us)),
             ("collectives", n.collectives_us - b.collectives_us),
             ("idle", n.idle_us - b.idle_us),
         )
@@ -313,15 +318,20 @@ def _summary(side: Side) -> SideSummary:
                     if p.nodes[r].kind is NodeKind.MODULE)
     bucket = p.unattributed
     outside = getattr(bucket.total, side.metric) if bucket else 0.0
-    collectives = sum(v for k, v in side.labels.items()
-                      if side.label_kind == "kernel" and schema.COLLECTIVE_KERNEL_RE.match(k))
+    def collective(labels: dict) -> float:
+        return sum(v for k, v in labels.items()
+                   if side.label_kind == "kernel" and schema.COLLECTIVE_KERNEL_RE.match(k))
+
+    collectives = collective(side.labels)
+    outside_collectives = sum(collective(side.inside.get((BUCKET_PATH, code), {}))
+                              for code in range(len(PASSES)))
     time_us = p.selection.gpu_busy_us if p.has_gpu else p.selection.cpu_us
     return SideSummary(
         path=side.path, device=", ".join(names) if p.has_gpu and names else "CPU",
         has_gpu=p.has_gpu, source=p.source, steps=side.step_numbers,
         wall_us=p.selection.wall_us, time_us=time_us,
         wall_spread_us=_stdev(side.step_wall_us), modules_us=module_us, outside_us=outside,
-        collectives_us=collectives,
+        collectives_us=collectives, collectives_outside_us=outside_collectives,
     )
 
 
@@ -463,7 +473,8 @@ def _cpu_summary(s: SideSummary, side: Side) -> SideSummary:
     from dataclasses import replace
 
     return replace(s, time_us=p.selection.cpu_us, modules_us=modules,
-                   outside_us=bucket.total.cpu_us if bucket else 0.0, collectives_us=0.0)
+                   outside_us=bucket.total.cpu_us if bucket else 0.0, collectives_us=0.0,
+                   collectives_outside_us=0.0)
 
 
 def _pass_delta(phase: Pass, b: ModuleNode | None, n: ModuleNode | None, bp: ModuleProfile,
