@@ -377,3 +377,9 @@ def test_real_gpu_ranks_where_the_step_went_adds_up_with_collectives():
     same = traceprof.diff(DLRM[0], DLRM[0])
     assert all(p.delta_us == 0 for n in same.nodes for p in n.passes)
     assert all(v == 0 for v in dict(same.where()).values())
+
+
+def test_an_unreadable_input_is_one_line_and_exit_2(tmp_path):
+    r = CliRunner().invoke(main, ["diff", str(tmp_path / "missing.json"), str(BASE_SAMPLE)])
+    assert r.exit_code == 2
+    assert r.output == f"traceprof: error: {tmp_path / 'missing.json'}: no such file\n"
