@@ -61,3 +61,24 @@ def test_chromium_draws_two_icicles_on_one_scale_and_a_change_icicle(page, brows
     assert first == "GPT"
     step = browser.find_element(By.ID, "tp-diff-step").text
     assert step.startswith("step wall ") and "+" in step
+
+
+def test_a_click_zooms_all_three_icicles_to_a_module_and_back(page, browser):  # noqa: F811
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    browser.get(page.as_uri())
+    key = "transformer.h.2.mlp (MLP)"
+    WebDriverWait(browser, 30).until(lambda d: d.find_elements(
+        By.CSS_SELECTOR, f'.tp-diff-delta .tp-diff-cell[data-key="{key}"]'))
+    browser.find_element(By.CSS_SELECTOR, f'.tp-diff-delta .tp-diff-cell[data-key="{key}"]').click()
+    for cls in ("tp-diff-base", "tp-diff-new", "tp-diff-delta"):
+        first = browser.find_elements(By.CSS_SELECTOR, f".{cls} .tp-diff-cell")[0]
+        assert first.get_attribute("data-key") == key
+    base = browser.find_elements(By.CSS_SELECTOR, ".tp-diff-base .tp-diff-cell")[0].size["width"]
+    new = browser.find_elements(By.CSS_SELECTOR, ".tp-diff-new .tp-diff-cell")[0].size["width"]
+    assert new > 3 * base  # one scale: the 4x wider MLP takes over 3x the width
+    browser.find_element(By.ID, "tp-diff-reset").click()
+    first = browser.find_elements(By.CSS_SELECTOR, ".tp-diff-base .tp-diff-cell")[0]
+    assert first.get_attribute("data-key") == "(GPT)"
+    assert not [m for m in browser.get_log("browser") if m["level"] == "SEVERE"]

@@ -37,8 +37,9 @@ function nodeTitle(node) {
       `(${signedDuration(node.delta_us)}${pct ? ' ' + pct : ''})` + (node.noise ? ' (noise)' : '');
 }
 
-// One icicle: each node a box of width value(node) * scale, children under their parent.
-function icicle(doc, value, color, scale, cls) {
+// One icicle: each node a box of width value(node) * scale, children under their parent, from
+// the nodes `roots`; a click on a box calls onPick(node).
+function icicle(doc, roots, value, color, scale, cls, onPick) {
   const byId = new Map(doc.nodes.map((n) => [n.id, n]));
   const box = el('div', {class: `tp-diff-icicle ${cls}`});
   let maxDepth = 0;
@@ -51,6 +52,7 @@ function icicle(doc, value, color, scale, cls) {
       class: 'tp-diff-cell', title: nodeTitle(node), 'data-key': node.key,
       style: `left:${x}px;top:${depth * DIFF_ROW}px;width:${Math.max(w - 1, 0)}px;` +
           `height:${DIFF_ROW - 1}px;background:${color(node)}`,
+      onclick: () => onPick(node),
     }, w > 40 ? (node.name || node.class_name) : '');
     box.append(cell);
     let cx = x;
@@ -60,7 +62,7 @@ function icicle(doc, value, color, scale, cls) {
     }
   };
   let x = 0;
-  for (const r of doc.roots) {
+  for (const r of roots) {
     place(r, x, 0);
     x += value(byId.get(r)) * scale;
   }
@@ -91,8 +93,6 @@ export function renderDiff(doc, {title = null, footer = null} = {}) {
   const root = document.body;
   const width = Math.max(320, Math.min(window.innerWidth - 48, 1400));
   const half = Math.floor((width - 16) / 2);
-  const total = (side) => doc.roots.reduce((s, r) => s + doc.nodes.find((n) => n.id === r)[side], 0);
-  const scale = half / Math.max(total('base_us'), total('new_us'), 1e-9);
   const what = doc.metric === 'gpu_busy_us' ? 'GPU busy time' : 'CPU time';
   const step = doc.step;
   const summary = el('div', {class: 'tp-diff-summary'},
@@ -104,17 +104,30 @@ export function renderDiff(doc, {title = null, footer = null} = {}) {
           (step.wall_spread_us !== null ? `, spread ${duration(step.wall_spread_us)}` : '')),
       el('div', {}, 'where: ' + Object.entries(step.where).map(([k, v]) => `${k} ${signedDuration(v)}`).join(', ')),
       ...doc.warnings.map((w) => el('div', {class: 'tp-diff-warning'}, `warning: ${w}`)));
-  const pair = el('div', {class: 'tp-diff-pair', style: `display:flex;gap:16px`},
-      el('div', {style: `width:${half}px`}, el('h2', {}, `Base (${what})`),
-          icicle(doc, (n) => n.base_us, () => '#8fb9e0', scale, 'tp-diff-base')),
-      el('div', {style: `width:${half}px`}, el('h2', {}, `New (${what})`),
-          icicle(doc, (n) => n.new_us, () => '#f2b880', scale, 'tp-diff-new')));
-  const deltaScale = width / Math.max(
-      doc.roots.reduce((s, r) => { const n = doc.nodes.find((m) => m.id === r); return s + Math.max(n.base_us, n.new_us); }, 0), 1e-9);
-  const delta = el('div', {},
-      el('h2', {}, 'Change (width: the larger of base and new; red slower, green faster, grey within the spread)'),
-      icicle(doc, (n) => Math.max(n.base_us, n.new_us), deltaColor, deltaScale, 'tp-diff-delta'));
-  root.append(summary, pair, delta, el('h2', {}, 'Largest changes'), diffTable(doc),
+  const charts = el('div', {class: 'tp-diff-charts'});
+  const byId = new Map(doc.nodes.map((n) => [n.id, n]));
+  const draw = (focus) => {
+    const roots = focus === null ? doc.roots : [focus];
+    const sum = (f) => roots.reduce((s, r) => s + f(byId.get(r)), 0);
+    const scale = half / Math.max(sum((n) => n.base_us), sum((n) => n.new_us), 1e-9);
+    const deltaScale = width / Math.max(sum((n) => Math.max(n.base_us, n.new_us)), 1e-9);
+    const pick = (node) => draw(node.id === focus ? null : node.id);
+    const zoom = focus === null ? 'the whole step' : (byId.get(focus).qualified_name || byId.get(focus).name);
+    charts.replaceChildren(
+        el('div', {class: 'tp-diff-zoom'}, `Showing ${zoom} (click a box to zoom in, again to zoom out) `,
+            focus === null ? null : el('button', {id: 'tp-diff-reset', onclick: () => draw(null)}, 'Whole step')),
+        el('div', {class: 'tp-diff-pair', style: 'display:flex;gap:16px'},
+            el('div', {style: `width:${half}px`}, el('h2', {}, `Base (${what})`),
+                icicle(doc, roots, (n) => n.base_us, () => '#8fb9e0', scale, 'tp-diff-base', pick)),
+            el('div', {style: `width:${half}px`}, el('h2', {}, `New (${what})`),
+                icicle(doc, roots, (n) => n.new_us, () => '#f2b880', scale, 'tp-diff-new', pick))),
+        el('h2', {}, 'Change (width: the larger of base and new; red slower, green faster, ' +
+            'grey within the spread)'),
+        icicle(doc, roots, (n) => Math.max(n.base_us, n.new_us), deltaColor, deltaScale,
+            'tp-diff-delta', pick));
+  };
+  draw(null);
+  root.append(summary, charts, el('h2', {}, 'Largest changes'), diffTable(doc),
       footer ? el('div', {class: 'tp-footer'}, footer) : null);
   document.title = title ? `traceprof diff · ${title}` : 'traceprof diff';
   window.traceprofDiff = doc;
