@@ -404,9 +404,9 @@ def test_chromium_shows_a_modules_kernels_the_timeline_and_the_memory_peak(repor
     clicked = viewer_checks.click_kernel_of(browser, head)
     assert clicked["module"].startswith(head) and clicked["selected"].startswith(head)
     assert clicked["info"].startswith("Selected: ") and "GPU 0 · stream 7" in clicked["info"]
+    label, on_curve = viewer_checks.memory_peak(browser)  # zoomed out again
     viewer_checks.screenshot(browser, "tp-timeline", "viewer-timeline.png", tmp_path)
-
-    label, on_curve = viewer_checks.memory_peak(browser)
+    viewer_checks.screenshot(browser, "tp-memory", "viewer-memory.png", tmp_path)
     peak = profile.timeline.memory
     assert label.startswith("peak 101.31 MB · ") and "(forward)" in label
     assert ".".join(profile.timeline.modules[peak.peak_module]) in label

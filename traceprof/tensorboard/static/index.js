@@ -677,7 +677,7 @@ class TraceprofView {
   renderTimelinePanel() {
     const tl = this.doc.timeline;
     this.timelineBox = el('div', {class: 'tp-timeline-wrap'});
-    this.memoryBox = el('div', {class: 'tp-memory-wrap'});
+    this.memoryBox = el('div', {class: 'tp-memory-wrap', id: 'tp-memory'});
     this.timelineInfo = el('div', {class: 'tp-timeline-info', id: 'tp-timeline-info'}, ' ');
     if (!tl) {
       this.timelineView = null;
@@ -1122,10 +1122,15 @@ class StepTimelineView {
     if (!mem || !box) return;
     const t = mem.time_us;
     const b = mem.allocated_bytes;
-    const max = Math.max(...b, 1) * 1.08;
+    // the scale spans the step's lowest to highest total, so that changes on a large base show
+    const hiB = Math.max(...b, 1);
+    const loB = Math.min(...b);
+    const pad = (hiB - loB) * 0.08 || hiB * 0.05;
+    const base = Math.max(0, loB - pad);
+    const max = hiB + pad;
     const height = MEM_HEIGHT + MEM_SCOPE_ROWS * MEM_SCOPE_ROW + 6;
     const chart = svg('svg', {class: 'tp-memory-svg', width: w, height, viewBox: `0 0 ${w} ${height}`});
-    const y = (v) => MEM_HEIGHT - v / max * (MEM_HEIGHT - 4);
+    const y = (v) => MEM_HEIGHT - (v - base) / (max - base) * (MEM_HEIGHT - 4);
     // the curve: the total holds from one event to the next
     let lo = 0;
     while (lo < t.length - 1 && t[lo + 1] < this.v0) lo++;
@@ -1143,9 +1148,9 @@ class StepTimelineView {
       chart.append(svg('path', {class: 'tp-memory-line', d}));
     }
     const scaleText = svg('text', {x: 4, y: 12, class: 'tp-memory-scale'});
-    scaleText.textContent = `${formatField('bytes', max / 1.08)}`;
+    scaleText.textContent = `${formatField('bytes', hiB)}`;
     const zeroText = svg('text', {x: 4, y: MEM_HEIGHT - 2, class: 'tp-memory-scale'});
-    zeroText.textContent = '0';
+    zeroText.textContent = formatField('bytes', base);
     chart.append(scaleText, zeroText, svg('line', {x1: TL_LABEL, x2: w, y1: MEM_HEIGHT + 0.5, y2: MEM_HEIGHT + 0.5, class: 'tp-memory-axis'}));
     // module scopes under the curve: the first levels of the module lanes
     const e = this.tl.events;
