@@ -1,9 +1,11 @@
 """HTML report: one self-contained page with the module tree as an icicle chart (the passes,
-forward, backward and other, side by side) over the module table, with a filter box.
+forward, backward and other, side by side), the ops and kernels of the selected module, the
+timeline of a step with the memory curve, and the module table with a filter box.
 
 The page reuses the TensorBoard plugin's frontend (traceprof/tensorboard/static/index.js and
 style.css, package data), inlined at render time, and embeds the JSON document of
-``--format json`` (``profile_document``); ``renderReport`` in index.js shows it. Nothing is loaded
+``--format json`` (``profile_document``) and, apart, the profile's timeline of a step
+(``traceprof.timeline/1``); ``renderReport`` in index.js shows them. Nothing is loaded
 from the network: no external scripts, styles or fonts, and a Content-Security-Policy that allows
 only the page's own script (by its hash) and inline styles.
 """
