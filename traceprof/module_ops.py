@@ -166,8 +166,15 @@ def _grouped(node, phase, label, shapes, values: dict[str, np.ndarray]):
     """(node, phase, label, shapes, sums in _SUMMED order) per distinct key."""
     if len(node) == 0:
         return []
-    keys = np.stack([node, phase, label, shapes], axis=1).astype(np.int64)
-    uniq, inverse = np.unique(keys, axis=0, return_inverse=True)
+    keys = np.stack([node, phase, label, shapes + 1], axis=1).astype(np.int64)
+    radix = keys.max(axis=0) + 1
+    if float(np.prod(radix.astype(np.float64))) < 2.0**62:  # one int64 key: a 1-D sort, fast
+        flat = np.ravel_multi_index(keys.T, tuple(int(r) for r in radix))
+        _, first, inverse = np.unique(flat, return_index=True, return_inverse=True)
+        uniq = keys[first]
+    else:
+        uniq, inverse = np.unique(keys, axis=0, return_inverse=True)
+    uniq = uniq - np.array([0, 0, 0, 1])
     inverse = inverse.ravel()
     sums = [np.bincount(inverse, weights=values[f], minlength=len(uniq)) for f in _SUMMED]
     out = []
