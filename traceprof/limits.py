@@ -41,6 +41,10 @@ FALLBACK_LIMIT = 8 * 2**30
 BYTES_PER_JSON_BYTE = 4.5
 #: estimated peak memory per JSON object (``{``) of the text (traces of tiny events)
 BYTES_PER_OBJECT = 700
+#: the same two estimates for a trace decoded run by run (traceprof.ingest): the text is held
+#: one run at a time, so the memory follows the columns kept per event
+STREAMED_BYTES_PER_JSON_BYTE = 0.6
+STREAMED_BYTES_PER_OBJECT = 150
 
 _SIZE_RE = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([kmgtp]?)(i?)(b?)\s*\Z", re.I)
 _POWERS = {"": 0, "k": 1, "m": 2, "g": 3, "t": 4, "p": 5}
@@ -162,7 +166,8 @@ def describe_size(nbytes: float) -> str:
 class MemoryBudget:
     """The memory estimate of one trace load, fed with the JSON text as it arrives."""
 
-    __slots__ = ("path", "limit", "scale", "json_bytes", "objects")
+    __slots__ = ("path", "limit", "scale", "json_bytes", "objects", "per_json_byte",
+                 "per_object")
 
     def __init__(self, path: object, max_memory: int | str | None = None, scale: float = 1.0):
         self.path = path
@@ -170,11 +175,18 @@ class MemoryBudget:
         self.scale = scale  # times the usual estimate (a caller holding two copies: 2)
         self.json_bytes = 0
         self.objects = 0
+        self.per_json_byte = BYTES_PER_JSON_BYTE
+        self.per_object = BYTES_PER_OBJECT
+
+    def streamed(self) -> None:
+        """Estimate for a trace decoded run by run (traceprof.ingest) from now on."""
+        self.per_json_byte = STREAMED_BYTES_PER_JSON_BYTE
+        self.per_object = STREAMED_BYTES_PER_OBJECT
 
     def estimate(self, json_bytes: int | None = None, objects: int | None = None) -> int:
         json_bytes = self.json_bytes if json_bytes is None else json_bytes
         objects = self.objects if objects is None else objects
-        return int(self.scale * max(json_bytes * BYTES_PER_JSON_BYTE, objects * BYTES_PER_OBJECT))
+        return int(self.scale * max(json_bytes * self.per_json_byte, objects * self.per_object))
 
     def expect(self, json_bytes: int) -> None:
         """Stop now if JSON of at least ``json_bytes`` bytes cannot fit (a regular file's

@@ -25,7 +25,7 @@ from typing import Any, BinaryIO, Callable, Iterator
 import msgspec
 import numpy as np
 
-from . import schema
+from . import chunks, schema
 from .errors import TraceReadError
 from .limits import MemoryBudget
 
@@ -182,7 +182,16 @@ def _inflate(p: Path, head: bytes, f: BinaryIO) -> Iterator[bytes]:
 
 def _collect(p: Path, chunks: Iterator[bytes], budget: MemoryBudget, gzip: bool) -> bytes:
     """Join the JSON chunks, checking the start, NUL bytes and the memory limit as they come."""
-    parts: list[bytes] = []
+    parts = list(_checked(p, chunks, budget, gzip))
+    data = parts[0] if len(parts) == 1 else b"".join(parts)
+    del parts
+    return data
+
+
+def _checked(p: Path, chunks: Iterator[bytes], budget: MemoryBudget,
+             gzip: bool) -> Iterator[bytes]:
+    """The JSON chunks without a byte order mark, checking the start, NUL bytes and the memory
+    limit as they come."""
     head = b""
     started = False
     for chunk in chunks:
@@ -195,16 +204,13 @@ def _collect(p: Path, chunks: Iterator[bytes], budget: MemoryBudget, gzip: bool)
         if b"\0" in chunk:  # never in JSON text; a stream of zeros is refused at once
             raise TraceReadError(p, _not_json("it holds NUL bytes"))
         budget.add(chunk)
-        parts.append(chunk)
+        yield chunk
     if not started:
         chunk = head[_check_start(p, head, final=True, gzip=gzip):]
         if b"\0" in chunk:
             raise TraceReadError(p, _not_json("it holds NUL bytes"))
         budget.add(chunk)
-        parts.append(chunk)
-    data = parts[0] if len(parts) == 1 else b"".join(parts)
-    del parts
-    return data
+        yield chunk
 
 
 def _not_json(why: str) -> str:
@@ -271,15 +277,117 @@ def decode_trace(path: str | os.PathLike, data: bytes) -> RawDocument:
 
 
 def load_raw(path: str | os.PathLike, progress: Progress | None = None,
-             max_memory: int | str | None = None, memory_scale: float = 1.0) -> RawDocument:
+             max_memory: int | str | None = None, memory_scale: float = 1.0, *,
+             jobs: int | None = 1, chunk_bytes: int | None = None):
     """Read and decode one trace file (``max_memory``, ``memory_scale``: see
-    :func:`read_trace_bytes`)."""
+    :func:`read_trace_bytes`): a :class:`RawDocument`, or for a file of more than one run of
+    ``chunk_bytes`` of JSON, an :class:`~traceprof.ingest.StreamedDocument` decoded run by run
+    by ``jobs`` workers (None: one per CPU); see :mod:`traceprof.ingest`."""
     if progress:
         progress(f"reading {path}")
+    from . import ingest
+
+    try:
+        doc = _load_streamed(Path(path), max_memory, memory_scale,
+                             jobs if jobs is not None else ingest.default_jobs(),
+                             chunk_bytes or chunks.DEFAULT_CHUNK_BYTES)
+    except ingest.Fallback:
+        doc = None
+    if doc is not None:
+        return doc
     data = read_trace_bytes(path, max_memory, memory_scale=memory_scale)
     if progress:
         progress(f"decoding {len(data) / 1e6:.0f} MB of JSON")
     return decode_trace(path, data)
+
+
+def _load_streamed(p: Path, max_memory, memory_scale: float, jobs: int, chunk_bytes: int):
+    """The trace decoded run by run, or None when it is not a regular file of more than one
+    run of JSON (the whole-document path reads it, and says what is wrong with it)."""
+    from . import ingest
+
+    try:
+        f = open(p, "rb")
+    except OSError:
+        return None
+    with f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        head = f.read(_SNIFF_BYTES)
+        if not head:
+            return None
+        budget = MemoryBudget(p, max_memory, memory_scale)
+        if head[:2] == _GZIP_MAGIC:
+            claimed = _gzip_claimed_size(f, st.st_size, len(head))
+            if claimed is not None and claimed <= chunk_bytes:
+                return None
+            budget.streamed()
+            if claimed is not None:
+                budget.expect(claimed)
+            blocks = _checked(p, _inflate(p, head, f), budget, gzip=True)
+            outline, columns = ingest.stream_document(p, blocks, None, jobs, chunk_bytes)
+        else:
+            skip = _check_start(p, head, final=len(head) < _SNIFF_BYTES, gzip=False)
+            if st.st_size - skip <= chunk_bytes:
+                return None
+            budget.streamed()
+            budget.expect(st.st_size)
+            f.seek(skip)
+            outline, columns = ingest.stream_document(p, _counted(f, budget), skip, jobs,
+                                                      chunk_bytes)
+    warnings = ["invalid UTF-8 replaced with U+FFFD"] if columns.utf8_replaced else []
+    if columns.entries and columns.dropped["not_object"] == columns.entries:
+        raise ingest.Fallback("no entry is an event object")  # the whole document says so
+    top = _streamed_top(outline)
+    # the size of the JSON decoded, as a whole-document decode counts it (after replacement)
+    size = outline.size_bytes + columns.utf8_grown
+    return ingest.StreamedDocument(str(p), size, top, columns, warnings, columns.dropped)
+
+
+def _gzip_claimed_size(f: BinaryIO, size: int, position: int) -> int | None:
+    """The size of the JSON a gzip trailer claims (None when it cannot be right)."""
+    if size < 18:
+        return None
+    f.seek(size - 4)
+    inflated = int.from_bytes(f.read(4), "little")
+    f.seek(position)
+    return inflated if inflated <= size * _MAX_DEFLATE_RATIO else None
+
+
+def _counted(f: BinaryIO, budget: MemoryBudget) -> Iterator[bytes]:
+    while block := f.read(_READ_CHUNK):
+        budget.add(block)
+        yield block
+
+
+def _streamed_top(outline) -> dict[str, Any]:
+    """The top-level values of a document split into runs (its event array emptied)."""
+    from .ingest import Fallback
+
+    if outline.bare:
+        return {}
+    try:
+        outline.top.decode("utf-8")  # invalid UTF-8 there: replaced by the whole-document path
+    except UnicodeDecodeError:
+        raise Fallback("top level") from None
+    try:
+        top_raw = _top_level.decode(outline.top)
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
+        raise Fallback("top level") from None
+    if schema.TRACE_EVENTS_KEY not in top_raw or _duplicated_members(outline.top, top_raw):
+        raise Fallback("top level")
+    top_raw.pop(schema.TRACE_EVENTS_KEY)
+    top: dict[str, Any] = {}
+    for key, value in top_raw.items():
+        if key not in schema.TOP_LEVEL_KEYS_READ:
+            top[key] = value  # not read: never decoded
+            continue
+        try:
+            top[key] = msgspec.json.decode(value)
+        except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
+            raise Fallback("top level") from None
+    return top
 
 
 def _decode(path, data: bytes, warnings: list[str]) -> RawDocument:
@@ -571,22 +679,21 @@ def _json_problem(e: msgspec.DecodeError) -> str:
     return f"not valid JSON ({text})"
 
 
+_event_raws = msgspec.json.Decoder(list[msgspec.Raw])
+_strict_event = msgspec.json.Decoder(schema.RawEvent)
+
+
 def _lenient_events(path, events_raw, dropped: Counter) -> list:
     """Decode events whose values have unusual types, coercing each field or dropping the event
     (counted in ``dropped`` by reason)."""
     try:
-        items = msgspec.json.decode(events_raw)
+        items = _event_raws.decode(events_raw)
+    except msgspec.ValidationError:
+        raise TraceReadError(path, f'wrong schema: "{schema.TRACE_EVENTS_KEY}" is not an array'
+                             ) from None
     except msgspec.DecodeError as e:
         raise TraceReadError(path, _json_problem(e)) from None
-    if not isinstance(items, list):
-        raise TraceReadError(path, f'wrong schema: "{schema.TRACE_EVENTS_KEY}" is not an array')
-    events = []
-    for item in items:
-        ev = _coerce_event(item)
-        if isinstance(ev, str):
-            dropped[ev] += 1
-        else:
-            events.append(ev)
+    events = lenient_entries(items, dropped)
     if items and dropped["not_object"] == len(items):
         # an array of numbers, strings or nulls is not a trace; reporting an empty profile
         # would hide that
@@ -594,6 +701,25 @@ def _lenient_events(path, events_raw, dropped: Counter) -> list:
         raise TraceReadError(
             path, f"not a trace: none of the {len(items)} entries of {where} is an event object"
         )
+    return events
+
+
+def lenient_entries(items: list, dropped: Counter) -> list:
+    """The events of the entries of an event array (``msgspec.Raw`` each): an entry the typed
+    decoder reads as it is, else with each field coerced, else dropped (counted in ``dropped``
+    by reason). The same events whether the array is decoded whole or run by run."""
+    events = []
+    for raw in items:
+        try:
+            events.append(_strict_event.decode(raw))
+            continue
+        except msgspec.ValidationError:
+            pass
+        ev = _coerce_event(msgspec.json.decode(raw))
+        if isinstance(ev, str):
+            dropped[ev] += 1
+        else:
+            events.append(ev)
     return events
 
 

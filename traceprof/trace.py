@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import itertools
 import json
 import os
 from dataclasses import dataclass, field
@@ -18,6 +17,7 @@ import numpy as np
 
 from . import schema
 from .errors import TraceReadError
+from .ingest import Columns, StreamedDocument, columns_from_events, select
 from .reader import DROP_REASONS, Progress, RawDocument, load_raw
 from .schema import Kind
 
@@ -147,98 +147,93 @@ class Trace:
 
 
 def load_trace(path: str | os.PathLike, progress: Progress | None = None,
-               max_memory: int | str | None = None, *, memory_scale: float = 1.0) -> Trace:
+               max_memory: int | str | None = None, *, memory_scale: float = 1.0,
+               jobs: int | None = None, chunk_bytes: int | None = None) -> Trace:
     """Read a trace file (.json or .json.gz) into a :class:`Trace`. ``max_memory``: the memory
     the load may take (bytes or a size such as ``"8G"``; default: the ``TRACEPROF_MAX_MEMORY``
     environment variable, else 80% of the available memory, see :mod:`traceprof.limits`);
     ``memory_scale``: times the memory a load usually needs that the caller will use (2 when it
-    keeps a second copy of the trace)."""
-    doc = load_raw(path, progress, max_memory, memory_scale)
+    keeps a second copy of the trace). ``jobs``: processes decoding a large trace (default: one
+    per CPU); ``chunk_bytes``: the JSON each of them decodes at a time (see
+    :mod:`traceprof.ingest`). The Trace is the same whatever ``jobs`` and ``chunk_bytes``."""
+    doc = load_raw(path, progress, max_memory, memory_scale, jobs=jobs, chunk_bytes=chunk_bytes)
     if progress:
-        progress(f"indexing {len(doc.events):,} events")
+        n = len(doc.events) if isinstance(doc, RawDocument) else len(doc.columns)
+        progress(f"indexing {n:,} events")
     return build_trace(doc)
 
 
-def build_trace(doc: RawDocument) -> Trace:
-    evs = doc.events
-    if not isinstance(evs, list):
-        raise TraceReadError(doc.path, "wrong schema: the events are not an array")
-    if any(ph == "B" for ph in {e.ph for e in evs}):
-        evs = _pair_begin_end(evs, doc.warnings)
-    ph_codes, phs = _factorize([e.ph for e in evs])
-    ts = np.array([e.ts for e in evs], dtype=np.float64)
-    dur = np.array([e.dur for e in evs], dtype=np.float64)
+def build_trace(doc: RawDocument | StreamedDocument) -> Trace:
+    """The Trace of a decoded document (whole, or run by run)."""
+    if isinstance(doc, RawDocument):
+        evs = doc.events
+        if not isinstance(evs, list):
+            raise TraceReadError(doc.path, "wrong schema: the events are not an array")
+        if any(ph == "B" for ph in {e.ph for e in evs}):
+            evs = _pair_begin_end(evs, doc.warnings)
+        cols = columns_from_events(evs)
+        del evs
+    else:
+        cols = doc.columns
+    return _build(doc, cols)
+
+
+def _build(doc: RawDocument | StreamedDocument, cols: Columns) -> Trace:
+    phs = cols.phs
     dropped = doc.dropped.copy()
-    keep = _plausible_times(ts, dur, ph_codes, phs, dropped)
+    keep = _plausible_times(cols.ts, cols.dur, cols.ph, phs, dropped)
     if keep is not None:
-        evs = list(itertools.compress(evs, keep.tolist()))
-        ph_codes, ts, dur = ph_codes[keep], ts[keep], dur[keep]
+        cols = select(cols, keep)
+        phs = cols.phs
     if dropped:
         doc.warnings.append(_dropped_warning(dropped))
+    ph_codes = cols.ph
+    n = len(cols)
     if not np.isin(ph_codes, [i for i, p in enumerate(phs) if p in schema.USABLE_PHASES]).any():
         problem = ("no usable event (a complete, instant or flow event with a valid timestamp)"
-                   if evs or dropped else "no events (the event array is empty)")
+                   if n or dropped else "no events (the event array is empty)")
         raise TraceReadError(doc.path, problem + (f"; {_dropped_warning(dropped)}" if dropped
                                                   else ""))
-    dur = _repaired_durations(dur, ph_codes, phs, doc.warnings)
-    n = len(evs)
-    cat_codes, cats = _factorize([e.cat for e in evs])
-    kind_table = np.array(
-        [[schema.kind_of(p, c) for c in cats] or [0] for p in phs] or [[0]], dtype=np.int8
-    )
-    kind = kind_table[ph_codes, cat_codes] if n else np.zeros(0, np.int8)
-    name, names = _factorize([e.name for e in evs])
-    raw_thread, raw_threads = _factorize([(e.pid, e.tid) for e in evs])
-    args = [e.args for e in evs]
-    correlation = _int_column([a.correlation for a in args])
-    external_id = _int_column([a.external_id for a in args])
-    legacy_ext = _int_column([a.external_id_2021 for a in args])
-    external_id = np.where(external_id >= 0, external_id, legacy_ext)
-    sequence_number = _int_column([a.sequence_number for a in args])
-    fwd_thread_id = _int_column([a.fwd_thread_id for a in args])
-    stream = _int_column([a.stream for a in args])
+    dur = _repaired_durations(cols.dur, ph_codes, phs, doc.warnings)
+    kind = cols.kind
     text_index: dict[bytes, int] = {}
-    input_dims = _text_column([a.input_dims for a in args], text_index)
-    input_types = _text_column([a.input_types for a in args], text_index)
-    concrete_inputs = _text_column([a.concrete_inputs for a in args], text_index)
+    input_dims = _text_codes(cols.input_dims, cols.input_dims_texts, text_index)
+    input_types = _text_codes(cols.input_types, cols.input_types_texts, text_index)
+    concrete_inputs = _text_codes(cols.concrete_inputs, cols.concrete_inputs_texts, text_index)
 
-    flow_mask = (kind == Kind.FLOW_START) | (kind == Kind.FLOW_END)
     flow_id = np.full(n, -1, np.int64)
-    for i in np.flatnonzero(flow_mask):
-        fid = evs[i].id
-        flow_id[i] = fid if isinstance(fid, int) else hash(fid) & 0x7FFFFFFFFFFF
-
+    if len(cols.flow_index):
+        flow_id[cols.flow_index] = [fid if isinstance(fid, int) else hash(fid) & 0x7FFFFFFFFFFF
+                                    for fid in cols.flow_ids]
     python_ids = np.full(n, -1, np.int64)
     python_parent_ids = np.full(n, -1, np.int64)
-    for i in np.flatnonzero(kind == Kind.PYTHON):
-        a = args[i]
-        python_ids[i] = -1 if a.python_id is None else a.python_id
-        python_parent_ids[i] = -1 if a.python_parent_id is None else a.python_parent_id
+    python_ids[cols.python_index] = cols.python_id
+    python_parent_ids[cols.python_index] = cols.python_parent_id
 
-    thread, threads = _threads(evs, ph_codes, phs, raw_thread, raw_threads, kind)
+    thread, threads = _threads(cols, kind)
     events = EventTable(
         kind=kind,
-        name=name,
-        category=cat_codes,
+        name=cols.name,
+        category=cols.cat,
         thread=thread,
-        ts=ts,
+        ts=cols.ts,
         dur=dur,
-        correlation=correlation,
-        external_id=external_id,
-        sequence_number=sequence_number,
-        fwd_thread_id=fwd_thread_id,
-        stream=stream,
+        correlation=cols.correlation,
+        external_id=cols.external_id,
+        sequence_number=cols.sequence_number,
+        fwd_thread_id=cols.fwd_thread_id,
+        stream=cols.stream,
         flow_id=flow_id,
         input_dims=input_dims,
         input_types=input_types,
         concrete_inputs=concrete_inputs,
-        names=tuple(names),
-        categories=tuple(cats),
+        names=tuple(cols.names),
+        categories=tuple(cols.cats),
         threads=threads,
         texts=tuple(text_index),
     )
     metadata = _metadata(doc)
-    memory = _memory_events(evs, kind, name, names)
+    memory = _memory_events(cols)
     return Trace(metadata, events, python_ids, python_parent_ids, memory)
 
 
@@ -308,16 +303,13 @@ def _repaired_durations(dur, ph_codes, phs, warnings: list[str]) -> np.ndarray:
     return np.where(valid & (dur > 0), dur, 0.0)
 
 
-def _memory_events(evs: list, kind: np.ndarray, name: np.ndarray, names: list) -> MemoryEvents:
-    """Columns of the ``[memory]`` instants (Python loops over those events only)."""
-    code = names.index(schema.MEMORY_EVENT_NAME) if schema.MEMORY_EVENT_NAME in names else -1
-    idx = np.flatnonzero((kind == Kind.INSTANT) & (name == code)) if code >= 0 else np.zeros(0, int)
-    args = [evs[i].args for i in idx.tolist()]
-    nbytes = np.array([a.mem_bytes if a.mem_bytes is not None else 0 for a in args], np.int64)
-    total = np.array([a.total_allocated for a in args], np.int64)
-    labels = [_device_label(a.device_type, a.device_id) for a in args]
+def _memory_events(cols: Columns) -> MemoryEvents:
+    """Columns of the ``[memory]`` instants."""
+    labels = [_device_label(t, i) for t, i in zip(cols.memory_device_type.tolist(),
+                                                  cols.memory_device_id.tolist())]
     device, devices = _factorize(labels)
-    return MemoryEvents(idx.astype(np.int64), nbytes, total, device, tuple(devices))
+    return MemoryEvents(cols.memory_index.astype(np.int64), cols.memory_bytes.astype(np.int64),
+                        cols.memory_total.astype(np.int64), device, tuple(devices))
 
 
 def _device_label(device_type: int, device_id: int) -> str:
@@ -332,37 +324,28 @@ def _factorize(values: list) -> tuple[np.ndarray, list]:
     return np.fromiter(map(position.__getitem__, values), np.int32, len(values)), uniques
 
 
-def _int_column(values: list) -> np.ndarray:
-    return np.array(values, dtype=np.int64) if values else np.zeros(0, np.int64)
-
-
-def _text_column(raws: list, index: dict[bytes, int]) -> np.ndarray:
-    """Codes into a shared table of raw JSON texts (-1 for absent), factorized at C speed."""
-    keys = [b"" if r is None else bytes(r) for r in raws]
-    codes, uniques = _factorize(keys)
+def _text_codes(codes: np.ndarray, uniques: list, index: dict[bytes, int]) -> np.ndarray:
+    """Codes into a shared table of raw JSON texts (-1 for absent), in first-seen order."""
     table = np.array([-1 if u == b"" else index.setdefault(u, len(index)) for u in uniques] or [-1],
                      dtype=np.int32)
-    return table[codes] if len(codes) else codes
+    return table[codes] if len(codes) else codes.astype(np.int32)
 
 
-def _threads(evs, ph_codes, phs, raw_thread, raw_threads, kind):
+def _threads(cols: Columns, kind: np.ndarray):
     """Merge (pid, tid) spellings that differ only by type ("25738" vs 25738) and name them."""
-    keys = [(str(p), str(t)) for p, t in raw_threads]
+    raw_thread = cols.thread
+    keys = [(str(p), str(t)) for p, t in cols.threads]
     uniq = list(dict.fromkeys(keys))
     pos = {k: i for i, k in enumerate(uniq)}
     remap = np.array([pos[k] for k in keys] or [0], dtype=np.int32)
     thread = remap[raw_thread] if len(raw_thread) else raw_thread
     thread_names: dict[tuple[str, str], str] = {}
     process_labels: dict[str, str] = {}
-    if "M" in phs:
-        m_code = phs.index("M")
-        for i in np.flatnonzero(ph_codes == m_code):
-            e = evs[i]
-            label = e.args.label
-            if e.name == schema.META_THREAD_NAME and label:
-                thread_names[(str(e.pid), str(e.tid))] = label
-            elif e.name == schema.META_PROCESS_LABELS and e.args.labels:
-                process_labels[str(e.pid)] = e.args.labels
+    for _, name, pid, tid, label, labels in cols.meta:
+        if name == schema.META_THREAD_NAME and label:
+            thread_names[(str(pid), str(tid))] = label
+        elif name == schema.META_PROCESS_LABELS and labels:
+            process_labels[str(pid)] = labels
     gpu_kinds = np.isin(kind, [*schema.GPU_WORK_KINDS, Kind.GPU_ANNOTATION])
     gpu_threads = set(np.unique(thread[gpu_kinds]).tolist()) if len(thread) else set()
     infos = []
@@ -400,7 +383,7 @@ def _pair_begin_end(evs: list, warnings: list[str]) -> list:
     return out
 
 
-def _metadata(doc: RawDocument) -> TraceMetadata:
+def _metadata(doc: RawDocument | StreamedDocument) -> TraceMetadata:
     top = doc.top
     devices = []
     props = top.get(schema.DEVICE_PROPERTIES_KEY)

@@ -1,0 +1,228 @@
+"""Streaming, parallel ingest (traceprof.ingest, traceprof.chunks): a trace decoded run by run,
+by one worker or several, gives the same tables as a whole-document decode, or the same one-line
+error; the splitter holds on hostile text (quotes, brackets and backslashes in names, invalid
+UTF-8, events cut exactly at run edges, one giant event, a trailing comma, a truncated file)."""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import json
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+hypothesis = pytest.importorskip("hypothesis")
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from traceprof import TraceprofError, chunks, ingest, reader  # noqa: E402
+from traceprof.trace import load_trace  # noqa: E402
+
+from .conftest import SHARED_TRACES  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+ALL_TRACES = sorted(SHARED_TRACES.glob("*/*.json.gz")) + sorted(
+    (REPO / "sample_traces").glob("*.json.gz"))
+WHOLE = 1 << 40  # a run size no test file reaches: the whole-document decoder
+
+
+def assert_same_trace(a, b) -> None:
+    """The two Traces are equal field by field (NaN equal to NaN, dtypes equal)."""
+    for part in ("events", "memory"):
+        x, y = getattr(a, part), getattr(b, part)
+        assert (x is None) == (y is None), part
+        if x is None:
+            continue
+        for f in dataclasses.fields(x):
+            u, v = getattr(x, f.name), getattr(y, f.name)
+            if isinstance(u, np.ndarray):
+                assert u.dtype == v.dtype, f"{part}.{f.name} dtype"
+                assert np.array_equal(u, v, equal_nan=u.dtype.kind == "f"), f"{part}.{f.name}"
+            else:
+                assert u == v, f"{part}.{f.name}"
+    for f in ("python_ids", "python_parent_ids"):
+        assert np.array_equal(getattr(a, f), getattr(b, f)), f
+    assert a.metadata == b.metadata
+
+
+def outcome(path, **kw):
+    """The Trace of ``path``, or the one-line message of the error it gives."""
+    try:
+        return load_trace(path, **kw)
+    except TraceprofError as e:
+        return f"{type(e).__name__}: {e.message}"
+
+
+def assert_same_outcome(path, **kw) -> None:
+    whole = outcome(path, chunk_bytes=WHOLE, jobs=1)
+    streamed = outcome(path, **kw)
+    if isinstance(whole, str) or isinstance(streamed, str):
+        assert whole == streamed
+    else:
+        assert_same_trace(whole, streamed)
+
+
+def is_streamed(path, chunk_bytes: int) -> bool:
+    return isinstance(reader.load_raw(path, jobs=1, chunk_bytes=chunk_bytes),
+                      ingest.StreamedDocument)
+
+
+# -- every real trace --------------------------------------------------------------------------
+
+
+def test_the_traces_are_there():
+    assert len(ALL_TRACES) >= 20
+
+
+@pytest.mark.parametrize("path", ALL_TRACES, ids=lambda p: p.name)
+def test_streamed_decode_is_the_whole_decode(path):
+    whole = load_trace(path, jobs=1, chunk_bytes=WHOLE)
+    small = max(4096, whole.metadata.size_bytes // 7)  # several runs, cut anywhere
+    assert is_streamed(path, small)
+    assert_same_trace(whole, load_trace(path, jobs=1, chunk_bytes=small))
+    assert_same_trace(whole, load_trace(path, jobs=2, chunk_bytes=small))
+
+
+def test_plain_json_is_read_by_the_workers_at_offsets(tmp_path):
+    src = SHARED_TRACES / "module_tree/h100_bert_small_inference.json.gz"
+    path = tmp_path / "t.json"
+    path.write_bytes(b"\xef\xbb\xbf" + gzip.decompress(src.read_bytes()))  # with a BOM
+    whole = load_trace(path, jobs=1, chunk_bytes=WHOLE)
+    assert is_streamed(path, 50_000)
+    assert_same_trace(whole, load_trace(path, jobs=2, chunk_bytes=50_000))
+    assert_same_trace(whole, load_trace(path, jobs=1, chunk_bytes=1))
+
+
+# -- hostile text ------------------------------------------------------------------------------
+
+NASTY = ['"', "\\", '\\"', "[", "]", "{", "}", "},{", '"},{"ph":"X"', "\\\\", ",", ":", "é",
+         "\u2028", "\x01", "nn.Module: X_1"]
+
+
+def event(i: int, name: str, rng: random.Random) -> dict:
+    ev = {"ph": "X", "cat": rng.choice(["cpu_op", "kernel", "cuda_runtime", "user_annotation"]),
+          "name": name, "pid": rng.choice([1, "1", 2]), "tid": rng.choice([7, "7"]),
+          "ts": 1000.0 + i * 10 + rng.random(), "dur": rng.choice([1, 2.5, 0])}
+    args = {}
+    if rng.random() < 0.5:
+        args["correlation"] = i
+        args["External id"] = rng.randrange(100)
+    if rng.random() < 0.3:
+        args["Input Dims"] = [[rng.randrange(9), 3], []]
+        args["Input type"] = ["float", ""]
+        args["Concrete Inputs"] = ["", "[1, 1]"]
+    if rng.random() < 0.2:
+        args["unread"] = {"deep": [{"x": name}, {"y": [1, {"z": "}"}]}]}
+    if args:
+        ev["args"] = args
+    return ev
+
+
+def document(events: list, rng: random.Random, bare: bool, indent) -> bytes:
+    if bare:
+        doc = events
+    else:
+        doc = {"schemaVersion": 1, "deviceProperties": [{"name": "x[]{}", "id": 0}],
+               "before": {"traceEvents": ["not", "these"], "s": "\"traceEvents\": ["},
+               "traceEvents": events, "traceName": "t\"]}", "baseTimeNanoseconds": 12}
+        if rng.random() < 0.5:  # Kineto writes some keys after the events
+            doc["distributedInfo"] = {"rank": 3, "world_size": 8, "backend": "nccl"}
+    return json.dumps(doc, ensure_ascii=rng.random() < 0.5, indent=indent).encode()
+
+
+names = st.lists(st.sampled_from(NASTY), max_size=4).map("".join) | st.text(max_size=12)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(names=st.lists(names, min_size=1, max_size=12), seed=st.integers(0, 2**16),
+       bare=st.booleans(), indent=st.sampled_from([None, 0, 2]),
+       chunk=st.integers(1, 400), jobs=st.sampled_from([1, 1, 2]))
+def test_hostile_names_split_like_the_whole_document(tmp_path_factory, names, seed, bare, indent,
+                                                     chunk, jobs):
+    rng = random.Random(seed)
+    events = [event(i, n, rng) for i, n in enumerate(names)]
+    path = tmp_path_factory.mktemp("h") / "t.json"
+    path.write_bytes(document(events, rng, bare, indent))
+    assert is_streamed(path, chunk) == (path.stat().st_size > chunk)
+    assert_same_outcome(path, chunk_bytes=chunk, jobs=jobs)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**16), cut=st.integers(0, 10**6), chunk=st.integers(1, 300),
+       mutate=st.sampled_from(["truncate", "invalid_utf8", "byte", "trailing_comma", "none"]))
+def test_damaged_text_gives_the_whole_documents_answer(tmp_path_factory, seed, cut, chunk, mutate):
+    rng = random.Random(seed)
+    events = [event(i, rng.choice(NASTY) + "op", rng) for i in range(8)]
+    data = document(events, rng, bare=rng.random() < 0.3, indent=rng.choice([None, 1]))
+    at = cut % len(data)
+    if mutate == "truncate":
+        data = data[:at]
+    elif mutate == "invalid_utf8":
+        k = data.index(b'"op"') if b'"op"' in data else data.index(b'op"')
+        data = data[:k + 1] + b"\xff\xfe" + data[k + 1:]
+    elif mutate == "byte":
+        data = data[:at] + bytes([rng.choice(b'{}[]",:\\ x')]) + data[at + 1:]
+    elif mutate == "trailing_comma":
+        k = data.rindex(b"}", 0, data.rindex(b"]") + 1) if not data.rstrip().endswith(b"]") \
+            else data.rstrip().rindex(b"}")
+        data = data[:k + 1] + b"," + data[k + 1:]
+    path = tmp_path_factory.mktemp("d") / "t.json"
+    path.write_bytes(data)
+    assert_same_outcome(path, chunk_bytes=chunk, jobs=1)
+
+
+def _events_text(n: int) -> tuple[bytes, list[int]]:
+    parts = [json.dumps(event(i, f"op{i}", random.Random(i))).encode() for i in range(n)]
+    return b'{"traceEvents":[' + b",".join(parts) + b"]}", [len(p) for p in parts]
+
+
+def test_runs_cut_exactly_at_every_event_edge(tmp_path):
+    data, sizes = _events_text(6)
+    path = tmp_path / "t.json"
+    path.write_bytes(data)
+    for chunk in sorted(set(sizes) | {s + 1 for s in sizes} | {1, 2}):
+        assert is_streamed(path, chunk)
+        assert_same_outcome(path, chunk_bytes=chunk, jobs=1)
+    # and blocks of the gzip reader that end on every byte
+    gz = tmp_path / "t.json.gz"
+    gz.write_bytes(gzip.compress(data))
+    for block in (1, 2, 3, 7, 64):
+        seen = list(chunks.scan([data[i:i + block] for i in range(0, len(data), block)], 1))
+        runs, outline = seen[:-1], seen[-1]
+        assert outline.top == b'{"traceEvents":[]}'
+        assert len(runs) == len(sizes)
+        assert b"".join(data[r.start:r.end] for r in runs) == data[16:-2]
+    assert_same_outcome(gz, chunk_bytes=1, jobs=2)
+
+
+def test_one_giant_event(tmp_path):
+    big = {"ph": "X", "cat": "cpu_op", "name": "x" * 300_000 + '"]}{[', "ts": 1, "dur": 2,
+           "pid": 1, "tid": 1, "args": {"unread": ["[{"] * 20_000}}
+    small = {"ph": "X", "cat": "cpu_op", "name": "y", "ts": 2, "dur": 1, "pid": 1, "tid": 1}
+    path = tmp_path / "t.json"
+    path.write_bytes(json.dumps({"traceEvents": [small, big, small]}).encode())
+    assert is_streamed(path, 1000)
+    assert_same_outcome(path, chunk_bytes=1000, jobs=2)
+
+
+@pytest.mark.parametrize("text, says", [
+    (b'{"traceEvents":[{"ph":"X","ts":1,"dur":1,"name":"a"},]}', "not valid JSON"),
+    (b'{"traceEvents":[{"ph":"X","ts":1,"dur":1,"name":"a"},{"ph":"X","ts":2', "truncated"),
+    (b'[{"ph":"X","ts":1,"dur":1,"name":"a"}{"ph":"X","ts":2,"dur":1,"name":"b"}]',
+     "not valid JSON"),
+    (b'{"traceEvents":[{"ph":"X","ts":1,"dur":1,"name":"a"}],"traceEvents":[]}', None),
+    (b'{"traceEvents":[{"ph":"X","ts":"x","dur":1,"name":"a"},{"ph":"X","ts":1,"name":"b"}]}',
+     None),
+    (b'{"traceEvents":[{"ph":"B","ts":1,"name":"a"},{"ph":"E","ts":3,"name":"a"}]}', None),
+])
+def test_what_runs_cannot_say_is_said_by_the_whole_document(tmp_path, text, says):
+    path = tmp_path / "t.json"
+    path.write_bytes(text + b" " * 64)
+    whole = outcome(path, chunk_bytes=WHOLE, jobs=1)
+    if says:
+        assert isinstance(whole, str) and says in whole
+    for chunk in (1, 10, 40):
+        assert_same_outcome(path, chunk_bytes=chunk, jobs=1)

@@ -1,0 +1,465 @@
+"""Raw events as columns, decoded run by run, in parallel.
+
+:func:`load_document` reads a trace in blocks. A trace of at most one run of JSON
+(``chunk_bytes``) is decoded whole (:func:`traceprof.reader.decode_trace`). A larger one is cut
+into runs of whole events by :mod:`traceprof.chunks` as it arrives; a pool of worker processes
+(``jobs``) decodes the runs with the typed decoder and turns each into :class:`Columns` (only
+the values traceprof reads; the events of a run are freed as soon as its columns exist); the
+columns are joined in order. A plain file is read by the workers themselves (only offsets travel
+to them); a gzip file is inflated by one reader and its runs are sent to the workers. The result
+is the same whatever the number of workers or the size of the runs.
+
+Whatever the runs cannot say the same as a whole-document decode (text that is not valid JSON,
+values of unexpected types, repeated top-level keys, values nested too deeply, ``B``/``E``
+events) sends the trace to the whole-document decoder, which says it (or reads it) as before.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+from collections import Counter
+from concurrent.futures import Future, ProcessPoolExecutor
+from dataclasses import dataclass, field
+from operator import attrgetter
+from pathlib import Path
+from typing import Any, Iterator
+
+import msgspec
+import numpy as np
+
+from . import chunks, reader, schema
+from .errors import TraceReadError
+from .schema import Kind
+
+#: runs of events a worker may hold queued per worker (bounds the memory of the text in flight)
+_QUEUED_PER_WORKER = 2
+
+
+def default_jobs() -> int:
+    """Decoding workers by default: the CPUs this process may use."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+# ---------------------------------------------------------------------------------------------
+# Columns
+
+
+@dataclass(slots=True)
+class Columns:
+    """The values traceprof reads of a run of events, one array (or coded strings) per field.
+
+    Coded strings: int32 codes into a list of unique values in first-seen order. Side tables
+    (flows, Python frames, metadata, memory instants) hold the event's index in the run."""
+
+    kind: np.ndarray  # int8, schema.Kind
+    ph: np.ndarray
+    phs: list
+    cat: np.ndarray
+    cats: list
+    name: np.ndarray
+    names: list
+    thread: np.ndarray
+    threads: list  # (pid, tid) as written
+    ts: np.ndarray
+    dur: np.ndarray
+    correlation: np.ndarray
+    external_id: np.ndarray
+    sequence_number: np.ndarray
+    fwd_thread_id: np.ndarray
+    stream: np.ndarray
+    input_dims: np.ndarray
+    input_dims_texts: list  # bytes, b"" for absent
+    input_types: np.ndarray
+    input_types_texts: list
+    concrete_inputs: np.ndarray
+    concrete_inputs_texts: list
+    flow_index: np.ndarray
+    flow_ids: list  # int | str | None, as written
+    python_index: np.ndarray
+    python_id: np.ndarray
+    python_parent_id: np.ndarray
+    meta: list  # (index, name, pid, tid, label, labels) of metadata (M) events
+    memory_index: np.ndarray
+    memory_bytes: np.ndarray  # int64, 0 when not written
+    memory_total: np.ndarray
+    memory_device_type: np.ndarray
+    memory_device_id: np.ndarray
+    utf8_replaced: bool = False
+    utf8_grown: int = 0  # bytes the text grew by when invalid UTF-8 was replaced
+    dropped: Counter = field(default_factory=Counter)  # entries that are not usable events
+    entries: int = 0  # entries of the event array, events or not
+
+    def __len__(self) -> int:
+        return len(self.kind)
+
+
+_CODED = ("ph", "cat", "name", "thread", "input_dims", "input_types", "concrete_inputs")
+_PLAIN = ("kind", "ts", "dur", "correlation", "external_id", "sequence_number", "fwd_thread_id",
+          "stream")
+
+
+def _table_of(field_name: str) -> str:
+    return {"ph": "phs", "cat": "cats", "name": "names", "thread": "threads"}.get(
+        field_name, f"{field_name}_texts")
+
+
+def _factorize(values: list) -> tuple[np.ndarray, list]:
+    """Codes (int32) and the unique values in first-seen order, at C speed."""
+    uniques = list(dict.fromkeys(values))
+    position = {v: i for i, v in enumerate(uniques)}
+    return np.fromiter(map(position.__getitem__, values), np.int32, len(values)), uniques
+
+
+def _ints(values, n: int | None = None) -> np.ndarray:
+    if n is not None:
+        return np.fromiter(values, np.int64, n)
+    values = list(values)
+    return np.array(values, dtype=np.int64) if values else np.zeros(0, np.int64)
+
+
+def _floats(values, n: int) -> np.ndarray:
+    return np.fromiter(values, np.float64, n)
+
+
+def _texts(raws) -> tuple[np.ndarray, list]:
+    return _factorize([b"" if r is None else bytes(r) for r in raws])
+
+
+_get_args = attrgetter("args")
+
+
+def columns_from_events(evs: list) -> Columns:
+    """The columns of a list of schema.RawEvent."""
+    n = len(evs)
+    ph, phs = _factorize(list(map(attrgetter("ph"), evs)))
+    cat, cats = _factorize(list(map(attrgetter("cat"), evs)))
+    kind_table = np.array(
+        [[schema.kind_of(p, c) for c in cats] or [0] for p in phs] or [[0]], dtype=np.int8
+    )
+    kind = kind_table[ph, cat] if n else np.zeros(0, np.int8)
+    name, names = _factorize(list(map(attrgetter("name"), evs)))
+    thread, threads = _factorize(list(zip(map(attrgetter("pid"), evs),
+                                          map(attrgetter("tid"), evs))))
+    ts = _floats(map(attrgetter("ts"), evs), n)
+    dur = _floats(map(attrgetter("dur"), evs), n)
+    args = list(map(_get_args, evs))
+    correlation = _ints(map(attrgetter("correlation"), args), n)
+    external_id = _ints(map(attrgetter("external_id"), args), n)
+    legacy = _ints(map(attrgetter("external_id_2021"), args), n)
+    external_id = np.where(external_id >= 0, external_id, legacy)
+    del legacy
+    sequence_number = _ints(map(attrgetter("sequence_number"), args), n)
+    fwd_thread_id = _ints(map(attrgetter("fwd_thread_id"), args), n)
+    stream = _ints(map(attrgetter("stream"), args), n)
+    input_dims, input_dims_texts = _texts(map(attrgetter("input_dims"), args))
+    input_types, input_types_texts = _texts(map(attrgetter("input_types"), args))
+    concrete_inputs, concrete_texts = _texts(map(attrgetter("concrete_inputs"), args))
+
+    flow_index = np.flatnonzero((kind == Kind.FLOW_START) | (kind == Kind.FLOW_END))
+    flow_ids = [evs[i].id for i in flow_index.tolist()]
+    python_index = np.flatnonzero(kind == Kind.PYTHON)
+    py_args = [args[i] for i in python_index.tolist()]
+    python_id = _ints(-1 if a.python_id is None else a.python_id for a in py_args)
+    python_parent_id = _ints(-1 if a.python_parent_id is None else a.python_parent_id
+                             for a in py_args)
+    meta = []
+    if schema.METADATA_PHASE in phs:
+        for i in np.flatnonzero(ph == phs.index(schema.METADATA_PHASE)).tolist():
+            e = evs[i]
+            meta.append((i, e.name, e.pid, e.tid, e.args.label, e.args.labels))
+    if schema.MEMORY_EVENT_NAME in names:
+        code = names.index(schema.MEMORY_EVENT_NAME)
+        memory_index = np.flatnonzero((kind == Kind.INSTANT) & (name == code))
+    else:
+        memory_index = np.zeros(0, np.int64)
+    mem = [args[i] for i in memory_index.tolist()]
+    return Columns(
+        kind=kind, ph=ph, phs=phs, cat=cat, cats=cats, name=name, names=names,
+        thread=thread, threads=threads, ts=ts, dur=dur, correlation=correlation,
+        external_id=external_id, sequence_number=sequence_number, fwd_thread_id=fwd_thread_id,
+        stream=stream, input_dims=input_dims, input_dims_texts=input_dims_texts,
+        input_types=input_types, input_types_texts=input_types_texts,
+        concrete_inputs=concrete_inputs, concrete_inputs_texts=concrete_texts,
+        flow_index=flow_index.astype(np.int64), flow_ids=flow_ids,
+        python_index=python_index.astype(np.int64), python_id=python_id,
+        python_parent_id=python_parent_id, meta=meta,
+        memory_index=memory_index.astype(np.int64),
+        memory_bytes=_ints(a.mem_bytes if a.mem_bytes is not None else 0 for a in mem),
+        memory_total=_ints(a.total_allocated for a in mem),
+        memory_device_type=_ints(a.device_type for a in mem),
+        memory_device_id=_ints(a.device_id for a in mem),
+    )
+
+
+def join(parts: list[Columns]) -> Columns:
+    """The columns of runs one after the other (``parts`` is emptied as they are joined, so
+    that each run's arrays are freed once copied)."""
+    if len(parts) == 1:
+        return parts.pop()
+    offsets = np.cumsum([0] + [len(p) for p in parts])
+    out: dict[str, Any] = {}
+    for f in _CODED:
+        table: dict = {}
+        codes = []
+        for p in parts:
+            local = getattr(p, _table_of(f))
+            remap = np.array([table.setdefault(v, len(table)) for v in local] or [0], np.int32)
+            codes.append(remap[getattr(p, f)])
+            setattr(p, f, None)
+        out[f] = np.concatenate(codes) if codes else np.zeros(0, np.int32)
+        out[_table_of(f)] = list(table)
+        del codes
+    for f in _PLAIN:
+        out[f] = np.concatenate([getattr(p, f) for p in parts])
+        for p in parts:
+            setattr(p, f, None)
+    for index, fields in (("flow_index", ()), ("python_index", ("python_id", "python_parent_id")),
+                          ("memory_index", ("memory_bytes", "memory_total",
+                                            "memory_device_type", "memory_device_id"))):
+        out[index] = np.concatenate([getattr(p, index) + off for p, off in zip(parts, offsets)])
+        for f in fields:
+            out[f] = np.concatenate([getattr(p, f) for p in parts])
+    out["flow_ids"] = [fid for p in parts for fid in p.flow_ids]
+    out["meta"] = [(i + int(off), *rest) for p, off in zip(parts, offsets) for i, *rest in p.meta]
+    out["utf8_replaced"] = any(p.utf8_replaced for p in parts)
+    out["utf8_grown"] = sum(p.utf8_grown for p in parts)
+    out["dropped"] = sum((p.dropped for p in parts), Counter())
+    out["entries"] = sum(p.entries for p in parts)
+    parts.clear()
+    return Columns(**out)
+
+
+def select(cols: Columns, keep: np.ndarray) -> Columns:
+    """The columns of the events where ``keep`` is true, strings coded again in first-seen
+    order among them."""
+    new_index = np.cumsum(keep) - 1
+    out: dict[str, Any] = {}
+    for f in _CODED:
+        codes = getattr(cols, f)[keep]
+        table = getattr(cols, _table_of(f))
+        uniq, first, inverse = np.unique(codes, return_index=True, return_inverse=True)
+        order = np.argsort(first, kind="stable")
+        rank = np.empty(len(order), np.int32)
+        rank[order] = np.arange(len(order), dtype=np.int32)
+        out[f] = rank[inverse.ravel()].astype(np.int32) if len(codes) else codes
+        out[_table_of(f)] = [table[int(u)] for u in uniq[order]]
+    for f in _PLAIN:
+        out[f] = getattr(cols, f)[keep]
+    for index, fields in (("flow_index", ()), ("python_index", ("python_id", "python_parent_id")),
+                          ("memory_index", ("memory_bytes", "memory_total",
+                                            "memory_device_type", "memory_device_id"))):
+        idx = getattr(cols, index)
+        kept = keep[idx]
+        out[index] = new_index[idx[kept]]
+        for f in fields:
+            out[f] = getattr(cols, f)[kept]
+        if index == "flow_index":
+            out["flow_ids"] = [fid for fid, k in zip(cols.flow_ids, kept.tolist()) if k]
+    out["meta"] = [(int(new_index[i]), *rest) for i, *rest in cols.meta if keep[i]]
+    out["utf8_replaced"] = cols.utf8_replaced
+    out["utf8_grown"] = cols.utf8_grown
+    out["dropped"] = cols.dropped
+    out["entries"] = cols.entries
+    return Columns(**out)
+
+
+# ---------------------------------------------------------------------------------------------
+# Decoding runs
+
+
+class Fallback(Exception):
+    """A run says something only the whole-document decoder says right."""
+
+
+_strict_events = msgspec.json.Decoder(list[schema.RawEvent])
+_entries = msgspec.json.Decoder(list[msgspec.Raw])
+_WS = b" \t\r\n"
+
+
+_LEADING_WS = re.compile(rb"[ \t\r\n]*")
+
+
+def decode_run(text: bytes | bytearray, first: bool) -> Columns:
+    """The columns of one run of events (see :class:`traceprof.chunks.Run`). ``text`` may be a
+    bytearray with one spare byte at each end (:func:`_read_run`): the brackets of the array go
+    there, without copying the run."""
+    spare = isinstance(text, bytearray)
+    lo, hi = (1, len(text) - 1) if spare else (0, len(text))
+    i = _LEADING_WS.match(text, lo).end()
+    comma = -1
+    if i >= hi:  # whitespace between the last event and the "]"
+        return columns_from_events([])
+    if not first:
+        if text[i : i + 1] != b",":
+            raise Fallback("no comma between two events")
+        comma = i
+        i = _LEADING_WS.match(text, i + 1).end()
+        if i >= hi:
+            raise Fallback("a comma after the last event")
+    elif text[i : i + 1] == b",":
+        raise Fallback("a comma before the first event")
+    if spare:
+        body = text
+        body[0] = 0x5B  # "["
+        if comma >= 0:
+            body[comma] = 0x20
+        body[-1] = 0x5D  # "]"
+    else:
+        body = b"[" + text[i:] + b"]"
+    del text
+    utf8_replaced = False
+    dropped: Counter = Counter()
+    grown = 0
+    entries_count = -1  # decoded in one go: every entry is an event
+    while True:
+        try:
+            evs = _strict_events.decode(body)
+            break
+        except UnicodeDecodeError:
+            if utf8_replaced:  # pragma: no cover - replacement makes this impossible
+                raise Fallback("invalid UTF-8") from None
+            size = len(body)
+            body = bytes(body).decode("utf-8", errors="replace").encode("utf-8")
+            utf8_replaced = True
+            grown = len(body) - size
+        except msgspec.ValidationError:  # values of unusual types: entry by entry
+            try:
+                entries = _entries.decode(body)
+            except (msgspec.DecodeError, RecursionError):
+                raise Fallback("not a run of events") from None
+            try:
+                evs = reader.lenient_entries(entries, dropped)
+            except (msgspec.DecodeError, RecursionError):
+                raise Fallback("not a run of events") from None
+            entries_count = len(entries)
+            del entries
+            break
+        except (msgspec.DecodeError, RecursionError):
+            raise Fallback("not a run of events") from None
+    del body
+    if any(ph == "B" for ph in {e.ph for e in evs}):
+        raise Fallback("B/E events")
+    cols = columns_from_events(evs)
+    cols.utf8_replaced = utf8_replaced
+    cols.utf8_grown = grown
+    cols.dropped = dropped
+    cols.entries = len(evs) if entries_count < 0 else entries_count
+    return cols
+
+
+def _read_run(path: str, start: int, end: int) -> bytearray:
+    """Bytes ``[start, end)`` of a file, with a spare byte at each end."""
+    buf = bytearray(end - start + 2)
+    with open(path, "rb") as f:
+        f.seek(start)
+        got = f.readinto(memoryview(buf)[1:-1])
+    if got != end - start:
+        raise Fallback("the file changed while it was read")
+    return buf
+
+
+def _decode_file_run(task: tuple[str, int, int, bool]) -> Columns:
+    path, start, end, first = task
+    return decode_run(_read_run(path, start, end), first)
+
+
+def _decode_text_run(task: tuple[bytes, bool]) -> Columns:
+    return decode_run(*task)
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading
+
+
+@dataclass(slots=True)
+class StreamedDocument:
+    """A trace decoded run by run: the top-level values and the events' columns."""
+
+    path: str
+    size_bytes: int
+    top: dict[str, Any]
+    columns: Columns
+    warnings: list[str] = field(default_factory=list)
+    dropped: Counter = field(default_factory=Counter)
+
+
+class _Pool:
+    """Runs decoded in order by ``jobs`` worker processes (1: in this process)."""
+
+    def __init__(self, jobs: int) -> None:
+        self.jobs = jobs
+        self.executor: ProcessPoolExecutor | None = None
+        self.pending: list[Future | Columns] = []
+        self.done: list[Columns] = []
+
+    def submit(self, fn, task) -> None:
+        if self.jobs <= 1:
+            self.done.append(fn(task))
+            return
+        if self.executor is None:
+            import multiprocessing
+
+            methods = multiprocessing.get_all_start_methods()
+            context = multiprocessing.get_context("fork" if "fork" in methods else None)
+            self.executor = ProcessPoolExecutor(self.jobs, mp_context=context)
+        self.pending.append(self.executor.submit(fn, task))
+        while len(self.pending) > self.jobs * _QUEUED_PER_WORKER:
+            self.done.append(self.pending.pop(0).result())
+
+    def results(self) -> list[Columns]:
+        while self.pending:
+            self.done.append(self.pending.pop(0).result())
+        return self.done
+
+    def close(self) -> None:
+        if self.executor is not None:
+            for f in self.pending:
+                f.cancel()
+            self.executor.shutdown(wait=True, cancel_futures=True)
+            self.executor = None
+
+
+def stream_document(path: Path, blocks: Iterator[bytes], regular_offset: int | None,
+                    jobs: int, chunk_bytes: int) -> tuple[chunks.Outline, Columns]:
+    """Scan the JSON ``blocks`` and decode its runs with ``jobs`` workers. ``regular_offset``:
+    where the JSON starts in ``path`` when the workers may read the runs from the file (else the
+    runs' text is sent to them)."""
+    scanner = chunks.Scanner(chunk_bytes)
+    pool = _Pool(jobs)
+    pending = bytearray()  # the text not yet sent, from offset pending_start on
+    pending_start = 0
+    try:
+        for block in blocks:
+            runs = scanner.feed(block)
+            if regular_offset is not None:
+                for run in runs:
+                    pool.submit(_decode_file_run, (str(path), regular_offset + run.start,
+                                                   regular_offset + run.end, run.first))
+                continue
+            pending += block
+            for run in runs:
+                text = bytearray(run.end - run.start + 2)  # a spare byte at each end
+                memoryview(text)[1:-1] = memoryview(pending)[run.start - pending_start :
+                                                             run.end - pending_start]
+                pool.submit(_decode_text_run, (text, run.first))
+                del text
+            keep_from = scanner.run_start if scanner.state == 1 else scanner.offset
+            if keep_from > pending_start:
+                del pending[: keep_from - pending_start]
+                pending_start = keep_from
+        outline = scanner.finish()
+        parts = pool.results()
+    except chunks.Unsplittable as e:
+        raise Fallback(str(e)) from None
+    finally:
+        pool.close()
+    return outline, join(parts)
+
+
+def is_regular(f) -> bool:
+    return stat.S_ISREG(os.fstat(f.fileno()).st_mode)
