@@ -289,6 +289,8 @@ def test_per_module_flops_match_flopcountermode(compared, name):
     assert set(reference) <= set(modules), set(reference) - set(modules)
     worst = {"forward": 0.0, "backward": 0.0}
     for qualified, node in modules.items():
+        if qualified not in reference and node.calls == 0:
+            continue  # a container never called (GPT's ModuleDict): FlopCounterMode has no row
         want = reference.get(qualified, [0.0, 0.0])
         for phase, expected in zip(("forward", "backward"), want):
             got = getattr(node, phase).total.flops
