@@ -26,6 +26,7 @@ def analyze(
     formulas: Registry | None = None,
     peak_tflops: float | None = None,
     max_memory: int | str | None = None,
+    jobs: int | None = None,
 ) -> ModuleProfile:
     """Per-module forward/backward GPU and CPU time, FLOPs and bytes of a trace (a
     :class:`Trace` or a path). ``formulas``: the FLOP formulas (default:
@@ -33,13 +34,14 @@ def analyze(
     ``peak_tflops``: the device's peak TFLOP/s for MFU, instead of the peaks table's (MFU on CPUs
     and devices not in the table). ``max_memory``: the memory loading the trace may take (bytes
     or a size such as ``"8G"``; default: ``TRACEPROF_MAX_MEMORY``, else 80% of the available
-    memory); past it the load stops with :class:`~traceprof.errors.MemoryLimitError`.
+    memory); past it the load stops with :class:`~traceprof.errors.MemoryLimitError`. ``jobs``:
+    processes decoding a large trace (default: one per CPU; the result is the same for any).
 
     >>> profile = analyze("sample_traces/resnet18_train_cpu.pt.trace.json.gz")  # doctest: +SKIP
     >>> profile.to_dataframe()  # doctest: +SKIP
     """
     if not isinstance(trace, Trace):
-        trace = load_trace(trace, progress, max_memory=max_memory)
+        trace = load_trace(trace, progress, max_memory=max_memory, jobs=jobs)
     if progress:
         progress("attributing")
     profile = _analyze(trace, step=step, hierarchy=hierarchy, formulas=formulas,

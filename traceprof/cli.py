@@ -173,8 +173,9 @@ def _interrupted(e: KeyboardInterrupt) -> None:
                    "CPUs and devices not in it].")
 @click.option("--max-memory", type=_Size(), default=None, metavar="SIZE", help=_MAX_MEMORY_HELP)
 @click.option("--jobs", "-j", "jobs", type=click.IntRange(min=1), default=None, metavar="N",
-              help="Parallel workers: for a job, the traces analyzed at once (each worker holds "
-                   "one trace) [default: all CPUs].")
+              help="Parallel workers: for one trace, the processes decoding it "
+                   "(docs/performance.md); for a job, the traces analyzed at once (each worker "
+                   "holds one trace) [default: all CPUs].")
 @click.option("--engine", type=click.Choice(["local", "dask"]), default="local",
               show_default=True,
               help="Where a job's traces are analyzed: a local process pool, or Dask distributed "
@@ -226,7 +227,7 @@ def analyze(trace, fmt, output, depth, top, ignore, batch_size, sort, step, hier
         try:
             profile = analyze_api(
                 trace, step=step, hierarchy=hierarchy, depth=depth, top=top, sort=sort,
-                progress=reporter, peak_tflops=peak_tflops, max_memory=max_memory,
+                progress=reporter, peak_tflops=peak_tflops, max_memory=max_memory, jobs=jobs,
             )
         finally:
             _close(reporter)

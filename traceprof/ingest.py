@@ -20,11 +20,10 @@ import os
 import re
 import stat
 from collections import Counter
-from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, field
 from operator import attrgetter
 from pathlib import Path
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 import msgspec
 import numpy as np
@@ -33,12 +32,20 @@ from . import chunks, reader, schema
 from .errors import TraceReadError
 from .schema import Kind
 
+if TYPE_CHECKING:
+    from concurrent.futures import Future, ProcessPoolExecutor
+
 #: runs of events a worker may hold queued per worker (bounds the memory of the text in flight)
 _QUEUED_PER_WORKER = 2
 
 
 def default_jobs() -> int:
-    """Decoding workers by default: the CPUs this process may use."""
+    """Decoding workers by default: the CPUs this process may use; 1 in a worker process of
+    its own (a job's ranks are already analyzed in parallel)."""
+    import multiprocessing
+
+    if multiprocessing.parent_process() is not None:
+        return 1
     try:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # pragma: no cover - not Linux
@@ -403,6 +410,7 @@ class _Pool:
             return
         if self.executor is None:
             import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor
 
             methods = multiprocessing.get_all_start_methods()
             context = multiprocessing.get_context("fork" if "fork" in methods else None)
