@@ -16,8 +16,18 @@ child (``ru_maxrss``), so every child is measured separately. It prints best and
 median peak RSS and the traceprof/orjson ratios. When ``traceprof analyze`` fails (exit status
 not 0), the failure and the tail of its stderr are reported and the run goes on.
 
+With ``--ingest`` it takes instead the figures of streaming, parallel ingest (docs/performance.md),
+each a median of alternated runs, on traces it generates under ``--data-dir`` when missing
+(``scripts/gen_large_trace.py``): a 1 GB trace against ``orjson.loads`` (wall and peak memory),
+the 35 MB 2021 ResNet-50 trace against ``orjson.loads``, the whole ``traceprof analyze`` command
+on a 1 MB trace against a bare ``python -c "import orjson"``, ``--jobs 2`` against ``--jobs 1``
+on the 1 GB trace, and a 4 GB trace (wall, MB/s, peak memory; ``orjson.loads`` cannot hold it).
+Peak memory there is the largest sum, over the process and its workers, of their proportional
+set sizes (``Pss`` of /proc/PID/smaps_rollup, sampled every 20 ms): shared pages count once.
+
 Usage::
 
+    python scripts/bench_analyze.py --ingest --repeat 5              # the ingest figures
     python scripts/bench_analyze.py                                  # default traces
     python scripts/bench_analyze.py --large /work/bench_out/large_trace.json --repeat 3
     python scripts/bench_analyze.py some.json.gz other.json --no-large --json results.json
@@ -176,6 +186,159 @@ def print_table(results, ref_gc="on"):
             print(f"\ntraceprof analyze {r['file']}: {why}; stderr tail:\n{e['stderr_tail'].rstrip()}")
 
 
+# -- ingest figures (--ingest) -------------------------------------------------------------------
+
+IMPORT_ONLY = "import orjson"
+#: children may write bytecode caches, as an installed package has them (the warm-up run writes
+#: them): PYTHONDONTWRITEBYTECODE would have every run compile traceprof's sources again
+CHILD_ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+
+
+def _tree_pss_kb(pid):
+    """Proportional set size (kB) of a process and all its descendants."""
+    total = 0
+    stack = [pid]
+    while stack:
+        p = stack.pop()
+        try:
+            with open(f"/proc/{p}/smaps_rollup") as f:
+                for line in f:
+                    if line.startswith("Pss:"):
+                        total += int(line.split()[1])
+                        break
+            for task in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{task}/children") as f:
+                    stack.extend(int(c) for c in f.read().split())
+        except (OSError, ValueError):
+            continue
+    return total
+
+
+def run_tree(cmd, timeout):
+    """Run cmd; wall seconds and the peak of the summed PSS of its process tree (MB)."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, env=CHILD_ENV)
+    peak = 0
+    stop = threading.Event()
+
+    def sample():
+        nonlocal peak
+        while not stop.is_set():
+            peak = max(peak, _tree_pss_kb(proc.pid))
+            stop.wait(0.02)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        _, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        _, err = proc.communicate()
+    wall = time.perf_counter() - t0
+    stop.set()
+    sampler.join()
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(map(str, cmd))} failed (exit {proc.returncode}):\n"
+                         f"{err.decode(errors='replace')[-2000:]}")
+    return wall, peak / 1024
+
+
+def alternate(commands, repeat, timeout, label):
+    """Each of ``commands`` (name -> argv) ``repeat`` times, alternated; medians per name."""
+    walls = {name: [] for name in commands}
+    peaks = {name: [] for name in commands}
+    for i in range(repeat):
+        for name, cmd in commands.items():
+            w, m = run_tree(cmd, timeout)
+            walls[name].append(w)
+            peaks[name].append(m)
+            print(f"  {label} [{i + 1}/{repeat}] {name:<18} {w:8.2f} s {m:9.0f} MB", flush=True)
+    return {name: (statistics.median(walls[name]), statistics.median(peaks[name]))
+            for name in commands}
+
+
+def ensure_trace(path, mb):
+    if path.exists():
+        return
+    print(f"generating {path} ({mb} MB) with scripts/gen_large_trace.py ...", flush=True)
+    t0 = time.perf_counter()
+    # one step of a 5-layer model is about 1 MB; larger ones by target size
+    size = ["--steps", "1", "--layers", "5"] if mb <= 1 else ["--target-mb", str(mb)]
+    subprocess.run([sys.executable, str(REPO / "scripts" / "gen_large_trace.py"), "--out",
+                    str(path), *size], check=True, stdout=subprocess.DEVNULL)
+    print(f"  generated in {time.perf_counter() - t0:.0f} s", flush=True)
+
+
+def ingest_figures(a):
+    data = Path(a.data_dir)
+    data.mkdir(parents=True, exist_ok=True)
+    py = a.python
+    one_mb = data / "gpt_1mb.json"
+    one_gb, four_gb = data / f"gpt_{a.gb_mb:g}mb.json", data / f"gpt_{a.four_gb_mb:g}mb.json"
+    resnet = Path(DEFAULT_TRACES[0])
+    sizes = {"1mb": 1, "1gb": a.gb_mb, "4gb": a.four_gb_mb}
+    for path, key in ((one_mb, "1mb"), (one_gb, "1gb"), (four_gb, "4gb")):
+        if key not in a.skip:
+            ensure_trace(path, sizes[key])
+
+    def tp(path, *extra):
+        return [py, "-m", "traceprof", "analyze", str(path), *extra]
+
+    def ref(path):
+        return [py, "-c", REFERENCE, str(path), a.ref_gc]
+
+    subprocess.run([py, "-m", "traceprof", "--help"], cwd=REPO, env=CHILD_ENV,
+                   stdout=subprocess.DEVNULL, check=True)  # writes the bytecode caches
+    rows = []  # (figure, measured, target, met)
+    t = a.timeout
+    if "1gb" not in a.skip:
+        warm_cache(one_gb)
+        r = alternate({"orjson.loads": ref(one_gb), "traceprof": tp(one_gb)}, a.repeat, t, "1 GB")
+        (ow, om), (tw, tm) = r["orjson.loads"], r["traceprof"]
+        mb = one_gb.stat().st_size / 1e6
+        rows += [(f"{one_gb.name}: wall vs orjson.loads", f"{tw:.2f} s / {ow:.2f} s = {tw / ow:.2f}x "
+                  f"({mb / tw:.0f} MB/s)", "<= 0.35x", tw / ow <= 0.35),
+                 (f"{one_gb.name}: peak memory vs orjson.loads", f"{tm:.0f} MB / {om:.0f} MB = {tm / om:.2f}x",
+                  "<= 0.25x", tm / om <= 0.25)]
+        r = alternate({"--jobs 1": tp(one_gb, "--jobs", "1"), "--jobs 2": tp(one_gb, "--jobs", "2")},
+                      a.repeat, t, "1 GB jobs")
+        (w1, _), (w2, _) = r["--jobs 1"], r["--jobs 2"]
+        rows.append((f"{one_gb.name}: --jobs 2 vs --jobs 1 wall", f"{w2:.2f} s / {w1:.2f} s = {w2 / w1:.2f}",
+                     "<= 0.65", w2 / w1 <= 0.65))
+    if "resnet" not in a.skip:
+        warm_cache(resnet)
+        r = alternate({"orjson.loads": ref(resnet), "traceprof": tp(resnet)}, a.repeat, t,
+                      "resnet50 2021")
+        (ow, _), (tw, _) = r["orjson.loads"], r["traceprof"]
+        rows.append(("35 MB resnet50_v100_2021: wall vs orjson.loads",
+                     f"{tw:.2f} s / {ow:.2f} s = {tw / ow:.2f}x", "<= 0.8x", tw / ow <= 0.8))
+    if "1mb" not in a.skip:
+        warm_cache(one_mb)
+        run_tree(tp(one_mb), t)  # warm-up: bytecode caches, page cache
+        r = alternate({"python -c 'import orjson'": [py, "-c", IMPORT_ONLY],
+                       "traceprof analyze": tp(one_mb)}, max(a.repeat, 5), t, "1 MB")
+        (sw, _), (tw, _) = r["python -c 'import orjson'"], r["traceprof analyze"]
+        rows.append(("1 MB: whole traceprof analyze command", f"{tw:.3f} s (bare start {sw:.3f} s)",
+                     "<= 0.35 s", tw <= 0.35))
+    if "4gb" not in a.skip:
+        r = alternate({"traceprof": tp(four_gb)}, max(1, min(a.repeat, 2)), t, "4 GB")
+        tw, tm = r["traceprof"]
+        mb = four_gb.stat().st_size / 1e6
+        rows += [(f"{four_gb.name}: peak memory", f"{tm / 1024:.2f} GiB", "< 3 GiB", tm / 1024 < 3),
+                 (f"{four_gb.name}: wall, throughput", f"{tw:.1f} s, {mb / tw:.0f} MB/s", "(reported)", True)]
+    widths = [max(len(str(x[i])) for x in rows + [("figure", "measured (medians)", "target")])
+              for i in range(3)]
+    print()
+    print("  ".join(h.ljust(w) for h, w in zip(("figure", "measured (medians)", "target"), widths))
+          + "  met")
+    print("  ".join("-" * w for w in widths) + "  ---")
+    for fig, measured, target, met in rows:
+        print("  ".join(str(c).ljust(w) for c, w in zip((fig, measured, target), widths))
+              + ("  yes" if met else "  NO"))
+    return 0
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -192,7 +355,20 @@ def main(argv=None):
                          "has it; with it, orjson.loads of a large trace spends most of its time in "
                          "GC passes)")
     ap.add_argument("--json", metavar="OUT", help="save the results as JSON")
+    ap.add_argument("--ingest", action="store_true",
+                    help="the ingest figures instead (see above); traces under --data-dir")
+    ap.add_argument("--data-dir", default="/work/bench_data",
+                    help="--ingest: where the generated traces are kept (default %(default)s)")
+    ap.add_argument("--gb-mb", type=float, default=1000.0,
+                    help="--ingest: size of the '1 GB' trace in MB (default 1000; 200 for a "
+                         "quick look)")
+    ap.add_argument("--four-gb-mb", type=float, default=4000.0,
+                    help="--ingest: size of the '4 GB' trace in MB (default 4000)")
+    ap.add_argument("--skip", nargs="*", default=[], choices=("1mb", "1gb", "resnet", "4gb"),
+                    help="--ingest: figures left out")
     a = ap.parse_args(argv)
+    if a.ingest:
+        return ingest_figures(a)
 
     paths = list(a.traces or DEFAULT_TRACES)
     if not a.no_large:
