@@ -23,7 +23,7 @@ import numpy as np
 from . import schema
 
 #: bytes of events per run by default (a run is one task of a worker)
-DEFAULT_CHUNK_BYTES = 1 << 24
+DEFAULT_CHUNK_BYTES = 1 << 23
 
 _QUOTE, _BACKSLASH, _OPEN_BRACE, _CLOSE_BRACE, _COMMA = 0x22, 0x5C, 0x7B, 0x7D, 0x2C
 _BRACKET = np.zeros(256, np.int8)
@@ -79,6 +79,7 @@ class Scanner:
         self.run_start = 0
         self.events_start = -1  # offset just after the event array's "["
         self.gap_open = True  # the text inside the array ends after an event and whitespace
+        self.objects = 0  # JSON objects (outside strings) of the last block, for the memory limit
 
     def feed(self, block: bytes) -> list[Run]:
         runs: list[Run] = []
@@ -86,6 +87,7 @@ class Scanner:
             return runs
         base = self.offset
         self.offset += len(block)
+        self.objects = 0
         if self.state == 2:
             self.tail.append(block)
             return runs
@@ -156,6 +158,7 @@ class Scanner:
         delta = _BRACKET[a[brackets]].astype(np.int64)
         depth = self.depth + np.cumsum(delta)
         self.depth = int(depth[-1]) if len(depth) else self.depth
+        self.objects += int(np.count_nonzero(a[brackets] == _OPEN_BRACE))
         for k in np.flatnonzero((delta > 0) & (depth <= 2)).tolist():
             pos = int(brackets[k])
             d = int(depth[k])
@@ -228,6 +231,7 @@ class Scanner:
         braces = np.flatnonzero((a == _OPEN_BRACE) | (a == _CLOSE_BRACE))
         braces = braces[self._outside(q, braces)]
         delta = np.where(a[braces] == _OPEN_BRACE, 1, -1)
+        self.objects += int(np.count_nonzero(delta > 0))
         depth = start_depth + np.cumsum(delta)
         self.depth = int(depth[-1]) if len(depth) else start_depth
         ends = braces[(delta < 0) & (depth == self.level)]  # an event's "}"

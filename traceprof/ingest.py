@@ -30,6 +30,7 @@ import numpy as np
 
 from . import chunks, reader, schema
 from .errors import TraceReadError
+from .limits import MemoryBudget
 from .schema import Kind
 
 if TYPE_CHECKING:
@@ -433,10 +434,12 @@ class _Pool:
 
 
 def stream_document(path: Path, blocks: Iterator[bytes], regular_offset: int | None,
-                    jobs: int, chunk_bytes: int) -> tuple[chunks.Outline, Columns]:
-    """Scan the JSON ``blocks`` and decode its runs with ``jobs`` workers. ``regular_offset``:
-    where the JSON starts in ``path`` when the workers may read the runs from the file (else the
-    runs' text is sent to them)."""
+                    jobs: int, chunk_bytes: int,
+                    budget: MemoryBudget) -> tuple[chunks.Outline, Columns]:
+    """Scan the JSON ``blocks`` and decode its runs with ``jobs`` workers, counting each block
+    against ``budget`` (with the objects the scanner found). ``regular_offset``: where the JSON
+    starts in ``path`` when the workers may read the runs from the file (else the runs' text is
+    sent to them)."""
     scanner = chunks.Scanner(chunk_bytes)
     pool = _Pool(jobs)
     pending = bytearray()  # the text not yet sent, from offset pending_start on
@@ -444,6 +447,7 @@ def stream_document(path: Path, blocks: Iterator[bytes], regular_offset: int | N
     try:
         for block in blocks:
             runs = scanner.feed(block)
+            budget.add(block, scanner.objects)
             if regular_offset is not None:
                 for run in runs:
                     pool.submit(_decode_file_run, (str(path), regular_offset + run.start,

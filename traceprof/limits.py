@@ -194,10 +194,11 @@ class MemoryBudget:
         if self.estimate(json_bytes, 0) > self.limit:
             self._fail(json_bytes, 0)
 
-    def add(self, chunk) -> None:
-        """Count one chunk of JSON (bytes-like) and stop if the estimate passes the limit."""
+    def add(self, chunk, objects: int | None = None) -> None:
+        """Count one chunk of JSON (bytes-like) and stop if the estimate passes the limit
+        (``objects``: its JSON objects when the caller has counted them already)."""
         self.json_bytes += len(chunk)
-        self.objects += count_objects(chunk)
+        self.objects += count_objects(chunk) if objects is None else objects
         if self.estimate() > self.limit:
             self._fail(self.json_bytes, self.objects)
 

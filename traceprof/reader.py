@@ -188,10 +188,10 @@ def _collect(p: Path, chunks: Iterator[bytes], budget: MemoryBudget, gzip: bool)
     return data
 
 
-def _checked(p: Path, chunks: Iterator[bytes], budget: MemoryBudget,
+def _checked(p: Path, chunks: Iterator[bytes], budget: MemoryBudget | None,
              gzip: bool) -> Iterator[bytes]:
     """The JSON chunks without a byte order mark, checking the start, NUL bytes and the memory
-    limit as they come."""
+    limit (unless ``budget`` is None: the caller counts) as they come."""
     head = b""
     started = False
     for chunk in chunks:
@@ -203,13 +203,15 @@ def _checked(p: Path, chunks: Iterator[bytes], budget: MemoryBudget,
             started = True
         if b"\0" in chunk:  # never in JSON text; a stream of zeros is refused at once
             raise TraceReadError(p, _not_json("it holds NUL bytes"))
-        budget.add(chunk)
+        if budget is not None:
+            budget.add(chunk)
         yield chunk
     if not started:
         chunk = head[_check_start(p, head, final=True, gzip=gzip):]
         if b"\0" in chunk:
             raise TraceReadError(p, _not_json("it holds NUL bytes"))
-        budget.add(chunk)
+        if budget is not None:
+            budget.add(chunk)
         yield chunk
 
 
@@ -281,7 +283,7 @@ def load_raw(path: str | os.PathLike, progress: Progress | None = None,
              jobs: int | None = 1, chunk_bytes: int | None = None):
     """Read and decode one trace file (``max_memory``, ``memory_scale``: see
     :func:`read_trace_bytes`): a :class:`RawDocument`, or for a file of more than one run of
-    ``chunk_bytes`` of JSON, an :class:`~traceprof.ingest.StreamedDocument` decoded run by run
+    ```chunk_bytes`` of JSON, an :class:`~traceprof.ingest.StreamedDocument` decoded run by run
     by ``jobs`` workers (None: one per CPU); see :mod:`traceprof.ingest`."""
     if progress:
         progress(f"reading {path}")
@@ -325,8 +327,8 @@ def _load_streamed(p: Path, max_memory, memory_scale: float, jobs: int, chunk_by
             budget.streamed()
             if claimed is not None:
                 budget.expect(claimed)
-            blocks = _checked(p, _inflate(p, head, f), budget, gzip=True)
-            outline, columns = ingest.stream_document(p, blocks, None, jobs, chunk_bytes)
+            blocks = _checked(p, _inflate(p, head, f), None, gzip=True)
+            outline, columns = ingest.stream_document(p, blocks, None, jobs, chunk_bytes, budget)
         else:
             skip = _check_start(p, head, final=len(head) < _SNIFF_BYTES, gzip=False)
             if st.st_size - skip <= chunk_bytes:
@@ -334,8 +336,8 @@ def _load_streamed(p: Path, max_memory, memory_scale: float, jobs: int, chunk_by
             budget.streamed()
             budget.expect(st.st_size)
             f.seek(skip)
-            outline, columns = ingest.stream_document(p, _counted(f, budget), skip, jobs,
-                                                      chunk_bytes)
+            outline, columns = ingest.stream_document(p, _blocks(f), skip, jobs, chunk_bytes,
+                                                      budget)
     warnings = ["invalid UTF-8 replaced with U+FFFD"] if columns.utf8_replaced else []
     if columns.entries and columns.dropped["not_object"] == columns.entries:
         raise ingest.Fallback("no entry is an event object")  # the whole document says so
@@ -355,9 +357,8 @@ def _gzip_claimed_size(f: BinaryIO, size: int, position: int) -> int | None:
     return inflated if inflated <= size * _MAX_DEFLATE_RATIO else None
 
 
-def _counted(f: BinaryIO, budget: MemoryBudget) -> Iterator[bytes]:
+def _blocks(f: BinaryIO) -> Iterator[bytes]:
     while block := f.read(_READ_CHUNK):
-        budget.add(block)
         yield block
 
 
