@@ -305,9 +305,9 @@ def _repaired_durations(dur, ph_codes, phs, warnings: list[str]) -> np.ndarray:
 
 def _memory_events(cols: Columns) -> MemoryEvents:
     """Columns of the ``[memory]`` instants."""
-    labels = [_device_label(t, i) for t, i in zip(cols.memory_device_type.tolist(),
-                                                  cols.memory_device_id.tolist())]
-    device, devices = _factorize(labels)
+    pairs = list(zip(cols.memory_device_type.tolist(), cols.memory_device_id.tolist()))
+    label_of = {pair: _device_label(*pair) for pair in dict.fromkeys(pairs)}
+    device, devices = _factorize([label_of[pair] for pair in pairs])
     return MemoryEvents(cols.memory_index.astype(np.int64), cols.memory_bytes.astype(np.int64),
                         cols.memory_total.astype(np.int64), device, tuple(devices))
 
