@@ -513,7 +513,8 @@ def analyze_job(
     path)`` is called as each trace is done.
 
     >>> job = analyze_job("runs/exp1/")  # doctest: +SKIP
-    >>> job.to_dataframe().pivot_table(index="qualified_name", columns="rank", values="gpu_busy_us")  # doctest: +SKIP
+    >>> df = job.to_dataframe()  # doctest: +SKIP
+    >>> df.pivot_table(index="module", columns="rank", values="gpu_busy_us")  # doctest: +SKIP
     """
     from .engine import make_engine
 

@@ -42,7 +42,8 @@ def _header(job: Job, raw: bool) -> list[str]:
         "traceprof job profile",
         f"job:       {len(job.ranks)} rank{'s' if len(job.ranks) != 1 else ''} ({size}{backend})"
         + (f", {', '.join(devices)}" if devices else ""),
-        f"traces:    {len(paths)} in {os.path.relpath(where) if not os.path.isabs(paths[0]) else where}"
+        f"traces:    {len(paths)} in "
+        f"{os.path.relpath(where) if not os.path.isabs(paths[0]) else where}"
         f" ({units.file_size(total)} JSON in all), analyzed by the {job.engine} engine",
         f"modules:   {len(job.modules)} nodes matched across ranks from "
         f"{first.profile.source_description}",
