@@ -377,3 +377,21 @@ def test_a_rank_that_cannot_be_read_is_a_one_line_error_from_the_workers(tmp_pat
     for engine in ("local", "dask"):
         _one_line_error(traceprof_cli("analyze", job, "--jobs", "2", "--engine", engine), 2,
                         f"{files[2].name}: truncated JSON")
+
+
+def test_dask_scheduler_option_uses_an_existing_cluster(tmp_path, multi_rank_job):
+    """--engine dask --scheduler tcp://HOST:PORT: the tasks go to the cluster already running."""
+    import logging
+
+    from distributed import LocalCluster
+
+    cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                           dashboard_address=None, silence_logs=logging.ERROR)
+    try:
+        out = tmp_path / "job.csv"
+        proc = traceprof_cli("analyze", MULTI_RANK, "--engine", "dask", "--scheduler",
+                             cluster.scheduler_address, "-o", out)
+        assert proc.returncode == 0, proc.stderr
+        assert out.read_text() == render.render_job(multi_rank_job, "csv")
+    finally:
+        cluster.close()
