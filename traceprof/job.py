@@ -133,7 +133,9 @@ def analyze_rank(task: tuple[str, RankOptions]) -> RankResult:
     from .trace import load_trace
 
     path, options = task
-    trace = load_trace(path, max_memory=options.max_memory)
+    # one process per trace: the engine's workers are the parallelism (--jobs), so the trace is
+    # decoded by this process alone, also with --jobs 1 (in the command's own process)
+    trace = load_trace(path, max_memory=options.max_memory, jobs=1)
     profile = analyze(trace, step=options.step, hierarchy=options.hierarchy,
                       peak_tflops=options.peak_tflops)
     return RankResult(path, profile, step_timelines(trace))
