@@ -42,9 +42,11 @@ BYTES_PER_JSON_BYTE = 4.5
 #: estimated peak memory per JSON object (``{``) of the text (traces of tiny events)
 BYTES_PER_OBJECT = 700
 #: the same two estimates for a trace decoded run by run (traceprof.ingest): the text is held
-#: one run at a time, so the memory follows the columns kept per event
+#: one run at a time, so the memory follows the columns kept and the arrays the analysis builds
+#: per event (measured: 450 to 510 bytes per event of generated traces, 200 MB and 1 GB, whose
+#: events have about two objects each)
 STREAMED_BYTES_PER_JSON_BYTE = 0.6
-STREAMED_BYTES_PER_OBJECT = 150
+STREAMED_BYTES_PER_OBJECT = 250
 
 _SIZE_RE = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([kmgtp]?)(i?)(b?)\s*\Z", re.I)
 _POWERS = {"": 0, "k": 1, "m": 2, "g": 3, "t": 4, "p": 5}

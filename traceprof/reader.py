@@ -309,6 +309,8 @@ def _load_streamed(p: Path, max_memory, memory_scale: float, jobs: int, chunk_by
     from . import ingest
 
     try:
+        if not stat.S_ISREG(os.stat(p).st_mode):
+            return None  # a FIFO or a device is opened once, by the whole-document path
         f = open(p, "rb")
     except OSError:
         return None
