@@ -2,7 +2,8 @@
 """Benchmark of job analysis (docs/jobs.md): a job of N generated ranks (default 16 traces of at
 least 50 MB of JSON each, scripts/gen_large_trace.py --ranks), analyzed by the command line
 
-1. one trace alone (``traceprof analyze RANK0``): the reference for wall time and memory;
+1. one trace alone (``traceprof analyze RANK0 --jobs 1``: decoded and analyzed by one process,
+   as each worker of a job does): the reference for wall time and memory;
 2. the job with ``--jobs 1`` (one trace after the other, in the command's process);
 3. the job with ``--jobs 2`` (a local pool of 2 worker processes);
 4. the job with ``--engine dask --jobs 2`` (a Dask LocalCluster of 2 worker processes, started
@@ -119,7 +120,7 @@ def main(argv=None) -> int:
     paths = generate(a.data, a.ranks, a.target_mb, a.layers)
     sizes = [os.path.getsize(p) for p in paths]
     cli = [sys.executable, "-m", "traceprof", "analyze"]
-    rows = [("one trace (rank 0)", cli + [paths[0]]),
+    rows = [("one trace (rank 0)", cli + [paths[0], "--jobs", "1"]),
             ("job --jobs 1", cli + [a.data, "--jobs", "1"]),
             ("job --jobs 2", cli + [a.data, "--jobs", "2"])]
     if not a.no_dask:
