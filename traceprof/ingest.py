@@ -397,12 +397,14 @@ class StreamedDocument:
 
 
 class _Pool:
-    """Runs decoded in order by ``jobs`` worker processes (1: in this process)."""
+    """Runs decoded in order by ``jobs`` worker processes (1: in this process). When every
+    worker has its share of runs queued, the reading process decodes the next run itself rather
+    than wait: it is one more core's worth of decoding while the workers are busy."""
 
     def __init__(self, jobs: int) -> None:
         self.jobs = jobs
         self.executor: ProcessPoolExecutor | None = None
-        self.pending: list[Future | Columns] = []
+        self.pending: list[Future | Columns] = []  # in run order
         self.done: list[Columns] = []
 
     def submit(self, fn, task) -> None:
@@ -416,19 +418,34 @@ class _Pool:
             methods = multiprocessing.get_all_start_methods()
             context = multiprocessing.get_context("fork" if "fork" in methods else None)
             self.executor = ProcessPoolExecutor(self.jobs, mp_context=context)
-        self.pending.append(self.executor.submit(fn, task))
-        while len(self.pending) > self.jobs * _QUEUED_PER_WORKER:
-            self.done.append(self.pending.pop(0).result())
+        self._collect(wait=False)
+        queued = sum(1 for f in self.pending if not isinstance(f, Columns))
+        if queued >= self.jobs * _QUEUED_PER_WORKER:
+            self.pending.append(fn(task))  # the workers are busy: decode this one here
+        else:
+            self.pending.append(self.executor.submit(fn, task))
+        while len(self.pending) > 2 * self.jobs * _QUEUED_PER_WORKER:
+            self._collect_one()
+
+    def _collect(self, wait: bool) -> None:
+        """Move the finished runs at the head of the queue to ``done`` (all when ``wait``)."""
+        while self.pending and (wait or isinstance(self.pending[0], Columns)
+                                or self.pending[0].done()):
+            self._collect_one()
+
+    def _collect_one(self) -> None:
+        head = self.pending.pop(0)
+        self.done.append(head if isinstance(head, Columns) else head.result())
 
     def results(self) -> list[Columns]:
-        while self.pending:
-            self.done.append(self.pending.pop(0).result())
+        self._collect(wait=True)
         return self.done
 
     def close(self) -> None:
         if self.executor is not None:
             for f in self.pending:
-                f.cancel()
+                if not isinstance(f, Columns):
+                    f.cancel()
             self.executor.shutdown(wait=True, cancel_futures=True)
             self.executor = None
 
