@@ -8,12 +8,11 @@ Content-Security-Policy as the single-trace report).
 
 from __future__ import annotations
 
-import html
 import os
 
 from .diff import register_diff
 from .diff_records import DIFF_JSON_SCHEMA, _clean, diff_document
-from .html import _FORBIDDEN_IN_SCRIPT, _content_security_policy, script_json, static_text
+from .html import frontend_script, html_page
 
 _DIFF_STYLE = """
 .tp-diff-icicle { position: relative; margin-bottom: 12px; }
@@ -31,14 +30,8 @@ _DIFF_STYLE = """
 
 
 def diff_script() -> str:
-    code = static_text("index.js") + "\n" + static_text("diff.js")
-    lowered = code.lower()
-    for bad in _FORBIDDEN_IN_SCRIPT:
-        if bad in lowered:
-            raise RuntimeError(f"the diff frontend contains {bad!r}; it cannot be inlined")
-    return (f"\n{code}\n"
-            "const data = (id) => JSON.parse(document.getElementById(id).textContent);\n"
-            "renderDiff(data('traceprof-diff'), data('traceprof-report'));\n")
+    return frontend_script(("index.js", "diff.js"),
+                           "renderDiff(data('traceprof-diff'), data('traceprof-report'));\n")
 
 
 def diff_html(diff) -> str:
@@ -49,28 +42,10 @@ def diff_html(diff) -> str:
     page = {"title": names,
             "footer": f"traceprof {__version__} · {DIFF_JSON_SCHEMA} · {diff.base.path} → "
                       f"{diff.new.path}"}
-    script = diff_script()
-    style = static_text("style.css") + _DIFF_STYLE
-    return f"""<!DOCTYPE html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<meta http-equiv="Content-Security-Policy" content="{html.escape(_content_security_policy(script))}">
-<meta name="generator" content="traceprof {html.escape(__version__)}">
-<title>traceprof diff · {html.escape(names)}</title>
-<style>
-{style}</style>
-</head>
-<body class="tp-body">
-<noscript><div class="tp-message">This page draws its charts with JavaScript; the diff is in the
-element #traceprof-diff (traceprof's diff JSON document, docs/diff.md).</div></noscript>
-<script type="application/json" id="traceprof-diff">{script_json(doc)}</script>
-<script type="application/json" id="traceprof-report">{script_json(page)}</script>
-<script type="module">{script}</script>
-</body>
-</html>
-"""
+    noscript = ("This page draws its charts with JavaScript; the diff is in the element "
+                "#traceprof-diff (traceprof's diff JSON document, docs/diff.md).")
+    return html_page(f"diff · {names}", noscript, diff_script(),
+                     {"traceprof-diff": doc, "traceprof-report": page}, extra_style=_DIFF_STYLE)
 
 
 @register_diff("html", (".html", ".htm"),

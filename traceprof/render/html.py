@@ -46,18 +46,27 @@ def script_json(value) -> str:
     return text
 
 
-def report_script() -> str:
-    """The page's one script: the shared frontend, then the call that shows the embedded profile."""
-    code = static_text("index.js")
+def frontend_script(files: tuple[str, ...], start: str) -> str:
+    """A page's one script: the frontend ``files`` (index.js first, whose helpers the others use)
+    inlined, then ``start``, the code that shows the page's embedded JSON documents."""
+    code = "\n".join(static_text(name) for name in files)
     lowered = code.lower()
     for bad in _FORBIDDEN_IN_SCRIPT:
-        if bad in lowered:  # a change to index.js that the report cannot inline as it is
-            raise RuntimeError(f"index.js contains {bad!r}; it cannot be inlined in a <script>")
+        if bad in lowered:  # a change to the frontend that a page cannot inline as it is
+            raise RuntimeError(f"{', '.join(files)}: contains {bad!r}; it cannot be inlined in a "
+                               "<script>")
     return (f"\n{code}\n"
             "const data = (id) => JSON.parse(document.getElementById(id).textContent);\n"
-            "const doc = data('traceprof-profile');\n"
-            "doc.timeline = data('traceprof-timeline');\n"
-            "renderReport(doc, data('traceprof-report'));\n")
+            f"{start}")
+
+
+def report_script() -> str:
+    """The single-trace report's script: the shared frontend, then the call that shows the
+    embedded profile."""
+    return frontend_script(("index.js",),
+                           "const doc = data('traceprof-profile');\n"
+                           "doc.timeline = data('traceprof-timeline');\n"
+                           "renderReport(doc, data('traceprof-report'));\n")
 
 
 def _content_security_policy(script: str) -> str:
@@ -76,8 +85,23 @@ def report_html(profile: ModuleProfile) -> str:
     name = os.path.basename(path) or "trace"
     page = {"title": name,
             "footer": f"traceprof {__version__} · {doc['schema']} · {path}"}
-    script = report_script()
-    style = static_text("style.css")
+    noscript = ("This report draws its chart and table with JavaScript; enable it to see them. "
+                "The profile is in the element #traceprof-profile (traceprof's JSON document, "
+                "docs/output-formats.md).")
+    return html_page(name, noscript, report_script(),
+                     {"traceprof-profile": doc, "traceprof-report": page,
+                      "traceprof-timeline": timeline})
+
+
+def html_page(title: str, noscript: str, script: str, documents: dict,
+              extra_style: str = "") -> str:
+    """A self-contained page: the shared style sheet, the JSON ``documents`` (element id ->
+    value) and one module ``script``; a Content-Security-Policy lets only that script run and
+    nothing load from the network."""
+    from .. import __version__
+
+    data = "".join(f'<script type="application/json" id="{html.escape(key)}">'
+                   f"{script_json(value)}</script>\n" for key, value in documents.items())
     return f"""<!DOCTYPE html>
 <html lang="en">
 <head>
@@ -85,18 +109,13 @@ def report_html(profile: ModuleProfile) -> str:
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <meta http-equiv="Content-Security-Policy" content="{html.escape(_content_security_policy(script))}">
 <meta name="generator" content="traceprof {html.escape(__version__)}">
-<title>traceprof · {html.escape(name)}</title>
+<title>traceprof · {html.escape(title)}</title>
 <style>
-{style}</style>
+{static_text("style.css")}{extra_style}</style>
 </head>
 <body class="tp-body">
-<noscript><div class="tp-message">This report draws its chart and table with JavaScript; enable
-it to see them. The profile is in the element #traceprof-profile (traceprof's JSON document,
-docs/output-formats.md).</div></noscript>
-<script type="application/json" id="traceprof-profile">{script_json(doc)}</script>
-<script type="application/json" id="traceprof-report">{script_json(page)}</script>
-<script type="application/json" id="traceprof-timeline">{script_json(timeline)}</script>
-<script type="module">{script}</script>
+<noscript><div class="tp-message">{html.escape(noscript)}</div></noscript>
+{data}<script type="module">{script}</script>
 </body>
 </html>
 """
