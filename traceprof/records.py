@@ -89,20 +89,29 @@ def profile_dataframe(profile: ModuleProfile):
 def parquet_bytes(profile: ModuleProfile) -> bytes:
     """:func:`profile_dataframe` as a Parquet file, with the trace, the schema, the hierarchy
     source and the warnings in its metadata (needs pyarrow)."""
+    return dataframe_parquet(profile_dataframe(profile), {
+        "schema": JSON_SCHEMA,
+        "trace": profile.metadata.path.encode("utf-8", "surrogateescape"),
+        "hierarchy": profile.source,
+        "warnings": json.dumps(list(profile.warnings)),
+    })
+
+
+def dataframe_parquet(df, metadata: dict[str, str | bytes]) -> bytes:
+    """A DataFrame as the bytes of a Parquet file, with ``metadata`` (key -> value) in the file's
+    metadata under ``traceprof.<key>``: the trace and the schema travel with the rows (needs
+    pyarrow)."""
     try:
         import pyarrow as pa
         import pyarrow.parquet as pq
     except ImportError:
         raise MissingDependencyError(
             "Parquet output needs pyarrow: pip install 'traceprof[parquet]'") from None
-    table = pa.Table.from_pandas(profile_dataframe(profile), preserve_index=False)
-    # the trace and the schema travel with the rows
+    table = pa.Table.from_pandas(df, preserve_index=False)
     table = table.replace_schema_metadata({
         **(table.schema.metadata or {}),
-        b"traceprof.schema": JSON_SCHEMA.encode(),
-        b"traceprof.trace": profile.metadata.path.encode("utf-8", "surrogateescape"),
-        b"traceprof.hierarchy": profile.source.encode(),
-        b"traceprof.warnings": json.dumps(list(profile.warnings)).encode(),
+        **{f"traceprof.{key}".encode(): value if isinstance(value, bytes) else value.encode()
+           for key, value in metadata.items()},
     })
     buf = io.BytesIO()
     pq.write_table(table, buf)

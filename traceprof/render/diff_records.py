@@ -4,10 +4,9 @@ document, DataFrame and Parquet table built from them (docs/diff.md)."""
 from __future__ import annotations
 
 import dataclasses
-import io
 import json
 
-from ..errors import MissingDependencyError
+from ..records import dataframe_parquet
 
 #: version of the JSON document written by ``traceprof diff --format json``
 DIFF_JSON_SCHEMA = "traceprof.diff/1"
@@ -119,20 +118,9 @@ def diff_dataframe(diff):
 
 
 def diff_parquet(diff) -> bytes:
-    try:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-    except ImportError:
-        raise MissingDependencyError(
-            "Parquet output needs pyarrow: pip install 'traceprof[parquet]'") from None
-    table = pa.Table.from_pandas(diff_dataframe(diff), preserve_index=False)
-    table = table.replace_schema_metadata({
-        **(table.schema.metadata or {}),
-        b"traceprof.schema": DIFF_JSON_SCHEMA.encode(),
-        b"traceprof.base": diff.base.path.encode("utf-8", "surrogateescape"),
-        b"traceprof.new": diff.new.path.encode("utf-8", "surrogateescape"),
-        b"traceprof.warnings": json.dumps(list(diff.warnings)).encode(),
+    return dataframe_parquet(diff_dataframe(diff), {
+        "schema": DIFF_JSON_SCHEMA,
+        "base": diff.base.path.encode("utf-8", "surrogateescape"),
+        "new": diff.new.path.encode("utf-8", "surrogateescape"),
+        "warnings": json.dumps(list(diff.warnings)),
     })
-    buf = io.BytesIO()
-    pq.write_table(table, buf)
-    return buf.getvalue()

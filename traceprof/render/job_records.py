@@ -10,7 +10,7 @@ import json
 
 import msgspec
 
-from ..errors import MissingDependencyError
+from ..records import dataframe_parquet
 from ..job import Job, JobModule, Spread
 from ..profile import PASSES
 from . import RenderOptions, register_job
@@ -169,19 +169,8 @@ def render_job_csv(job: Job, opts: RenderOptions) -> str:
 @register_job("parquet", (".parquet", ".pq"), "one row per module x rank x pass, typed columns",
               binary=True, shows_warnings=False)
 def render_job_parquet(job: Job, opts: RenderOptions) -> bytes:
-    try:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-    except ImportError:
-        raise MissingDependencyError(
-            "Parquet output needs pyarrow: pip install 'traceprof[parquet]'") from None
-    table = pa.Table.from_pandas(job_dataframe(job), preserve_index=False)
-    table = table.replace_schema_metadata({
-        **(table.schema.metadata or {}),
-        b"traceprof.schema": JOB_SCHEMA.encode(),
-        b"traceprof.traces": json.dumps([r.path for r in job.ranks]).encode(),
-        b"traceprof.warnings": json.dumps(list(job.warnings)).encode(),
+    return dataframe_parquet(job_dataframe(job), {
+        "schema": JOB_SCHEMA,
+        "traces": json.dumps([r.path for r in job.ranks]),
+        "warnings": json.dumps(list(job.warnings)),
     })
-    buf = io.BytesIO()
-    pq.write_table(table, buf)
-    return buf.getvalue()
