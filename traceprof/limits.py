@@ -205,8 +205,9 @@ class MemoryBudget:
             self._fail(self.json_bytes, self.objects)
 
     def _fail(self, json_bytes: int, objects: int) -> None:
-        ratio = self.estimate(json_bytes, objects) / max(json_bytes, 1)
-        ratio_text = f"{ratio:.1f}" if ratio < 10 else f"{ratio:.0f}"
+        from .render import units
+
+        ratio_text = units.approximate(self.estimate(json_bytes, objects) / max(json_bytes, 1))
         raise MemoryLimitError(
             self.path,
             f"needs more than the memory limit of {describe_size(self.limit)} (about "

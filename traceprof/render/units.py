@@ -199,6 +199,11 @@ def ratio(value: float | None, raw: bool = False) -> str:
     return f"{value:.4f}" if raw else f"{value:.2f}x"
 
 
+def approximate(value: float) -> str:
+    """A rough factor: one decimal below 10, none above (``4.5``, ``37``)."""
+    return f"{value:.1f}" if value < 10 else f"{value:.0f}"
+
+
 def signed_duration(us: float, raw: bool = False) -> str:
     """A difference of times with its sign: ``+1.20 ms``, ``-35.0 us``."""
     text = duration(us, raw)
