@@ -46,8 +46,29 @@ class Status(str, enum.Enum):
     REMOVED = "removed"  # in the base trace only
 
 
+class _Change:
+    """Δ, Δ% and the noise mark, from ``base_us``, ``new_us`` and ``spread_us``."""
+
+    __slots__ = ()
+
+    @property
+    def delta_us(self) -> float:
+        return self.new_us - self.base_us
+
+    @property
+    def delta_ratio(self) -> float | None:
+        """Δ as a fraction of the base time; None when the base time is 0."""
+        return self.delta_us / self.base_us if self.base_us > 0 else None
+
+    @property
+    def noise(self) -> bool:
+        """The change is within the step-to-step spread."""
+        return self.spread_us is not None and self.delta_us != 0 and \
+            abs(self.delta_us) <= self.spread_us
+
+
 @dataclass(frozen=True, slots=True)
-class PassDelta:
+class PassDelta(_Change):
     """One pass of one node, base -> new. Times per step, microseconds; None: not on that side."""
 
     phase: Pass
@@ -64,21 +85,6 @@ class PassDelta:
     new_memory_peak_bytes: float | None
     base_calls: float
     new_calls: float
-
-    @property
-    def delta_us(self) -> float:
-        return self.new_us - self.base_us
-
-    @property
-    def delta_ratio(self) -> float | None:
-        """Δ as a fraction of the base time; None when the base time is 0."""
-        return self.delta_us / self.base_us if self.base_us > 0 else None
-
-    @property
-    def noise(self) -> bool:
-        """The change is within the step-to-step spread."""
-        return self.spread_us is not None and self.delta_us != 0 and \
-            abs(self.delta_us) <= self.spread_us
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +105,7 @@ class InsideDelta:
 
 
 @dataclass(frozen=True, slots=True)
-class DiffNode:
+class DiffNode(_Change):
     id: int
     parent: int
     children: tuple[int, ...]
@@ -125,19 +131,6 @@ class DiffNode:
     @property
     def new_us(self) -> float:
         return sum(p.new_us for p in self.passes)
-
-    @property
-    def delta_us(self) -> float:
-        return self.new_us - self.base_us
-
-    @property
-    def delta_ratio(self) -> float | None:
-        return self.delta_us / self.base_us if self.base_us > 0 else None
-
-    @property
-    def noise(self) -> bool:
-        s = self.spread_us
-        return s is not None and self.delta_us != 0 and abs(self.delta_us) <= s
 
 
 @dataclass(frozen=True, slots=True)
