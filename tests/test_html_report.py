@@ -13,7 +13,6 @@ import hashlib
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 from html.parser import HTMLParser
@@ -26,6 +25,7 @@ from traceprof import render
 from traceprof.render import html as html_report
 
 from . import viewer_checks
+from .browser import start_chromium
 from .conftest import REPO, SAMPLE_TRACES, SHARED_TRACES
 from .tracebuilder import TraceBuilder
 
@@ -33,7 +33,6 @@ SAMPLE = SAMPLE_TRACES / "resnet18_train_cpu.pt.trace.json.gz"
 BERT = SHARED_TRACES / "module_tree/h100_bert_small_inference.json.gz"
 MI300 = SHARED_TRACES / "module_tree/mi300_resnet_activation_checkpoint_training.json.gz"
 SCREENSHOT = REPO / "docs/images/html-report.png"
-CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 EVIL_SCOPE = "evil</script><b>x<!--"
 EVIL_ANNOTATION = "<!--<script>alert(1)</script>"
 SVG_NS = "http://www.w3.org/2000/svg"
@@ -116,19 +115,8 @@ def reports(tmp_path_factory):
 @pytest.fixture(scope="module")
 def browser():
     """A headless Chromium with its console log; always quit afterwards."""
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = shutil.which("chromium") or CHROMIUM
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                "--window-size=1500,1000", "--hide-scrollbars"):
-        options.add_argument(arg)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(service=Service(shutil.which("chromedriver") or CHROMEDRIVER),
-                              options=options)
+    driver = start_chromium()
     try:
-        driver.set_page_load_timeout(60)
         yield driver
     finally:
         driver.quit()

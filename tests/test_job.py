@@ -22,6 +22,7 @@ from traceprof.job import analyze_job, find_traces, is_job, spread_of
 from traceprof.job_timeline import step_timelines, union_length
 from traceprof.trace import load_trace
 
+from .browser import start_chromium
 from .conftest import REPO, SHARED_TRACES
 from .tracebuilder import TraceBuilder
 
@@ -324,23 +325,7 @@ def test_html_heat_map_opens_a_ranks_tree_on_click(tmp_path, multi_rank_job):
 
 
 def _start_browser():
-    import shutil
-
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    from .test_html_report import CHROMEDRIVER, CHROMIUM
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = shutil.which("chromium") or CHROMIUM
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                "--window-size=1500,1000", "--hide-scrollbars"):
-        options.add_argument(arg)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(service=Service(shutil.which("chromedriver") or CHROMEDRIVER),
-                              options=options)
-    driver.set_page_load_timeout(60)
-    return driver
+    return start_chromium()
 
 
 def test_single_file_keeps_the_single_trace_report():

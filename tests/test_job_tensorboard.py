@@ -5,7 +5,6 @@ above the run's tree; a click on a cell selects that rank's run."""
 from __future__ import annotations
 
 import importlib.util
-import shutil
 import sys
 
 import pytest
@@ -13,6 +12,7 @@ import pytest
 from traceprof.tensorboard import layout
 from traceprof.tensorboard.logdir import write_logdir
 
+from .browser import start_chromium
 from .conftest import REPO
 from .tbserver import free_port, get, get_json, start_process, stop_process, wait_for
 
@@ -50,13 +50,10 @@ def test_every_rank_run_holds_the_job(job_logdir):
 
 
 def test_tab_shows_the_heat_map_and_a_click_selects_the_ranks_run(job_logdir, tmp_path):
-    from selenium import webdriver
     from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
-    from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import Select, WebDriverWait
 
-    from .test_html_report import CHROMEDRIVER, CHROMIUM
 
     logdir, runs, alone = job_logdir
     port = free_port()
@@ -73,15 +70,7 @@ def test_tab_shows_the_heat_map_and_a_click_selects_the_ranks_run(job_logdir, tm
         assert get_json(f"{base}/job?run={alone.name}") == {}
         assert get(f"{base}/job?run=nope")[0] == 404
 
-        options = webdriver.ChromeOptions()
-        options.binary_location = shutil.which("chromium") or CHROMIUM
-        for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                    "--window-size=1500,1000"):
-            options.add_argument(arg)
-        options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-        driver = webdriver.Chrome(service=Service(shutil.which("chromedriver") or CHROMEDRIVER),
-                                  options=options)
-        driver.set_page_load_timeout(60)
+        driver = start_chromium()
         driver.get(f"{url}/#traceprof")
         wait = WebDriverWait(driver, 60, ignored_exceptions=(NoSuchElementException,
                                                              StaleElementReferenceException))

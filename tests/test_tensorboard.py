@@ -12,7 +12,6 @@ import gzip
 import hashlib
 import json
 import os
-import shutil
 import subprocess
 import sys
 import urllib.parse
@@ -24,6 +23,7 @@ from traceprof import schema
 from traceprof.tensorboard import events, layout, write_logdir
 from traceprof.tensorboard.tb_profiler import convert_document
 
+from .browser import start_chromium
 from .conftest import REPO, SAMPLE_TRACES, SHARED_TRACES
 from .tbserver import free_port, get, get_json, start_process, stop_process, wait_for
 from .tracebuilder import TraceBuilder
@@ -33,7 +33,6 @@ SAMPLE = SAMPLE_TRACES / "resnet18_train_cpu.pt.trace.json.gz"
 BERT_RUN, SAMPLE_RUN = "h100_bert_small_inference", "resnet18_train_cpu"
 TINY_RUN = "tiny_gpu_scopes"
 SCREENSHOT = REPO / "docs/images/tensorboard-traceprof.png"
-CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 START_TIMEOUT_S = 60
 LOAD_TIMEOUT_S = 90
 
@@ -399,21 +398,12 @@ def test_serve_starts_tensorboard_on_localhost(tmp_path):
 # ---- headless Chromium ---------------------------------------------------------------------------
 
 def test_chromium_renders_the_module_tree(tensorboard, tmp_path):
-    from selenium import webdriver
     from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
-    from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import Select, WebDriverWait
 
-    options = webdriver.ChromeOptions()
-    options.binary_location = shutil.which("chromium") or CHROMIUM
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                "--window-size=1500,1000", "--hide-scrollbars"):
-        options.add_argument(arg)
-    service = Service(shutil.which("chromedriver") or CHROMEDRIVER)
-    driver = webdriver.Chrome(service=service, options=options)
+    driver = start_chromium()
     try:
-        driver.set_page_load_timeout(60)
         driver.get(f"{tensorboard}/#traceprof")
         wait = WebDriverWait(driver, 60, ignored_exceptions=(NoSuchElementException,
                                                              StaleElementReferenceException))
@@ -468,24 +458,14 @@ def test_chromium_tab_shows_a_modules_kernels_the_timeline_and_the_memory_peak(t
                                                                              tmp_path):
     """The same module views as the HTML report's, in the TensorBoard tab, offline: no request
     leaves TensorBoard's own origin and the console has no error."""
-    from selenium import webdriver
     from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
-    from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import Select, WebDriverWait
 
     from . import viewer_checks
 
-    options = webdriver.ChromeOptions()
-    options.binary_location = shutil.which("chromium") or CHROMIUM
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                "--window-size=1500,1000", "--hide-scrollbars"):
-        options.add_argument(arg)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(service=Service(shutil.which("chromedriver") or CHROMEDRIVER),
-                              options=options)
+    driver = start_chromium()
     try:
-        driver.set_page_load_timeout(60)
         driver.get(f"{tensorboard}/#traceprof")
         wait = WebDriverWait(driver, 60, ignored_exceptions=(NoSuchElementException,
                                                              StaleElementReferenceException))
