@@ -155,3 +155,17 @@ def test_formats_without_a_place_for_warnings_print_them_on_stderr(tmp_path):
     assert proc.stderr.startswith("traceprof: warning: 29.6% of the step's GPU busy time")
     assert "launched before the trace" in proc.stderr
     assert "warning" not in run("analyze", qwen, "-f", "json").stderr  # in the document
+
+
+def test_analyzing_one_trace_imports_only_what_it_uses():
+    """Start-up is part of every command: the tree of one trace does not import the job, diff,
+    DataFrame, Parquet or TensorBoard code, nor torch."""
+    unused = ("traceprof.job", "traceprof.diff_profile", "pandas", "pyarrow", "tensorboard",
+              "torch", "importlib.resources")
+    code = ("import sys; from traceprof.cli import main\n"
+            "try:\n    main(['analyze', sys.argv[1]])\nexcept SystemExit as e:\n    assert not e.code\n"
+            f"print(sorted(m for m in {unused!r} if m in sys.modules))")
+    proc = subprocess.run([sys.executable, "-c", code, str(BERT)], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[-1] == "[]"

@@ -18,7 +18,8 @@ import pytest
 import traceprof
 from traceprof import render
 from traceprof.engine import LocalEngine
-from traceprof.job import analyze_job, find_traces, is_job, spread_of
+from traceprof.job import analyze_job, spread_of
+from traceprof.trace_files import find_traces, is_job
 from traceprof.job_timeline import step_timelines, union_length
 from traceprof.trace import load_trace
 

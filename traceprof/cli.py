@@ -198,7 +198,7 @@ def analyze(trace, fmt, output, depth, top, ignore, batch_size, sort, step, hier
 
     Several traces, a directory or a glob pattern ('runs/*.pt.trace.json.gz') are the ranks of
     one distributed job: one report of every module across the ranks (docs/jobs.md)."""
-    from .job import is_job
+    from .trace_files import is_job
 
     if is_job(trace):
         if ops_module:
@@ -307,7 +307,8 @@ def _analyze_job(traces, *, fmt, output, depth, top, ignore, batch_size, sort, s
                  raw, unsupported_ops, tensorboard_logdir, columns, peak_tflops, max_memory, jobs,
                  engine, scheduler, ranks, straggler_threshold):
     """``analyze`` of several traces, a directory or a glob: the job report."""
-    from .job import analyze_job, find_traces
+    from .job import analyze_job
+    from .trace_files import find_traces
 
     try:
         for given, option in ((top, "--top"), (ignore, "--ignore"), (batch_size, "--batch-size"),
@@ -401,7 +402,7 @@ def tensorboard_command(traces, logdir, name, hierarchy, peak_tflops, serve, por
     never overwritten. Needs the extra: pip install 'traceprof[tensorboard]'.
     """
     try:
-        from .job import expand_patterns
+        from .trace_files import expand_patterns
 
         _write_tensorboard(expand_patterns(traces), logdir, name=name, hierarchy=hierarchy,
                            peak_flops=peak_tflops * 1e12 if peak_tflops else None,

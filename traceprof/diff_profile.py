@@ -512,9 +512,9 @@ def _inside(b: ModuleNode | None, n: ModuleNode | None, base: Side, new: Side,
 def diff_jobs(base_dir: str | os.PathLike, new_dir: str | os.PathLike, *, hierarchy=None,
               max_memory=None) -> DiffProfile:
     """Compare two jobs (directories of one trace per rank, found as ``traceprof analyze`` finds
-    them: :func:`traceprof.job.find_traces`): rank by rank; the result is the diff of the rank
+    them: :func:`traceprof.trace_files.find_traces`): rank by rank; the result is the diff of the rank
     whose step changed most, with every rank's step change in its warnings."""
-    from .job import find_traces
+    from .trace_files import find_traces
 
     hierarchy = None if hierarchy == "auto" else hierarchy
     sides = []

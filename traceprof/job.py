@@ -14,95 +14,20 @@ in which order they finished.
 
 from __future__ import annotations
 
-import glob
 import math
 import os
 from dataclasses import dataclass, field
 
 from . import schema
-from .errors import JobError, TraceReadError
+from .errors import JobError
 from .profile import PASSES, ModuleNode, ModuleProfile, NodeKind, Pass
 from .job_timeline import StepTimeline, step_timelines
+from .trace_files import find_traces
 
 #: a rank is a straggler when its step time is above the median by more than this fraction
 DEFAULT_STRAGGLER_THRESHOLD = 0.05
 #: modules named per straggler
 STRAGGLER_MODULES = 5
-
-
-# ---- discovery ---------------------------------------------------------------------------------
-
-def _is_glob(path: str) -> bool:
-    return any(c in path for c in "*?[")
-
-
-def _traces_in(directory: str) -> list[str]:
-    """The trace files of a directory (sorted); its subdirectories when it has none itself
-    (a TensorBoard log directory: one run per subdirectory)."""
-    def traces(names, root):
-        return sorted(os.path.join(root, n) for n in names
-                      if n.lower().endswith(schema.TRACE_FILE_SUFFIXES)
-                      and not n.lower().endswith(".expect.json")
-                      and os.path.isfile(os.path.join(root, n)))
-
-    found = traces(os.listdir(directory), directory)
-    if not found:
-        for root, dirs, files in os.walk(directory):
-            dirs.sort()
-            found += traces(files, root)
-    # PyTorch's own names (*.pt.trace.json[.gz]) when there are any: other JSON files beside
-    # them (notes, configs) are not traces
-    named = [f for f in found if schema.PROFILER_TRACE_NAME_RE.search(os.path.basename(f))]
-    return named or found
-
-
-def find_traces(paths) -> list[str]:
-    """Trace files named by ``paths``: files, directories (their trace files), glob patterns
-    (``runs/*.pt.trace.json.gz``). Each file once, in the order given (directories and patterns
-    sorted). A directory without traces or a pattern matching nothing is an error."""
-    if isinstance(paths, (str, os.PathLike)):
-        paths = [paths]
-    out: list[str] = []
-    for p in map(os.fspath, paths):
-        if os.path.isdir(p):
-            found = _traces_in(p)
-            if not found:
-                raise TraceReadError(p, "no trace files (.json, .json.gz) in the directory")
-        elif not os.path.exists(p) and _is_glob(p):
-            found = sorted(f for f in glob.glob(p) if not os.path.isdir(f))
-            if not found:
-                raise TraceReadError(p, "no file matches the pattern")
-        else:
-            found = [p]  # a file (or a missing one: the reader says so)
-        out += [f for f in found if f not in out]
-    return out
-
-
-def expand_patterns(paths) -> list[str]:
-    """``paths`` with each glob pattern that names no existing file replaced by the files it
-    matches (sorted); files and directories as given. A pattern matching nothing is an error."""
-    out: list[str] = []
-    for p in map(os.fspath, paths):
-        if not os.path.exists(p) and _is_glob(p):
-            found = sorted(glob.glob(p))
-            if not found:
-                raise TraceReadError(p, "no file matches the pattern")
-            out += found
-        else:
-            out.append(p)
-    return out
-
-
-def is_job(paths) -> bool:
-    """Whether ``paths`` asks for a job (several files, a directory, a glob) rather than one
-    trace file, whose report stays the single-trace one."""
-    if isinstance(paths, (str, os.PathLike)):
-        paths = [paths]
-    paths = [os.fspath(p) for p in paths]
-    if len(paths) != 1:
-        return True
-    p = paths[0]
-    return os.path.isdir(p) or (not os.path.exists(p) and _is_glob(p))
 
 
 # ---- one rank: what a worker computes and sends back --------------------------------------------

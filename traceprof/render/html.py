@@ -16,7 +16,6 @@ import base64
 import hashlib
 import html
 import os
-from importlib import resources
 
 import msgspec
 
@@ -33,6 +32,8 @@ _JSON_ESCAPES = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026",
 
 def static_text(name: str) -> str:
     """A file of the shared frontend (``index.js``, ``style.css``), from the package data."""
+    from importlib import resources  # only when a page is written
+
     return resources.files("traceprof").joinpath(*_STATIC, name).read_text(encoding="utf-8")
 
 

@@ -6,11 +6,14 @@ Content-Security-Policy lets only the page's own script run (as the single-trace
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
-from ..job import Job
 from . import RenderOptions, register_job
 from .html import frontend_script, html_page
 from .job_records import JOB_SCHEMA, job_document
+
+if TYPE_CHECKING:  # the job module is imported by whoever builds a Job
+    from ..job import Job
 
 def job_script() -> str:
     return frontend_script(("index.js", "job.js"),

@@ -7,14 +7,17 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
+from typing import TYPE_CHECKING
 
 import msgspec
 
 from ..records import dataframe_parquet
-from ..job import Job, JobModule, Spread
 from ..profile import PASSES
 from . import RenderOptions, register_job
 from .json_format import profile_document
+
+if TYPE_CHECKING:  # the job module is imported by whoever builds a Job
+    from ..job import Job, JobModule, Spread
 
 JOB_SCHEMA = "traceprof.job/1"
 #: the quantities of a node in the tidy rows, per pass

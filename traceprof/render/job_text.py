@@ -7,11 +7,14 @@ rank."""
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
-from ..job import Job, JobModule
 from ..profile import NodeKind
 from . import RenderOptions, register_job, units
 from .job_records import step_spreads
+
+if TYPE_CHECKING:  # the job module is imported by whoever builds a Job
+    from ..job import Job, JobModule
 
 _STEP_COLUMNS = (("wall_us", "step wall"), ("gpu_busy_us", "GPU busy"), ("compute_us", "compute"),
                  ("collective_us", "collectives"),
