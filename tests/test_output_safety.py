@@ -77,6 +77,15 @@ def test_a_trace_named_through_a_symlink_is_not_its_target_either(tmp_path, trac
     assert trace.read_bytes() == before
 
 
+def test_a_directory_as_output_is_one_error_line(tmp_path, trace):
+    out = tmp_path / "reports"
+    out.mkdir()
+    proc = run_cli(trace, "-o", out)
+    assert_clean_error(proc, out)
+    assert proc.returncode == 4 and "is a directory" in proc.stderr
+    assert list(out.iterdir()) == []
+
+
 # -- 2. devices, FIFOs and standard output -----------------------------------------------------
 
 

@@ -133,7 +133,7 @@ def _interrupted(e: KeyboardInterrupt) -> None:
 @click.argument("trace", nargs=-1, required=True, type=click.Path(dir_okay=True, path_type=str))
 @click.option("-f", "--format", "fmt", type=click.Choice(sorted(render.REGISTRY)), default=None,
               help="Output format [default: from -o's extension, else tree].")
-@click.option("-o", "--output", type=click.Path(dir_okay=False, allow_dash=True, path_type=str),
+@click.option("-o", "--output", metavar="FILE",  # checked by output.resolve_output
               default=None,
               help="Write to FILE (atomically; devices and pipes in place; '-' is standard "
                    "output) instead of standard output; the format follows its extension "

@@ -17,7 +17,7 @@ _FORMATS = ["csv", "html", "json", "parquet", "tree"]
 @click.argument("new", type=click.Path(path_type=str))
 @click.option("-f", "--format", "fmt", type=click.Choice(_FORMATS), default=None,
               help="Output format [default: from -o's extension, else tree].")
-@click.option("-o", "--output", type=click.Path(dir_okay=False, allow_dash=True, path_type=str),
+@click.option("-o", "--output", metavar="FILE",  # checked by output.resolve_output
               default=None, help="Write to FILE (atomically; '-' is standard output); the format "
               "follows its extension (.txt, .json, .csv, .parquet, .html). Never an input.")
 @click.option("--fail-if-slower", "fail_pct", type=click.FloatRange(min=0), default=None,
