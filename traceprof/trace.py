@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import base64
 import binascii
+import ctypes
+import functools
 import json
 import os
 from dataclasses import dataclass, field
@@ -98,12 +100,13 @@ class EventTable:
     thread: np.ndarray  # int32 -> threads
     ts: np.ndarray  # float64, microseconds as written in the trace
     dur: np.ndarray  # float64, microseconds (0 for instants)
-    correlation: np.ndarray  # int64
-    external_id: np.ndarray  # int64
-    sequence_number: np.ndarray  # int64
-    fwd_thread_id: np.ndarray  # int64
-    stream: np.ndarray  # int64
-    flow_id: np.ndarray  # int64 (flow events)
+    # ids: int32 when every value of the column fits, else int64 (see narrowed)
+    correlation: np.ndarray
+    external_id: np.ndarray
+    sequence_number: np.ndarray
+    fwd_thread_id: np.ndarray
+    stream: np.ndarray
+    flow_id: np.ndarray  # flow events
     input_dims: np.ndarray  # int32 -> texts (raw JSON)
     input_types: np.ndarray  # int32 -> texts
     concrete_inputs: np.ndarray  # int32 -> texts
@@ -127,9 +130,10 @@ class EventTable:
 class MemoryEvents:
     """The ``[memory]`` instants of a trace (``profile_memory=True``), one row each."""
 
-    event: np.ndarray  # int64 index into the EventTable
-    bytes: np.ndarray  # int64, > 0 allocated, < 0 freed
-    total_allocated: np.ndarray  # int64 allocator total after the event, -1 when not written
+    # integers: int32 when every value of the column fits, else int64 (see narrowed)
+    event: np.ndarray  # index into the EventTable
+    bytes: np.ndarray  # > 0 allocated, < 0 freed
+    total_allocated: np.ndarray  # allocator total after the event, -1 when not written
     device: np.ndarray  # int32 -> devices
     devices: tuple[str, ...]  # "cuda:0", "cpu"
 
@@ -141,8 +145,9 @@ class MemoryEvents:
 class Trace:
     metadata: TraceMetadata
     events: EventTable
-    python_ids: np.ndarray = field(repr=False)  # int64 "Python id" (python_function), -1
-    python_parent_ids: np.ndarray = field(repr=False)  # int64 "Python parent id", -1
+    # "Python id" and "Python parent id" of python_function events, -1 elsewhere (narrowed)
+    python_ids: np.ndarray = field(repr=False)
+    python_parent_ids: np.ndarray = field(repr=False)
     memory: MemoryEvents | None = field(default=None, repr=False)
 
 
@@ -160,7 +165,57 @@ def load_trace(path: str | os.PathLike, progress: Progress | None = None,
     if progress:
         n = len(doc.events) if isinstance(doc, RawDocument) else len(doc.columns)
         progress(f"indexing {n:,} events")
-    return build_trace(doc)
+    trace = build_trace(doc)
+    del doc
+    release_freed_memory()
+    return trace
+
+
+def release_freed_memory() -> None:
+    """Give the memory freed so far back to the system. The decode frees millions of small
+    objects whose space glibc's allocator keeps in fragments (more than a third of the process
+    after a load); ``malloc_trim`` returns it. A no-op where the C library is not glibc."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+@functools.cache
+def _malloc_trim():
+    try:
+        return ctypes.CDLL("libc.so.6").malloc_trim
+    except (OSError, AttributeError):  # not Linux, or not glibc (musl has no malloc_trim)
+        return None
+
+
+_INT32 = np.iinfo(np.int32)
+
+
+def narrowed(values: np.ndarray) -> np.ndarray:
+    """Integers as int32 when every value fits, else as int64. The ids, counters and indices of
+    every trace seen fit, and int32 halves their memory; a trace with a larger value keeps
+    int64 for that column. The dtype depends on the values only, so a trace decoded whole or
+    run by run gets the same one. Code reading such a column must not write values of another
+    column into it, nor combine it with others without widening first."""
+    values = np.asarray(values)
+    if len(values) == 0 or (values.min() >= _INT32.min and values.max() <= _INT32.max):
+        return values.astype(np.int32, copy=False)
+    return values.astype(np.int64, copy=False)
+
+
+def index_dtype(n_events: int) -> type[np.signedinteger]:
+    """The integer type of arrays of event indices (with -1 for none) over ``n_events``
+    events: int32 below 2**31 events, which halves every per-event link array."""
+    return np.int32 if n_events < _INT32.max else np.int64
+
+
+def _scattered(n: int, index: np.ndarray, values) -> np.ndarray:
+    """A column of ``n`` events: ``values`` at ``index``, -1 elsewhere, narrowed (built in
+    its final dtype, without an int64 copy of the whole column)."""
+    values = narrowed(np.array(values, np.int64))
+    out = np.full(n, -1, values.dtype)
+    out[index] = values
+    return out
 
 
 def build_trace(doc: RawDocument | StreamedDocument) -> Trace:
@@ -201,14 +256,10 @@ def _build(doc: RawDocument | StreamedDocument, cols: Columns) -> Trace:
     input_types = _text_codes(cols.input_types, cols.input_types_texts, text_index)
     concrete_inputs = _text_codes(cols.concrete_inputs, cols.concrete_inputs_texts, text_index)
 
-    flow_id = np.full(n, -1, np.int64)
-    if len(cols.flow_index):
-        flow_id[cols.flow_index] = [fid if isinstance(fid, int) else hash(fid) & 0x7FFFFFFFFFFF
-                                    for fid in cols.flow_ids]
-    python_ids = np.full(n, -1, np.int64)
-    python_parent_ids = np.full(n, -1, np.int64)
-    python_ids[cols.python_index] = cols.python_id
-    python_parent_ids[cols.python_index] = cols.python_parent_id
+    flow_id = _scattered(n, cols.flow_index, [
+        fid if isinstance(fid, int) else hash(fid) & 0x7FFFFFFFFFFF for fid in cols.flow_ids])
+    python_ids = _scattered(n, cols.python_index, cols.python_id)
+    python_parent_ids = _scattered(n, cols.python_index, cols.python_parent_id)
 
     thread, threads = _threads(cols, kind)
     events = EventTable(
@@ -218,11 +269,11 @@ def _build(doc: RawDocument | StreamedDocument, cols: Columns) -> Trace:
         thread=thread,
         ts=cols.ts,
         dur=dur,
-        correlation=cols.correlation,
-        external_id=cols.external_id,
-        sequence_number=cols.sequence_number,
-        fwd_thread_id=cols.fwd_thread_id,
-        stream=cols.stream,
+        correlation=narrowed(cols.correlation),
+        external_id=narrowed(cols.external_id),
+        sequence_number=narrowed(cols.sequence_number),
+        fwd_thread_id=narrowed(cols.fwd_thread_id),
+        stream=narrowed(cols.stream),
         flow_id=flow_id,
         input_dims=input_dims,
         input_types=input_types,
@@ -308,8 +359,8 @@ def _memory_events(cols: Columns) -> MemoryEvents:
     pairs = list(zip(cols.memory_device_type.tolist(), cols.memory_device_id.tolist()))
     label_of = {pair: _device_label(*pair) for pair in dict.fromkeys(pairs)}
     device, devices = _factorize([label_of[pair] for pair in pairs])
-    return MemoryEvents(cols.memory_index.astype(np.int64), cols.memory_bytes.astype(np.int64),
-                        cols.memory_total.astype(np.int64), device, tuple(devices))
+    return MemoryEvents(narrowed(cols.memory_index), narrowed(cols.memory_bytes),
+                        narrowed(cols.memory_total), device, tuple(devices))
 
 
 def _device_label(device_type: int, device_id: int) -> str:
