@@ -18,7 +18,7 @@ import numpy as np
 from . import schema
 from .link import Links
 from .schema import Kind
-from .trace import Trace
+from .trace import Trace, index_dtype
 
 
 class Source(str, enum.Enum):
@@ -67,7 +67,7 @@ class Hierarchy:
     source: Source
     nodes: tuple[HierarchyNode, ...]
     scope_mask: np.ndarray  # bool per event: the event is a scope of the chosen source
-    node_of_scope: np.ndarray  # int64 per event: node of a scope event, -1 elsewhere
+    node_of_scope: np.ndarray  # per event (trace.index_dtype): node of a scope event, -1 elsewhere
     recompute_mask: np.ndarray  # bool per event: scope opened inside a backward node op
     warnings: tuple[str, ...]
 
@@ -141,7 +141,7 @@ def build_hierarchy(trace: Trace, links: Links, source: Source | str | None = No
     if chosen is Source.NONE and source not in (None, "auto"):
         warnings.append(f"the trace has no {Source(source).description}")
     if chosen is Source.NONE:
-        empty = np.full(len(ev), -1, np.int64)
+        empty = np.full(len(ev), -1, index_dtype(len(ev)))
         return Hierarchy(chosen, (), mask, empty, np.zeros(len(ev), bool), tuple(warnings))
     return _build(trace, links, chosen, keys, mask, warnings)
 
@@ -151,7 +151,7 @@ def _build(trace, links, source, keys, mask, warnings) -> Hierarchy:
     table = trace.metadata.module_table if source is Source.TRACEPROF else None
     scope_parent = links.nearest(mask, include_self=False)
     recompute = mask & (links.backward_node >= 0)
-    node_of = np.full(len(ev), -1, np.int64)
+    node_of = np.full(len(ev), -1, index_dtype(len(ev)))  # fewer nodes than events
     nodes: list[HierarchyNode] = []
     index: dict[tuple[int, str], int] = {}
     first_forward_node_of_key: dict[str, int] = {}

@@ -23,12 +23,13 @@ import numpy as np
 
 from . import schema
 from .schema import Kind
-from .trace import Trace
+from .trace import Trace, index_dtype
 
 
 @dataclass(frozen=True, slots=True)
 class Links:
-    """Per-event link arrays (length = number of events; -1 = none)."""
+    """Per-event link arrays (length = number of events; -1 = none). Event indices are of
+    :func:`~traceprof.trace.index_dtype` (int32 below 2**31 events), depths int32."""
 
     parent: np.ndarray  # enclosing CPU slice on the same thread
     depth: np.ndarray  # nesting depth of CPU slices (0 = top level); -1 for other events
@@ -50,7 +51,7 @@ class Links:
         """For every CPU slice, its top-level ancestor (or itself), looking through ``skip``
         slices (such as ProfilerStep#N) as if they were not there."""
         n = len(self.parent)
-        out = np.full(n, -1, np.int64)
+        out = np.full(n, -1, self.parent.dtype)
         if self.levels:
             out[self.levels[0]] = self.levels[0]
         for level in self.levels[1:]:
@@ -62,22 +63,25 @@ class Links:
 def link(trace: Trace) -> Links:
     ev = trace.events
     n = len(ev)
+    index = index_dtype(n)
     kind = ev.kind
     cpu_mask = np.isin(kind, schema.CPU_SLICE_KINDS) & np.isfinite(ev.ts)
     parent, depth, nest_end, conflicts = _nest(
         ev.thread, ev.ts, ev.dur, np.flatnonzero(cpu_mask), n
     )
+    del cpu_mask
     levels = _levels(depth)
 
     gpu_work = np.flatnonzero(np.isin(kind, schema.GPU_WORK_KINDS) & np.isfinite(ev.ts))
+    gpu_work = gpu_work.astype(index)
     launch = _join(
         ev.correlation[gpu_work], np.flatnonzero((kind == Kind.RUNTIME) & (ev.correlation >= 0)),
-        ev.correlation,
+        ev.correlation, index,
     )
     by_external = _join(
         ev.external_id[gpu_work],
         np.flatnonzero(np.isin(kind, (Kind.CPU_OP, Kind.ANNOTATION)) & (ev.external_id >= 0)),
-        ev.external_id,
+        ev.external_id, index,
     )
     anchor = np.where(launch >= 0, launch, by_external)
 
@@ -120,8 +124,8 @@ def _nest(thread, ts, dur, cpu: np.ndarray, n: int):
     otherwise the parent is cut at the child's start, so that the two become siblings. The
     nesting is recomputed until no conflict remains; the number of conflicts is reported.
     """
-    parent = np.full(n, -1, np.int64)
-    depth = np.full(n, -1, np.int64)
+    parent = np.full(n, -1, index_dtype(n))
+    depth = np.full(n, -1, np.int32)
     nest_end = ts + dur
     if len(cpu) == 0:
         return parent, depth, nest_end, 0
@@ -178,12 +182,13 @@ def _nest_sorted(s: np.ndarray, e: np.ndarray):
 
 
 def _nearest(parent, levels, mask: np.ndarray, include_self: bool = True) -> np.ndarray:
-    out = np.full(len(parent), -1, np.int64)
+    out = np.full(len(parent), -1, parent.dtype)
     for level in levels[1:]:
         p = parent[level]
         out[level] = np.where(mask[p], p, out[p])
     if include_self:
-        out = np.where(mask, np.arange(len(mask)), out)
+        itself = np.flatnonzero(mask)  # in place: no second array of every event
+        out[itself] = itself
     return out
 
 
@@ -193,14 +198,16 @@ def _levels(depth: np.ndarray) -> tuple[np.ndarray, ...]:
         return ()
     d = depth[cpu]
     order = np.argsort(d, kind="stable")
-    cpu, d = cpu[order], d[order]
+    cpu, d = cpu[order].astype(index_dtype(len(depth))), d[order]
     cuts = np.searchsorted(d, np.arange(d[-1] + 2))
     return tuple(cpu[cuts[k] : cuts[k + 1]] for k in range(d[-1] + 1))
 
 
-def _join(keys: np.ndarray, candidates: np.ndarray, column: np.ndarray) -> np.ndarray:
-    """For each key, the first candidate event whose ``column`` equals it (-1 if none)."""
-    out = np.full(len(keys), -1, np.int64)
+def _join(keys: np.ndarray, candidates: np.ndarray, column: np.ndarray,
+          index: type[np.signedinteger]) -> np.ndarray:
+    """For each key, the first candidate event whose ``column`` equals it (-1 if none), as
+    ``index`` integers."""
+    out = np.full(len(keys), -1, index)
     if len(candidates) == 0 or len(keys) == 0:
         return out
     cand_keys = column[candidates]
@@ -234,7 +241,7 @@ def _forward_ops(trace: Trace, is_bwd_node: np.ndarray) -> np.ndarray:
     forward thread that its ``Fwd thread id`` names."""
     ev = trace.events
     n = len(ev)
-    out = np.full(n, -1, np.int64)
+    out = np.full(n, -1, index_dtype(n))
     bwd = np.flatnonzero(is_bwd_node)
     fwd = np.flatnonzero((ev.kind == Kind.CPU_OP) & (ev.sequence_number >= 0) & ~is_bwd_node)
     if len(bwd) == 0 or len(fwd) == 0:
@@ -254,12 +261,16 @@ def _forward_ops(trace: Trace, is_bwd_node: np.ndarray) -> np.ndarray:
         uniq, counts = np.unique(pairs, axis=0, return_counts=True)
         for (k, t), c in sorted(zip(map(tuple, uniq.tolist()), counts.tolist()), key=lambda x: x[1]):
             thread_of_index[k] = t  # ascending by count: the most voted thread wins
-    # exact lookup by (thread, sequence number), innermost (last started) op
-    key_f = ev.thread[fwd].astype(np.int64) << 40 | ev.sequence_number[fwd]
+    # exact lookup by (thread, sequence number), innermost (last started) op; one int64 key
+    # of the thread and the sequence number's rank among those of these ops (below 2**31
+    # whatever the numbers, which may be int64)
+    _, rank = np.unique(np.concatenate([fseq, ev.sequence_number[bwd]]), return_inverse=True)
+    rank = rank.ravel()
+    key_f = ev.thread[fwd].astype(np.int64) << 32 | rank[: len(fwd)]
     order = np.lexsort((ev.ts[fwd], key_f))
     key_sorted, fwd_sorted = key_f[order], fwd[order]
     want_thread = np.array([thread_of_index.get(k, -1) for k in index.tolist()], np.int64)
-    key_b = want_thread << 40 | ev.sequence_number[bwd]
+    key_b = want_thread << 32 | rank[len(fwd):]
     pos = np.searchsorted(key_sorted, key_b, side="right") - 1
     ok = (want_thread >= 0) & (pos >= 0)
     ok[ok] &= key_sorted[pos[ok]] == key_b[ok]

@@ -58,7 +58,7 @@ def enclosing_slice(trace: Trace, nest_end: np.ndarray, parent: np.ndarray, cpu:
     """For each event (an instant), the innermost CPU slice of ``cpu`` around it on its thread
     (``ts`` within ``[start, end]``), or -1."""
     ev = trace.events
-    out = np.full(len(events), -1, np.int64)
+    out = np.full(len(events), -1, parent.dtype)
     if not len(events) or not len(cpu):
         return out
     for thread in np.unique(ev.thread[events]).tolist():
