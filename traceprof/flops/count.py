@@ -120,8 +120,13 @@ def count_ops(trace: Trace, links: Links, registry: Registry | None = None,
     unknown = is_op & ~ok & (cls != _NO_COST) & (is_op_name | launches_work | (cls == _FORMULA))
     inside = _has_descendant(links, counts | unknown)
     ops = is_op & ((cls != _OTHER) | unknown)
-    own_us, own_share = _own_time(trace, links, ops)
-    unsupported = np.flatnonzero(unknown & ~covered & (~inside | (own_share > OWN_SHARE)))
+    op_events, own_us, own_share = _own_time(trace, links, ops)
+    mostly_own = np.zeros(n, bool)
+    mostly_own[op_events] = own_share > OWN_SHARE
+    del own_share
+    unsupported = np.flatnonzero(unknown & ~covered & (~inside | mostly_own))
+    unsupported_own_us = own_us[np.searchsorted(op_events, unsupported)]  # unknown ops are ops
+    del op_events, own_us
 
     # per counted op: its distinct call's cost
     pos = np.searchsorted(candidates, counted)
@@ -153,7 +158,7 @@ def count_ops(trace: Trace, links: Links, registry: Registry | None = None,
         unsupported=unsupported,
         unsupported_label=label_of.ravel().astype(np.int32),
         labels=tuple(labels),
-        unsupported_own_us=own_us[unsupported],
+        unsupported_own_us=unsupported_own_us,
         is_op=ops,
     )
 
@@ -200,31 +205,41 @@ def _evaluate(trace: Trace, entries, event: int) -> OpCost | None:
     return cost
 
 
-def _own_time(trace: Trace, links: Links, ops: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per event: its own CPU time (µs) outside the ``ops`` nested in it, and the share of its
-    time that is its own: of its GPU time when GPU work was launched inside it (the work
-    launched by it, not by an op inside it), of its CPU time otherwise."""
+def _own_time(trace: Trace, links: Links,
+              ops: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The ``ops`` events (ascending) and, per op: its own CPU time (µs) outside the ops nested
+    in it, and the share of its time that is its own: of its GPU time when GPU work was
+    launched inside it (the work launched by it, not by an op inside it), of its CPU time
+    otherwise. Arrays of the ops, not of every event: only ops are asked about."""
     ev = trace.events
     n = len(ev)
-    cpu = np.nan_to_num(np.maximum(links.nest_end - ev.ts, 0.0))
-    around = links.nearest(ops, include_self=False)
-    inner = np.flatnonzero(ops & (around >= 0))
-    in_ops = np.bincount(around[inner], weights=cpu[inner], minlength=n)
+    op_events = np.flatnonzero(ops)
+    n_ops = len(op_events)
+    cpu = np.nan_to_num(np.maximum(links.nest_end[op_events] - ev.ts[op_events], 0.0))
+    around = links.nearest(ops, include_self=False)[op_events]
+    inner = around >= 0
+    # ops nest in ops: positions in op_events, in the order of the events as before
+    in_ops = np.bincount(np.searchsorted(op_events, around[inner]), weights=cpu[inner],
+                         minlength=n_ops)
+    del around, inner
     own_cpu = np.maximum(cpu - in_ops, 0.0)
-    cpu_share = np.divide(own_cpu, cpu, out=np.ones(n), where=cpu > 0)
+    cpu_share = np.divide(own_cpu, cpu, out=np.ones(n_ops), where=cpu > 0)
+    del cpu, in_ops
 
     work = links.anchor >= 0
     anchor = links.anchor[work]
     gpu = np.nan_to_num(np.maximum(ev.dur[links.gpu_work[work]], 0.0))
     owner = links.nearest(ops)[anchor]
     mine = owner >= 0
-    own_gpu = np.bincount(owner[mine], weights=gpu[mine], minlength=n)
+    own_gpu = np.bincount(np.searchsorted(op_events, owner[mine]), weights=gpu[mine],
+                          minlength=n_ops)
+    # GPU time launched anywhere inside each slice: summed up the levels over every slice
     total_gpu = np.bincount(anchor, weights=gpu, minlength=n)
     for level in reversed(links.levels[1:] if len(anchor) else ()):
-        # GPU time launched anywhere inside each slice
         np.add.at(total_gpu, links.parent[level], total_gpu[level])
-    gpu_share = np.divide(own_gpu, total_gpu, out=np.zeros(n), where=total_gpu > 0)
-    return own_cpu, np.where(total_gpu > 0, gpu_share, cpu_share)
+    total_gpu = total_gpu[op_events]
+    gpu_share = np.divide(own_gpu, total_gpu, out=np.zeros(n_ops), where=total_gpu > 0)
+    return op_events, own_cpu, np.where(total_gpu > 0, gpu_share, cpu_share)
 
 
 def _has_descendant(links: Links, mark: np.ndarray) -> np.ndarray:
