@@ -60,48 +60,39 @@ def ops_by_node(trace: Trace, links: Links, scope_mask: np.ndarray, is_step: np.
     labels = list(ev.names) + [OUTSIDE_OPS, BETWEEN_OPS_LABEL, NO_LAUNCH]
     outside, between, no_launch = n_names, n_names + 1, n_names + 2
     top = _outermost_op(ev, links, scope_mask)
+    work = gpu.events
+    radix = _Radix(max(n_nodes, _max_plus_one(cpu.node, counted.node, gpu.node)),
+                   len(_PASS_VALUES), len(labels), len(ev.texts) + 1)
 
-    def op_of(events: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(label code, shapes code) of the op each CPU event belongs to."""
+    # op rows: calls (the op events themselves), CPU time, FLOPs, GPU work; each kind of work
+    # has only its own metrics (the others are zero)
+    op_keys = _Keys(radix, len(cpu.events) + len(counted.events) + len(work))
+    for of, events in ((cpu, cpu.events), (counted, counted.events), (gpu, gpu_anchor)):
+        # label and shapes of the op each CPU event belongs to
         e = np.maximum(events, 0)
         op = np.where(events >= 0, top[e], -1)
         has = op >= 0
-        label = np.where(has, ev.name[np.maximum(op, 0)], ev.name[e]).astype(np.int64)
+        label = np.where(has, ev.name[np.maximum(op, 0)], ev.name[e])
         label[~has & scope_mask[e]] = outside
         label[~has & is_step[e]] = between
         label[events < 0] = no_launch
-        shapes = np.where(has, ev.input_dims[np.maximum(op, 0)], -1).astype(np.int64)
-        return label, shapes
-
-    # op rows: calls (the op events themselves), CPU time, FLOPs, GPU work
-    cpu_label, cpu_shapes = op_of(cpu.events)
+        shapes = np.where(has, ev.input_dims[np.maximum(op, 0)], -1)
+        del e, op, has
+        op_keys.add(of.node, of.phase, label, shapes)
     is_call = (cpu.events >= 0) & (top[np.maximum(cpu.events, 0)] == cpu.events)
-    op_label, op_shapes = op_of(counted.events)
-    gpu_label, gpu_shapes = op_of(gpu_anchor)
-    work = gpu.events
-    is_kernel = (ev.kind[work] == Kind.KERNEL).astype(np.float64)
+    del top
+    is_kernel = ev.kind[work] == Kind.KERNEL
     dur = ev.dur[work]
-    zeros = lambda k: np.zeros(k)  # noqa: E731
-    n_cpu, n_op, n_gpu = len(cpu.events), len(counted.events), len(work)
-    op_rows = _grouped(
-        np.concatenate([cpu.node, counted.node, gpu.node]),
-        np.concatenate([cpu.phase, counted.phase, gpu.phase]),
-        np.concatenate([cpu_label, op_label, gpu_label]),
-        np.concatenate([cpu_shapes, op_shapes, gpu_shapes]),
-        {
-            "calls": np.concatenate([is_call.astype(np.float64), zeros(n_op), zeros(n_gpu)]),
-            "kernels": np.concatenate([zeros(n_cpu), zeros(n_op), is_kernel]),
-            "gpu_busy_us": np.concatenate([zeros(n_cpu), zeros(n_op), gpu.weight]),
-            "gpu_work_us": np.concatenate([zeros(n_cpu), zeros(n_op), dur]),
-            "cpu_us": np.concatenate([cpu.weight, zeros(n_op), zeros(n_gpu)]),
-            "flops": np.concatenate([zeros(n_cpu), counted.weight, zeros(n_gpu)]),
-        },
-    )
-    kernel_rows = _grouped(
-        gpu.node, gpu.phase, ev.name[work].astype(np.int64), np.full(n_gpu, -1, np.int64),
-        {"calls": np.ones(n_gpu), "kernels": is_kernel, "gpu_busy_us": gpu.weight,
-         "gpu_work_us": dur, "cpu_us": zeros(n_gpu), "flops": zeros(n_gpu)},
-    )
+    op_rows = _grouped(op_keys, [
+        {"calls": is_call, "cpu_us": cpu.weight},
+        {"flops": counted.weight},
+        {"kernels": is_kernel, "gpu_busy_us": gpu.weight, "gpu_work_us": dur},
+    ])
+    del op_keys, is_call
+    kernel_keys = _Keys(radix, len(work))
+    kernel_keys.add(gpu.node, gpu.phase, ev.name[work], np.full(len(work), -1, np.int32))
+    kernel_rows = _grouped(kernel_keys, [{"calls": np.ones(len(work), bool), "kernels": is_kernel,
+                                          "gpu_busy_us": gpu.weight, "gpu_work_us": dur}])
     out: list[list[OpStat]] = [[] for _ in range(n_nodes)]
     for kind, rows in ((OpKind.OP, op_rows), (OpKind.KERNEL, kernel_rows)):
         for node, phase, label, shapes, values in rows:
@@ -153,7 +144,7 @@ def _outermost_op(ev, links: Links, scope_mask: np.ndarray) -> np.ndarray:
     scope, -1 when there is none."""
     n = len(ev)
     is_op = (ev.kind == Kind.CPU_OP) & ~scope_mask
-    top = np.full(n, -1, np.int64)
+    top = np.full(n, -1, links.parent.dtype)
     for level in links.levels:
         p = links.parent[level]
         pp = np.maximum(p, 0)
@@ -162,21 +153,103 @@ def _outermost_op(ev, links: Links, scope_mask: np.ndarray) -> np.ndarray:
     return top
 
 
-def _grouped(node, phase, label, shapes, values: dict[str, np.ndarray]):
-    """(node, phase, label, shapes, sums in _SUMMED order) per distinct key."""
-    if len(node) == 0:
+def _max_plus_one(*columns: np.ndarray) -> int:
+    return max((int(c.max()) + 1 for c in columns if len(c)), default=0)
+
+
+@dataclass(frozen=True, slots=True)
+class _Radix:
+    """Sizes of the four key columns: node, pass code, label code, shapes code + 1."""
+
+    node: int
+    phase: int
+    label: int
+    shapes: int
+
+    @property
+    def fits_int64(self) -> bool:
+        return float(self.node) * self.phase * self.label * self.shapes < 2.0**62
+
+
+class _Keys:
+    """The (node, pass, label, shapes) keys of rows added part by part: one int64 per row in
+    mixed radix, written into one array (no stack of the four columns of every row, no
+    concatenation), or, for radixes too wide for one int64, rows of the four columns."""
+
+    def __init__(self, radix: _Radix, n_rows: int) -> None:
+        self.radix = radix
+        self.flat = np.empty(n_rows, np.int64) if radix.fits_int64 else None
+        self.stacked: list[np.ndarray] = []
+        self.bounds = [0]  # where each part's rows start and end
+
+    def add(self, node: np.ndarray, phase: np.ndarray, label: np.ndarray,
+            shapes: np.ndarray) -> None:
+        """The rows of one part; codes >= 0, shapes >= -1."""
+        lo, hi = self.bounds[-1], self.bounds[-1] + len(node)
+        if self.flat is not None:
+            key, r = self.flat[lo:hi], self.radix
+            key[:] = node  # int64 arithmetic in place: narrower columns cannot overflow
+            for column, size in ((phase, r.phase), (label, r.label), (shapes, r.shapes)):
+                key *= size
+                key += column
+            key += 1  # shapes + 1
+        else:
+            self.stacked.append(np.stack([node, phase, label, shapes + 1], axis=1)
+                                .astype(np.int64))
+        self.bounds.append(hi)
+
+    def distinct(self) -> tuple[np.ndarray, np.ndarray]:
+        """The distinct keys, ascending, as rows (node, phase, label, shapes), and the position
+        of each row's key among them (as ``np.unique``; sorted in place, with one index array
+        instead of its three). Consumes the keys."""
+        if self.flat is None:
+            keys, inverse = np.unique(np.concatenate(self.stacked), axis=0, return_inverse=True)
+            self.stacked = []
+            return keys - np.array([0, 0, 0, 1]), inverse.ravel()
+        flat, self.flat = self.flat, None
+        order = np.argsort(flat)
+        flat.sort()
+        first = np.empty(len(flat), bool)
+        first[:1] = True
+        np.not_equal(flat[1:], flat[:-1], out=first[1:])
+        uniq = flat[first]
+        np.cumsum(first, out=flat)  # the sorted keys' buffer, reused for their group numbers
+        del first
+        flat -= 1
+        inverse = np.empty(len(flat), np.intp)
+        inverse[order] = flat
+        del order, flat
+        r = self.radix
+        shapes, rest = np.divmod(uniq, r.shapes)[::-1]
+        label, rest = np.divmod(rest, r.label)[::-1]
+        node, phase = np.divmod(rest, r.phase)
+        return np.stack([node, phase, label, shapes - 1], axis=1), inverse
+
+
+def _grouped(keys: _Keys, values: list[dict[str, np.ndarray]]):
+    """(node, phase, label, shapes, sums in _SUMMED order) per distinct key, keys ascending,
+    those whose sums are all zero left out. ``values``: per part of ``keys``, the metrics it
+    has (a bool array counts its true rows); the other metrics are zero there."""
+    if keys.bounds[-1] == 0:
         return []
-    keys = np.stack([node, phase, label, shapes + 1], axis=1).astype(np.int64)
-    radix = keys.max(axis=0) + 1
-    if float(np.prod(radix.astype(np.float64))) < 2.0**62:  # one int64 key: a 1-D sort, fast
-        flat = np.ravel_multi_index(keys.T, tuple(int(r) for r in radix))
-        _, first, inverse = np.unique(flat, return_index=True, return_inverse=True)
-        uniq = keys[first]
-    else:
-        uniq, inverse = np.unique(keys, axis=0, return_inverse=True)
-    uniq = uniq - np.array([0, 0, 0, 1])
-    inverse = inverse.ravel()
-    sums = [np.bincount(inverse, weights=values[f], minlength=len(uniq)) for f in _SUMMED]
+    uniq, inverse = keys.distinct()
+    n_keys = len(uniq)
+    bounds = keys.bounds
+    # each metric summed over the parts that have it, in row order: the same sums as over
+    # every row with zeros for the parts without it
+    sums = []
+    for metric in _SUMMED:
+        having = [k for k, part in enumerate(values) if metric in part]
+        rows = [inverse[bounds[k] : bounds[k + 1]] for k in having]
+        weights = [values[k][metric] for k in having]
+        if len(having) > 1:
+            rows, weights = [np.concatenate(rows)], [np.concatenate(weights)]
+        if not having:
+            sums.append(np.zeros(n_keys))
+        elif weights[0].dtype == bool:  # a count: exact, as a sum of ones
+            sums.append(np.bincount(rows[0][weights[0]], minlength=n_keys).astype(np.float64))
+        else:
+            sums.append(np.bincount(rows[0], weights=weights[0], minlength=n_keys))
     out = []
     for k, (nd, ph, lb, sh) in enumerate(uniq.tolist()):
         vals = [float(s[k]) for s in sums]
