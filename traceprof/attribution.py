@@ -153,8 +153,9 @@ def find_steps(trace: Trace, links: Links) -> Steps:
     numbers = np.array([schema.step_number(ev.names[ev.name[i]]) for i in idx], np.int64)
     # one event per step number (a step seen on several threads keeps its widest interval)
     uniq = np.unique(numbers)
-    start = np.array([ev.ts[idx[numbers == u]].min() for u in uniq], np.float64)
-    end = np.array([(ev.ts + ev.dur)[idx[numbers == u]].max() for u in uniq], np.float64)
+    step_start, step_end = ev.ts[idx], ev.ts[idx] + ev.dur[idx]
+    start = np.array([step_start[numbers == u].min() for u in uniq], np.float64)
+    end = np.array([step_end[numbers == u].max() for u in uniq], np.float64)
     order = np.argsort(start, kind="stable")
     steps = Steps(uniq[order], start[order], end[order], np.ones(len(uniq), bool))
     if len(uniq) == 0:
@@ -220,8 +221,13 @@ class _Context:
         """Whether each time lies in a selected step."""
         if self.whole_trace:
             return np.isfinite(t)
-        pos = self.steps.of_time(t)
-        return (pos >= 0) & self.selected_mask[np.maximum(pos, 0)]
+        # in the step that started last before it, when that step is selected and has not
+        # ended: the end of every step, -inf for those not selected and before the first
+        # (index -1); two arrays of the times' length, not five
+        ends = np.append(np.where(self.selected_mask, self.steps.end, -np.inf), -np.inf)
+        pos = np.searchsorted(self.steps.start, t, side="right")
+        pos -= 1
+        return t < ends[pos]
 
     def classify(self, events: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Module node (-1: none), backward flag and pass code of each CPU event."""
@@ -231,7 +237,7 @@ class _Context:
     def pass_codes(self, events: np.ndarray, node: np.ndarray, bwd: np.ndarray) -> np.ndarray:
         """Pass code of each event, from _classify's node and backward flag: outside every
         module, forward only under a top-level op autograd recorded, else other."""
-        code = np.where(bwd, BACKWARD, FORWARD).astype(np.int64)
+        code = np.where(bwd, BACKWARD, FORWARD).astype(np.int8)
         outside = ~bwd & (node < 0)
         e = np.maximum(events, 0)
         top = self.top
@@ -286,14 +292,18 @@ def _cpu_time(ctx: _Context) -> _CpuTime:
     """CPU time: the exclusive time of every CPU slice in the selection."""
     ev, links = ctx.trace.events, ctx.links
     cpu = np.flatnonzero(links.depth >= 0)
-    cpu = cpu[ctx.in_selection(ev.ts[cpu])]
-    span = links.nest_end - ev.ts
-    child_time = np.bincount(
-        np.maximum(links.parent[cpu], 0), weights=np.where(links.parent[cpu] >= 0, span[cpu], 0),
-        minlength=len(ev),
-    ) if len(cpu) else np.zeros(len(ev))
-    # children outside the selection do not happen: a child starts inside its parent's step
-    cpu_excl = np.maximum(span[cpu] - child_time[cpu], 0.0)
+    cpu = cpu[ctx.in_selection(ev.ts[cpu])].astype(links.parent.dtype)
+    span = links.nest_end[cpu] - ev.ts[cpu]
+    # the time of each slice's children, summed over the slices of the selection only (arrays
+    # of the selection, not of every event): children outside the selection do not happen, a
+    # child starts inside its parent's step
+    parent = links.parent[cpu]
+    at = np.searchsorted(cpu, parent)  # the parent's position in ``cpu`` when it is there
+    child = (parent >= 0) & (at < len(cpu))
+    child[child] &= cpu[at[child]] == parent[child]
+    child_time = np.bincount(at[child], weights=span[child], minlength=len(cpu))
+    del parent, at, child
+    cpu_excl = np.maximum(span - child_time, 0.0)
     node, _, pass_code = ctx.classify(cpu)
     return _CpuTime(cpu, cpu_excl, node, pass_code)
 
@@ -411,7 +421,7 @@ def _memory_events(ctx: _Context, groups: _Groups) -> _MemoryEvents:
     trace, links = ctx.trace, ctx.links
     memory = trace.memory
     if memory is None or not len(memory):
-        return _MemoryEvents(np.zeros(0, bool), np.zeros(0, np.int64), np.zeros(0, np.int64))
+        return _MemoryEvents(np.zeros(0, bool), np.zeros(0, np.int64), np.zeros(0, np.int8))
     keep = ctx.in_selection(trace.events.ts[memory.event])
     around = enclosing_slice(trace, links.nest_end, links.parent,
                              np.flatnonzero(links.depth >= 0), memory.event[keep])
@@ -638,7 +648,8 @@ def _step_selection(ctx: _Context, cpu: _CpuTime, gpu: _GpuWork, counted: _Ops,
 def _link_stats(trace: Trace, links: Links) -> LinkStats:
     """How many events, GPU work items and backward nodes the linker joined."""
     ev = trace.events
-    bwd_nodes = np.flatnonzero(links.backward_node == np.arange(len(ev)))
+    bwd_nodes = np.flatnonzero(
+        links.backward_node == np.arange(len(ev), dtype=links.backward_node.dtype))
     return LinkStats(
         events=len(ev),
         kernels=ev.count(Kind.KERNEL),
@@ -787,7 +798,7 @@ def _flop_summary(trace, links, costs: OpCosts, op_keep, unsupported_keep, ancho
     n_labels = len(costs.labels)
     calls = np.bincount(labels, minlength=n_labels)
     if has_gpu:
-        label_of_event = np.full(len(ev), -1, np.int64)
+        label_of_event = np.full(len(ev), -1, np.int32)  # fewer labels than events
         label_of_event[events] = labels
         around = links.nearest(costs.is_op | (label_of_event >= 0))
         inside = np.where(anchor >= 0, around[np.maximum(anchor, 0)], -1)
@@ -819,7 +830,7 @@ def _device_peaks(trace) -> hardware.DevicePeaks | None:
 def _classify(events: np.ndarray, links: Links, tree: Hierarchy, scope_of: np.ndarray):
     """Module node (-1: none) and backward flag of each CPU event (-1 event: none, forward)."""
     n = len(events)
-    node = np.full(n, -1, np.int64)
+    node = np.full(n, -1, tree.node_of_scope.dtype)
     valid = events >= 0
     e = np.maximum(events, 0)
     bnode = np.where(valid, links.backward_node[e], -1)
@@ -834,10 +845,10 @@ def _classify(events: np.ndarray, links: Links, tree: Hierarchy, scope_of: np.nd
     node[inner] = tree.node_of_scope[scope[inner]]
     # otherwise: the module of the forward op that created the backward node
     rest = backward & ~inner & (bnode >= 0)
-    fop = np.full(n, -1, np.int64)
+    fop = np.full(n, -1, links.forward_op.dtype)
     fop[rest] = links.forward_op[bnode[rest]]
     has = fop >= 0
-    fscope = np.full(n, -1, np.int64)
+    fscope = np.full(n, -1, scope_of.dtype)
     fscope[has] = scope_of[fop[has]]
     ok = fscope >= 0
     node[ok] = tree.node_of_scope[fscope[ok]]
