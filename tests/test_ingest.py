@@ -10,6 +10,7 @@ import gzip
 import json
 import random
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -63,6 +64,16 @@ def assert_same_outcome(path, **kw) -> None:
         assert whole == streamed
     else:
         assert_same_trace(whole, streamed)
+
+
+#: how the runs are cut: likely boundaries checked by decoding (then the scanner when a cut was
+#: wrong), the likely boundaries alone (then the whole-document decoder), the scanner alone
+SPLITTERS = {"default": ingest.SPLITTERS, "cutter": (chunks.Cutter,),
+             "scanner": (chunks.Scanner,)}
+
+
+def cut_by(name: str):
+    return mock.patch.object(ingest, "SPLITTERS", SPLITTERS[name])
 
 
 def is_streamed(path, chunk_bytes: int) -> bool:
@@ -139,21 +150,25 @@ names = st.lists(st.sampled_from(NASTY), max_size=4).map("".join) | st.text(max_
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(names=st.lists(names, min_size=1, max_size=12), seed=st.integers(0, 2**16),
        bare=st.booleans(), indent=st.sampled_from([None, 0, 2]),
-       chunk=st.integers(1, 400), jobs=st.sampled_from([1, 1, 2]))
+       chunk=st.integers(1, 400), jobs=st.sampled_from([1, 1, 2]),
+       splitter=st.sampled_from(list(SPLITTERS)))
 def test_hostile_names_split_like_the_whole_document(tmp_path_factory, names, seed, bare, indent,
-                                                     chunk, jobs):
+                                                     chunk, jobs, splitter):
     rng = random.Random(seed)
     events = [event(i, n, rng) for i, n in enumerate(names)]
     path = tmp_path_factory.mktemp("h") / "t.json"
     path.write_bytes(document(events, rng, bare, indent))
     assert is_streamed(path, chunk) == (path.stat().st_size > chunk)
-    assert_same_outcome(path, chunk_bytes=chunk, jobs=jobs)
+    with cut_by(splitter):
+        assert_same_outcome(path, chunk_bytes=chunk, jobs=jobs)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 2**16), cut=st.integers(0, 10**6), chunk=st.integers(1, 300),
-       mutate=st.sampled_from(["truncate", "invalid_utf8", "byte", "trailing_comma", "none"]))
-def test_damaged_text_gives_the_whole_documents_answer(tmp_path_factory, seed, cut, chunk, mutate):
+       mutate=st.sampled_from(["truncate", "invalid_utf8", "byte", "trailing_comma", "none"]),
+       splitter=st.sampled_from(list(SPLITTERS)))
+def test_damaged_text_gives_the_whole_documents_answer(tmp_path_factory, seed, cut, chunk, mutate,
+                                                       splitter):
     rng = random.Random(seed)
     events = [event(i, rng.choice(NASTY) + "op", rng) for i in range(8)]
     data = document(events, rng, bare=rng.random() < 0.3, indent=rng.choice([None, 1]))
@@ -171,7 +186,8 @@ def test_damaged_text_gives_the_whole_documents_answer(tmp_path_factory, seed, c
         data = data[:k + 1] + b"," + data[k + 1:]
     path = tmp_path_factory.mktemp("d") / "t.json"
     path.write_bytes(data)
-    assert_same_outcome(path, chunk_bytes=chunk, jobs=1)
+    with cut_by(splitter):
+        assert_same_outcome(path, chunk_bytes=chunk, jobs=1)
 
 
 def _events_text(n: int) -> tuple[bytes, list[int]]:
@@ -205,7 +221,9 @@ def test_one_giant_event(tmp_path):
     path = tmp_path / "t.json"
     path.write_bytes(json.dumps({"traceEvents": [small, big, small]}).encode())
     assert is_streamed(path, 1000)
-    assert_same_outcome(path, chunk_bytes=1000, jobs=2)
+    for splitter in SPLITTERS:
+        with cut_by(splitter):
+            assert_same_outcome(path, chunk_bytes=1000, jobs=2)
 
 
 @pytest.mark.parametrize("text, says", [
@@ -225,4 +243,87 @@ def test_what_runs_cannot_say_is_said_by_the_whole_document(tmp_path, text, says
     if says:
         assert isinstance(whole, str) and says in whole
     for chunk in (1, 10, 40):
+        for splitter in SPLITTERS:
+            with cut_by(splitter):
+                assert_same_outcome(path, chunk_bytes=chunk, jobs=1)
+
+
+# -- runs cut at likely boundaries -------------------------------------------------------------
+
+
+class Recuts:
+    """Counts the loads whose likely cuts were found wrong (ingest.Recut)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.stream_document = ingest.stream_document
+
+    def __call__(self, *args, **kwargs):
+        try:
+            return self.stream_document(*args, **kwargs)
+        except ingest.Recut:
+            self.count += 1
+            raise
+
+
+def recuts():
+    return mock.patch.object(ingest, "stream_document", Recuts())
+
+
+def cutter_runs(data: bytes, chunk: int, block: int) -> tuple[list, chunks.Outline]:
+    cutter = chunks.Cutter(chunk)
+    runs = []
+    for i in range(0, len(data), block):
+        runs += cutter.feed(data[i:i + block])
+    runs += cutter.finish()
+    return runs, cutter.outline
+
+
+@pytest.mark.parametrize("block", [1, 3, 17, 1 << 20])
+def test_the_cutter_cuts_where_the_scanner_would(block):
+    data, sizes = _events_text(12)
+    runs, outline = cutter_runs(data, 150, block)
+    scanned = list(chunks.scan([data], 150))
+    assert outline == scanned[-1]
+    assert runs == scanned[:-1]
+    assert len(runs) > 3
+
+
+def test_a_cut_inside_a_string_is_found_out_and_recut(tmp_path):
+    """A name holding a likely boundary, right where the cutter looks: the run before it does
+    not decode, the scanner cuts the text again, and the Trace is the same."""
+    events = [event(i, "op", random.Random(i)) for i in range(40)]
+    events[20]["name"] = 'x"}, {"ph":"X","name":"y' * 50
+    text = json.dumps({"traceEvents": events}).encode()
+    path = tmp_path / "t.json"
+    path.write_bytes(text)
+    chunk = text.index(b'x\\"}, {') - 16  # the first likely boundary after it is in the name
+    with recuts() as counted:
         assert_same_outcome(path, chunk_bytes=chunk, jobs=1)
+    assert counted.count == 1
+    with cut_by("cutter"):
+        assert_same_outcome(path, chunk_bytes=chunk, jobs=2)
+
+
+def test_plain_traces_are_not_recut(tmp_path):
+    src = SHARED_TRACES / "module_tree/h100_bert_small_inference.json.gz"
+    path = tmp_path / "t.json"
+    path.write_bytes(gzip.decompress(src.read_bytes()))
+    with recuts() as counted:
+        for chunk in (4096, 50_000):
+            assert is_streamed(path, chunk)
+    assert counted.count == 0
+
+
+def test_no_likely_boundary_at_all(tmp_path):
+    """Events written without a comma and whitespace pattern the cutter knows (one per line,
+    separated by a comma at the end of a line is one; "}  ,{" too), and none at all: the last
+    run from the array's start is scanned."""
+    events = [event(i, "op", random.Random(i)) for i in range(30)]
+    for sep in (b",", b"\n,\n", b" , "):
+        path = tmp_path / "t.json"
+        path.write_bytes(b'{"traceEvents":[' + sep.join(json.dumps(e).encode() for e in events)
+                         + b"]}")
+        assert_same_outcome(path, chunk_bytes=200, jobs=1)
+    path.write_bytes(json.dumps({"traceEvents": [events[0]], "pad": "x" * 5000}).encode())
+    assert_same_outcome(path, chunk_bytes=200, jobs=2)

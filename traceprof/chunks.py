@@ -15,6 +15,7 @@ the whole-document decoder.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Iterable, Iterator
 
@@ -80,26 +81,62 @@ class Scanner:
         self.events_start = -1  # offset just after the event array's "["
         self.gap_open = True  # the text inside the array ends after an event and whitespace
         self.objects = 0  # JSON objects (outside strings) of the last block, for the memory limit
+        self.opening = b""  # the text's first byte other than whitespace
+
+    @classmethod
+    def inside_events(cls, offset: int, events_start: int, events_depth: int,
+                      chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> Scanner:
+        """A scanner for text that starts at ``offset`` between two events of an event array
+        (or just after its "[", ``events_start``), outside any string. Its outline's ``top`` is
+        the text from the array's "]" on."""
+        scanner = cls(chunk_bytes)
+        scanner.offset = scanner.run_start = offset
+        scanner.state = 1
+        scanner.events_depth = events_depth
+        scanner.level = scanner.depth = events_depth - 1
+        scanner.events_start = events_start
+        return scanner
 
     def feed(self, block: bytes) -> list[Run]:
         runs: list[Run] = []
         if not block:
             return runs
+        if self.state == 0:
+            start = self.feed_head(block)
+            if start is None:
+                return runs
+            block = block[start:]
+        elif self.state == 2:
+            self.offset += len(block)
+            self.objects = 0
+            self.tail.append(block)
+            return runs
+        else:
+            self.objects = 0
+        base = self.offset
+        self.offset += len(block)
+        runs.extend(self._cut(block, base))
+        return runs
+
+    def feed_head(self, block: bytes) -> int | None:
+        """Follow a block of the text before the event array: the offset in ``block`` just
+        after the array's "[" (the rest of the block is not read), or None when the array does
+        not start in it."""
         base = self.offset
         self.offset += len(block)
         self.objects = 0
-        if self.state == 2:
-            self.tail.append(block)
-            return runs
-        if self.state == 0:
-            start = self._find_events(block, base)
-            if start is None:
-                self.head.append(block)
-                return runs
-            self.head.append(block[:start])
-            block, base = block[start:], base + start
-        runs.extend(self._cut(block, base))
-        return runs
+        start = self._find_events(block, base)
+        if start is None:
+            self.head.append(block)
+            return None
+        self.head.append(block[:start])
+        self.offset = base + start
+        return start
+
+    @property
+    def keep_from(self) -> int:
+        """The offset from which the text read so far may still belong to a run."""
+        return self.run_start if self.state == 1 else self.offset
 
     def finish(self) -> Outline:
         """The outline of the document; Unsplittable when the text has no complete event
@@ -148,8 +185,8 @@ class Scanner:
         """Follow every bracket up to the event array; the offset in ``block`` just after its
         "[" (None when it is not in this block)."""
         if base == 0:
-            first = block.lstrip(_WHITESPACE)[:1]
-            if first not in (b"{", b"["):
+            self.opening = block.lstrip(_WHITESPACE)[:1]
+            if self.opening not in (b"{", b"["):
                 raise Unsplittable("not a JSON object or array")
         a = np.frombuffer(block, np.uint8)
         q = self._quotes(block, a)
@@ -164,7 +201,9 @@ class Scanner:
             d = int(depth[k])
             if block[pos] != 0x5B:  # "{"
                 continue
-            if d == 1:  # a bare event array
+            if d == 1:  # a bare event array, or an array after the trace object: not JSON
+                if self.opening != b"[":
+                    raise Unsplittable("a value after the top-level object")
                 self.events_depth = 1
             elif d == 2 and self._key_before(block, pos) == schema.TRACE_EVENTS_KEY:
                 self.events_depth = 2
@@ -256,6 +295,81 @@ class Scanner:
             self.run_start = end
             self.state = 2
             self.tail.append(block[stop:])
+
+
+#: a likely boundary between two events: the "}" that closes one, a comma, the "{" that opens
+#: the next (whitespace between). It may be text inside a string: see :class:`Cutter`.
+_LIKELY_BOUNDARY = re.compile(rb"\}[ \t\r\n]*,[ \t\r\n]*\{")
+
+
+class Cutter:
+    """Cuts the event array into runs at likely event boundaries, without following strings.
+
+    The text before the event array is followed by a :class:`Scanner`, and so is the text from
+    the last cut on (where the array ends). In between, a run ends at the first ``},{`` (with
+    any whitespace) at least ``chunk_bytes`` after its start: no byte but those of the search
+    is looked at, so cutting costs next to nothing. Such a cut can lie inside a string; the
+    runs' decoding finds it out. Each run is decoded as a JSON array, and the first starts just
+    after the array's "[": if every run decodes, each one ended after a whole value of the
+    array (JSON is read the same way from the same state), so each cut was a real boundary
+    and the runs hold the events a scan would have cut. If a run does not decode, the caller
+    reads the text again with a :class:`Scanner`. Feed blocks with :meth:`feed`, then
+    :meth:`finish` gives the last runs and the :attr:`outline`."""
+
+    def __init__(self, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> None:
+        self.chunk_bytes = max(1, int(chunk_bytes))
+        self.head = Scanner(chunk_bytes)  # the text up to the event array
+        self.text = bytearray()  # the text from run_start on
+        self.run_start = 0
+        self.search_from = 0  # where in ``text`` the next boundary may start
+        self.outline: Outline | None = None
+        self.objects = None  # not counted here: the memory budget counts the blocks itself
+
+    @property
+    def offset(self) -> int:
+        return self.head.offset if self.head.state == 0 else self.run_start + len(self.text)
+
+    @property
+    def keep_from(self) -> int:
+        return self.offset if self.head.state == 0 else self.run_start
+
+    def feed(self, block: bytes) -> list[Run]:
+        if self.head.state == 0:
+            start = self.head.feed_head(block)
+            if start is None:
+                return []
+            self.run_start = self.head.events_start
+            block = block[start:]
+        self.text += block
+        runs = []
+        while True:
+            target = max(self.chunk_bytes - 1, self.search_from)  # where the "}" may be
+            m = _LIKELY_BOUNDARY.search(self.text, target)
+            if m is None:
+                # a boundary that the next block completes starts at the last "}"
+                last = self.text.rfind(b"}", target)
+                self.search_from = last if last >= 0 else len(self.text)
+                return runs
+            end = m.start() + 1
+            runs.append(Run(self.run_start, self.run_start + end,
+                            self.run_start == self.head.events_start))
+            del self.text[:end]
+            self.run_start += end
+            self.search_from = 0
+
+    def finish(self) -> list[Run]:
+        """The runs from the last cut on, found by a :class:`Scanner`, which also finds the
+        end of the array; Unsplittable when there is no complete event array."""
+        if self.head.state == 0:
+            raise Unsplittable("no complete event array")
+        tail = Scanner.inside_events(self.run_start, self.head.events_start,
+                                     self.head.events_depth, len(self.text) + 1)
+        runs = tail.feed(bytes(self.text))
+        outline = tail.finish()
+        self.outline = Outline(b"".join(self.head.head) + outline.top, outline.size_bytes,
+                               self.head.events_depth == 1)
+        self.text = bytearray()
+        return runs
 
 
 def scan(blocks: Iterable[bytes], chunk_bytes: int = DEFAULT_CHUNK_BYTES):

@@ -101,6 +101,7 @@ class Columns:
     utf8_grown: int = 0  # bytes the text grew by when invalid UTF-8 was replaced
     dropped: Counter = field(default_factory=Counter)  # entries that are not usable events
     entries: int = 0  # entries of the event array, events or not
+    begin_end: bool = False  # B events (paired with E events across runs by the whole decode)
 
     def __len__(self) -> int:
         return len(self.kind)
@@ -207,8 +208,8 @@ def columns_from_events(evs: list) -> Columns:
 def join(parts: list[Columns]) -> Columns:
     """The columns of runs one after the other (``parts`` is emptied as they are joined, so
     that each run's arrays are freed once copied)."""
-    if len(parts) == 1:
-        return parts.pop()
+    if len(parts) <= 1:  # no run: an empty event array
+        return parts.pop() if parts else columns_from_events([])
     offsets = np.cumsum([0] + [len(p) for p in parts])
     out: dict[str, Any] = {}
     for f in _CODED:
@@ -350,9 +351,8 @@ def decode_run(text: bytes | bytearray, first: bool) -> Columns:
         except (msgspec.DecodeError, RecursionError):
             raise Fallback("not a run of events") from None
     del body
-    if any(ph == "B" for ph in {e.ph for e in evs}):
-        raise Fallback("B/E events")
     cols = columns_from_events(evs)
+    cols.begin_end = "B" in cols.phs
     cols.utf8_replaced = utf8_replaced
     cols.utf8_grown = grown
     cols.dropped = dropped
@@ -450,43 +450,67 @@ class _Pool:
             self.executor = None
 
 
+class Recut(Exception):
+    """A run cut at a likely boundary (:class:`traceprof.chunks.Cutter`) did not decode: the
+    text is read again and cut by the scanner, which says the same as a whole-document decode
+    (or sends the trace to it)."""
+
+
+#: how the event array is cut into runs, in the order they are tried
+SPLITTERS: tuple[type, ...] = (chunks.Cutter, chunks.Scanner)
+
+
 def stream_document(path: Path, blocks: Iterator[bytes], regular_offset: int | None,
-                    jobs: int, chunk_bytes: int,
-                    budget: MemoryBudget) -> tuple[chunks.Outline, Columns]:
-    """Scan the JSON ``blocks`` and decode its runs with ``jobs`` workers, counting each block
-    against ``budget`` (with the objects the scanner found). ``regular_offset``: where the JSON
-    starts in ``path`` when the workers may read the runs from the file (else the runs' text is
-    sent to them)."""
-    scanner = chunks.Scanner(chunk_bytes)
+                    jobs: int, chunk_bytes: int, budget: MemoryBudget,
+                    splitter: type = chunks.Scanner) -> tuple[chunks.Outline, Columns]:
+    """Cut the JSON ``blocks`` into runs with ``splitter`` (:class:`traceprof.chunks.Cutter` or
+    :class:`~traceprof.chunks.Scanner`) and decode them with ``jobs`` workers, counting each
+    block against ``budget``. ``regular_offset``: where the JSON starts in ``path`` when the
+    workers may read the runs from the file (else the runs' text is sent to them). Fallback
+    when the scanner's runs cannot say what a whole-document decode says; Recut when the
+    cutter's runs do not decode."""
+    cutter = splitter(chunk_bytes)
     pool = _Pool(jobs)
     pending = bytearray()  # the text not yet sent, from offset pending_start on
     pending_start = 0
+
+    def submit(runs: list[chunks.Run]) -> None:
+        for run in runs:
+            if regular_offset is not None:
+                pool.submit(_decode_file_run, (str(path), regular_offset + run.start,
+                                               regular_offset + run.end, run.first))
+                continue
+            text = bytearray(run.end - run.start + 2)  # a spare byte at each end
+            memoryview(text)[1:-1] = memoryview(pending)[run.start - pending_start :
+                                                         run.end - pending_start]
+            pool.submit(_decode_text_run, (text, run.first))
+            del text
+
     try:
         for block in blocks:
-            runs = scanner.feed(block)
-            budget.add(block, scanner.objects)
-            if regular_offset is not None:
-                for run in runs:
-                    pool.submit(_decode_file_run, (str(path), regular_offset + run.start,
-                                                   regular_offset + run.end, run.first))
-                continue
-            pending += block
-            for run in runs:
-                text = bytearray(run.end - run.start + 2)  # a spare byte at each end
-                memoryview(text)[1:-1] = memoryview(pending)[run.start - pending_start :
-                                                             run.end - pending_start]
-                pool.submit(_decode_text_run, (text, run.first))
-                del text
-            keep_from = scanner.run_start if scanner.state == 1 else scanner.offset
-            if keep_from > pending_start:
+            runs = cutter.feed(block)
+            budget.add(block, cutter.objects)
+            if regular_offset is None:
+                pending += block
+            submit(runs)
+            keep_from = cutter.keep_from
+            if regular_offset is None and keep_from > pending_start:
                 del pending[: keep_from - pending_start]
                 pending_start = keep_from
-        outline = scanner.finish()
+        if isinstance(cutter, chunks.Cutter):
+            submit(cutter.finish())
+            outline = cutter.outline
+        else:
+            outline = cutter.finish()
         parts = pool.results()
-    except chunks.Unsplittable as e:
+    except (Fallback, chunks.Unsplittable) as e:
+        if isinstance(cutter, chunks.Cutter):
+            raise Recut(str(e)) from None
         raise Fallback(str(e)) from None
     finally:
         pool.close()
+    if any(p.begin_end for p in parts):
+        raise Fallback("B/E events")  # paired across runs: the whole document pairs them
     return outline, join(parts)
 
 

@@ -305,7 +305,35 @@ def load_raw(path: str | os.PathLike, progress: Progress | None = None,
 
 def _load_streamed(p: Path, max_memory, memory_scale: float, jobs: int, chunk_bytes: int):
     """The trace decoded run by run, or None when it is not a regular file of more than one
-    run of JSON (the whole-document path reads it, and says what is wrong with it)."""
+    run of JSON (the whole-document path reads it, and says what is wrong with it). The runs
+    are cut at likely event boundaries first, and by the scanner when one of those cuts was
+    not a boundary (see :class:`traceprof.chunks.Cutter`)."""
+    from . import ingest
+
+    for splitter in ingest.SPLITTERS:
+        try:
+            read = _stream(p, max_memory, memory_scale, jobs, chunk_bytes, splitter)
+            break
+        except ingest.Recut:
+            continue
+    else:
+        raise ingest.Fallback("runs that do not decode")  # the whole document says why
+    if read is None:
+        return None
+    outline, columns = read
+    warnings = ["invalid UTF-8 replaced with U+FFFD"] if columns.utf8_replaced else []
+    if columns.entries and columns.dropped["not_object"] == columns.entries:
+        raise ingest.Fallback("no entry is an event object")  # the whole document says so
+    top = _streamed_top(outline)
+    # the size of the JSON decoded, as a whole-document decode counts it (after replacement)
+    size = outline.size_bytes + columns.utf8_grown
+    return ingest.StreamedDocument(str(p), size, top, columns, warnings, columns.dropped)
+
+
+def _stream(p: Path, max_memory, memory_scale: float, jobs: int, chunk_bytes: int,
+            splitter: type):
+    """The outline and columns of a regular file of more than one run of JSON, cut into runs
+    by ``splitter``; None when it is not one."""
     from . import ingest
 
     try:
@@ -330,23 +358,14 @@ def _load_streamed(p: Path, max_memory, memory_scale: float, jobs: int, chunk_by
             if claimed is not None:
                 budget.expect(claimed)
             blocks = _checked(p, _inflate(p, head, f), None, gzip=True)
-            outline, columns = ingest.stream_document(p, blocks, None, jobs, chunk_bytes, budget)
-        else:
-            skip = _check_start(p, head, final=len(head) < _SNIFF_BYTES, gzip=False)
-            if st.st_size - skip <= chunk_bytes:
-                return None
-            budget.streamed()
-            budget.expect(st.st_size)
-            f.seek(skip)
-            outline, columns = ingest.stream_document(p, _blocks(f), skip, jobs, chunk_bytes,
-                                                      budget)
-    warnings = ["invalid UTF-8 replaced with U+FFFD"] if columns.utf8_replaced else []
-    if columns.entries and columns.dropped["not_object"] == columns.entries:
-        raise ingest.Fallback("no entry is an event object")  # the whole document says so
-    top = _streamed_top(outline)
-    # the size of the JSON decoded, as a whole-document decode counts it (after replacement)
-    size = outline.size_bytes + columns.utf8_grown
-    return ingest.StreamedDocument(str(p), size, top, columns, warnings, columns.dropped)
+            return ingest.stream_document(p, blocks, None, jobs, chunk_bytes, budget, splitter)
+        skip = _check_start(p, head, final=len(head) < _SNIFF_BYTES, gzip=False)
+        if st.st_size - skip <= chunk_bytes:
+            return None
+        budget.streamed()
+        budget.expect(st.st_size)
+        f.seek(skip)
+        return ingest.stream_document(p, _blocks(f), skip, jobs, chunk_bytes, budget, splitter)
 
 
 def _gzip_claimed_size(f: BinaryIO, size: int, position: int) -> int | None:
@@ -368,7 +387,9 @@ def _streamed_top(outline) -> dict[str, Any]:
     """The top-level values of a document split into runs (its event array emptied)."""
     from .ingest import Fallback
 
-    if outline.bare:
+    if outline.bare:  # the text is the array and whitespace
+        if outline.top.strip(_WHITESPACE) != b"[]":
+            raise Fallback("text after the event array")
         return {}
     try:
         outline.top.decode("utf-8")  # invalid UTF-8 there: replaced by the whole-document path
