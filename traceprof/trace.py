@@ -142,13 +142,39 @@ class MemoryEvents:
 
 
 @dataclass(frozen=True, slots=True)
+class PythonFrames:
+    """The ids of the python_function events, one row each (only they carry them: a column of
+    every event would be -1 almost everywhere). Integers narrowed (see narrowed)."""
+
+    event: np.ndarray  # index into the EventTable
+    id: np.ndarray  # "Python id"
+    parent_id: np.ndarray  # "Python parent id", -1 when not written
+
+    def __len__(self) -> int:
+        return len(self.event)
+
+
+@dataclass(frozen=True, slots=True)
 class Trace:
     metadata: TraceMetadata
     events: EventTable
-    # "Python id" and "Python parent id" of python_function events, -1 elsewhere (narrowed)
-    python_ids: np.ndarray = field(repr=False)
-    python_parent_ids: np.ndarray = field(repr=False)
+    python: PythonFrames = field(repr=False)
     memory: MemoryEvents | None = field(default=None, repr=False)
+
+    @property
+    def python_ids(self) -> np.ndarray:
+        """"Python id" of every event, -1 where it has none (built when asked)."""
+        return self._per_event(self.python.id)
+
+    @property
+    def python_parent_ids(self) -> np.ndarray:
+        """"Python parent id" of every event, -1 where it has none (built when asked)."""
+        return self._per_event(self.python.parent_id)
+
+    def _per_event(self, values: np.ndarray) -> np.ndarray:
+        out = np.full(len(self.events), -1, values.dtype)
+        out[self.python.event] = values
+        return out
 
 
 def load_trace(path: str | os.PathLike, progress: Progress | None = None,
@@ -209,6 +235,11 @@ def index_dtype(n_events: int) -> type[np.signedinteger]:
     return np.int32 if n_events < _INT32.max else np.int64
 
 
+#: events a stage processes at a time where it would otherwise build temporaries of every
+#: event: a few MB each, whatever the trace
+BLOCK_EVENTS = 1 << 18
+
+
 def _scattered(n: int, index: np.ndarray, values) -> np.ndarray:
     """A column of ``n`` events: ``values`` at ``index``, -1 elsewhere, narrowed (built in
     its final dtype, without an int64 copy of the whole column)."""
@@ -258,8 +289,8 @@ def _build(doc: RawDocument | StreamedDocument, cols: Columns) -> Trace:
 
     flow_id = _scattered(n, cols.flow_index, [
         fid if isinstance(fid, int) else hash(fid) & 0x7FFFFFFFFFFF for fid in cols.flow_ids])
-    python_ids = _scattered(n, cols.python_index, cols.python_id)
-    python_parent_ids = _scattered(n, cols.python_index, cols.python_parent_id)
+    python = PythonFrames(narrowed(cols.python_index), narrowed(cols.python_id),
+                          narrowed(cols.python_parent_id))
 
     thread, threads = _threads(cols, kind)
     events = EventTable(
@@ -285,7 +316,7 @@ def _build(doc: RawDocument | StreamedDocument, cols: Columns) -> Trace:
     )
     metadata = _metadata(doc)
     memory = _memory_events(cols)
-    return Trace(metadata, events, python_ids, python_parent_ids, memory)
+    return Trace(metadata, events, python, memory)
 
 
 # ---------------------------------------------------------------------------------------------
