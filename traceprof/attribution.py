@@ -47,7 +47,7 @@ from .profile import (
     UnsupportedOp,
 )
 from .schema import Kind
-from .trace import Trace
+from .trace import BLOCK_EVENTS, Trace
 
 _METRICS = tuple(f.name for f in fields(Times))
 FORWARD, BACKWARD, OTHER = range(3)  # pass codes, the order of profile.PASSES
@@ -230,9 +230,18 @@ class _Context:
         return t < ends[pos]
 
     def classify(self, events: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Module node (-1: none), backward flag and pass code of each CPU event."""
-        node, bwd = _classify(events, self.links, self.tree, self.scope_of)
-        return node, bwd, self.pass_codes(events, node, bwd)
+        """Module node (-1: none), backward flag and pass code of each CPU event; in blocks,
+        so that the dozen temporaries of the lookups stay a few MB whatever the number of
+        events."""
+        node = np.empty(len(events), self.tree.node_of_scope.dtype)
+        bwd = np.empty(len(events), bool)
+        code = np.empty(len(events), np.int8)
+        for lo in range(0, len(events), BLOCK_EVENTS):
+            block = slice(lo, lo + BLOCK_EVENTS)
+            node[block], bwd[block] = _classify(events[block], self.links, self.tree,
+                                                self.scope_of)
+            code[block] = self.pass_codes(events[block], node[block], bwd[block])
+        return node, bwd, code
 
     def pass_codes(self, events: np.ndarray, node: np.ndarray, bwd: np.ndarray) -> np.ndarray:
         """Pass code of each event, from _classify's node and backward flag: outside every

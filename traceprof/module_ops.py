@@ -28,7 +28,7 @@ import numpy as np
 from .link import Links
 from .profile import _OP_SUMMED as _SUMMED, OpKind, OpStat
 from .schema import Kind
-from .trace import Trace
+from .trace import BLOCK_EVENTS, Trace
 
 #: label of a module's own CPU time outside every op (Python code of its forward)
 OUTSIDE_OPS = "(outside ops)"
@@ -64,21 +64,27 @@ def ops_by_node(trace: Trace, links: Links, scope_mask: np.ndarray, is_step: np.
     radix = _Radix(max(n_nodes, _max_plus_one(cpu.node, counted.node, gpu.node)),
                    len(_PASS_VALUES), len(labels), len(ev.texts) + 1)
 
+    def write_op_keys(keys: _Keys, at: int, of: Attributed, events: np.ndarray) -> None:
+        """Keys of the rows of ``of``: the label and shapes of the op each CPU event of
+        ``events`` belongs to; in blocks, so that the temporaries stay small."""
+        for lo in range(0, len(events), BLOCK_EVENTS):
+            block = slice(lo, lo + BLOCK_EVENTS)
+            e = np.maximum(events[block], 0)
+            op = np.where(events[block] >= 0, top[e], -1)
+            has = op >= 0
+            label = np.where(has, ev.name[np.maximum(op, 0)], ev.name[e])
+            label[~has & scope_mask[e]] = outside
+            label[~has & is_step[e]] = between
+            label[events[block] < 0] = no_launch
+            shapes = np.where(has, ev.input_dims[np.maximum(op, 0)], -1)
+            keys.write(at + lo, of.node[block], of.phase[block], label, shapes)
+
     # op rows: calls (the op events themselves), CPU time, FLOPs, GPU work; each kind of work
     # has only its own metrics (the others are zero)
-    op_keys = _Keys(radix, len(cpu.events) + len(counted.events) + len(work))
-    for of, events in ((cpu, cpu.events), (counted, counted.events), (gpu, gpu_anchor)):
-        # label and shapes of the op each CPU event belongs to
-        e = np.maximum(events, 0)
-        op = np.where(events >= 0, top[e], -1)
-        has = op >= 0
-        label = np.where(has, ev.name[np.maximum(op, 0)], ev.name[e])
-        label[~has & scope_mask[e]] = outside
-        label[~has & is_step[e]] = between
-        label[events < 0] = no_launch
-        shapes = np.where(has, ev.input_dims[np.maximum(op, 0)], -1)
-        del e, op, has
-        op_keys.add(of.node, of.phase, label, shapes)
+    parts = ((cpu, cpu.events), (counted, counted.events), (gpu, gpu_anchor))
+    op_keys = _Keys(radix, [len(events) for _, events in parts])
+    for (of, events), at in zip(parts, op_keys.bounds):
+        write_op_keys(op_keys, at, of, events)
     is_call = (cpu.events >= 0) & (top[np.maximum(cpu.events, 0)] == cpu.events)
     del top
     is_kernel = ev.kind[work] == Kind.KERNEL
@@ -89,8 +95,8 @@ def ops_by_node(trace: Trace, links: Links, scope_mask: np.ndarray, is_step: np.
         {"kernels": is_kernel, "gpu_busy_us": gpu.weight, "gpu_work_us": dur},
     ])
     del op_keys, is_call
-    kernel_keys = _Keys(radix, len(work))
-    kernel_keys.add(gpu.node, gpu.phase, ev.name[work], np.full(len(work), -1, np.int32))
+    kernel_keys = _Keys(radix, [len(work)])
+    kernel_keys.write(0, gpu.node, gpu.phase, ev.name[work], np.full(len(work), -1, np.int32))
     kernel_rows = _grouped(kernel_keys, [{"calls": np.ones(len(work), bool), "kernels": is_kernel,
                                           "gpu_busy_us": gpu.weight, "gpu_work_us": dur}])
     out: list[list[OpStat]] = [[] for _ in range(n_nodes)]
@@ -172,53 +178,46 @@ class _Radix:
 
 
 class _Keys:
-    """The (node, pass, label, shapes) keys of rows added part by part: one int64 per row in
+    """The (node, pass, label, shapes) keys of rows written part by part: one int64 per row in
     mixed radix, written into one array (no stack of the four columns of every row, no
     concatenation), or, for radixes too wide for one int64, rows of the four columns."""
 
-    def __init__(self, radix: _Radix, n_rows: int) -> None:
+    def __init__(self, radix: _Radix, part_rows: list[int]) -> None:
         self.radix = radix
+        self.bounds = np.cumsum([0, *part_rows]).tolist()  # where each part's rows start, end
+        n_rows = self.bounds[-1]
         self.flat = np.empty(n_rows, np.int64) if radix.fits_int64 else None
-        self.stacked: list[np.ndarray] = []
-        self.bounds = [0]  # where each part's rows start and end
+        self.columns = None if radix.fits_int64 else np.empty((n_rows, 4), np.int64)
 
-    def add(self, node: np.ndarray, phase: np.ndarray, label: np.ndarray,
-            shapes: np.ndarray) -> None:
-        """The rows of one part; codes >= 0, shapes >= -1."""
-        lo, hi = self.bounds[-1], self.bounds[-1] + len(node)
+    def write(self, at: int, node: np.ndarray, phase: np.ndarray, label: np.ndarray,
+              shapes: np.ndarray) -> None:
+        """The keys of rows ``at`` on; codes >= 0, shapes >= -1."""
+        rows = slice(at, at + len(node))
         if self.flat is not None:
-            key, r = self.flat[lo:hi], self.radix
+            key, r = self.flat[rows], self.radix
             key[:] = node  # int64 arithmetic in place: narrower columns cannot overflow
             for column, size in ((phase, r.phase), (label, r.label), (shapes, r.shapes)):
                 key *= size
                 key += column
             key += 1  # shapes + 1
         else:
-            self.stacked.append(np.stack([node, phase, label, shapes + 1], axis=1)
-                                .astype(np.int64))
-        self.bounds.append(hi)
+            for k, column in enumerate((node, phase, label, shapes)):
+                self.columns[rows, k] = column
+            self.columns[rows, 3] += 1
 
     def distinct(self) -> tuple[np.ndarray, np.ndarray]:
         """The distinct keys, ascending, as rows (node, phase, label, shapes), and the position
-        of each row's key among them (as ``np.unique``; sorted in place, with one index array
-        instead of its three). Consumes the keys."""
+        of each row's key among them (as ``np.unique``, with one array of the rows' length at a
+        time besides the keys instead of four: distinct keys are few, a binary search among
+        them is cheap). Consumes the keys."""
         if self.flat is None:
-            keys, inverse = np.unique(np.concatenate(self.stacked), axis=0, return_inverse=True)
-            self.stacked = []
+            columns, self.columns = self.columns, None
+            keys, inverse = np.unique(columns, axis=0, return_inverse=True)
             return keys - np.array([0, 0, 0, 1]), inverse.ravel()
         flat, self.flat = self.flat, None
-        order = np.argsort(flat)
-        flat.sort()
-        first = np.empty(len(flat), bool)
-        first[:1] = True
-        np.not_equal(flat[1:], flat[:-1], out=first[1:])
-        uniq = flat[first]
-        np.cumsum(first, out=flat)  # the sorted keys' buffer, reused for their group numbers
-        del first
-        flat -= 1
-        inverse = np.empty(len(flat), np.intp)
-        inverse[order] = flat
-        del order, flat
+        uniq = np.unique(flat)
+        inverse = np.searchsorted(uniq, flat)
+        del flat
         r = self.radix
         shapes, rest = np.divmod(uniq, r.shapes)[::-1]
         label, rest = np.divmod(rest, r.label)[::-1]
