@@ -280,13 +280,22 @@ def cutter_runs(data: bytes, chunk: int, block: int) -> tuple[list, chunks.Outli
 
 
 @pytest.mark.parametrize("block", [1, 3, 17, 1 << 20])
-def test_the_cutter_cuts_where_the_scanner_would(block):
+def test_the_cutter_cuts_at_event_boundaries(block):
+    """Runs one after the other over the whole array, each ending after an event (a boundary
+    that straddles two blocks is passed over: the run ends at the next one); in one block,
+    the scanner's runs."""
     data, sizes = _events_text(12)
     runs, outline = cutter_runs(data, 150, block)
     scanned = list(chunks.scan([data], 150))
     assert outline == scanned[-1]
-    assert runs == scanned[:-1]
-    assert len(runs) > 3
+    event_ends = {r.end for r in list(chunks.scan([data], 1))[:-1]}
+    assert runs[0].start == 16 and runs[-1].end == len(data) - 2
+    assert all(a.end == b.start for a, b in zip(runs, runs[1:]))
+    assert {r.end for r in runs} <= event_ends
+    assert [r.first for r in runs] == [True] + [False] * (len(runs) - 1)
+    if block > len(data):
+        assert runs == scanned[:-1]
+        assert len(runs) > 3
 
 
 def test_a_cut_inside_a_string_is_found_out_and_recut(tmp_path):

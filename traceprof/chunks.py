@@ -32,6 +32,7 @@ _BRACKET[list(b"[{")] = 1
 _BRACKET[list(b"]}")] = -1
 _WHITESPACE = b" \t\r\n"
 _KEY_WINDOW = 4096  # bytes before an array searched for its key (more whitespace: not split)
+_HEAD_PIECE = 1 << 16  # bytes of the text before the event array scanned at a time
 
 
 class Unsplittable(Exception):
@@ -319,56 +320,67 @@ class Cutter:
     def __init__(self, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> None:
         self.chunk_bytes = max(1, int(chunk_bytes))
         self.head = Scanner(chunk_bytes)  # the text up to the event array
-        self.text = bytearray()  # the text from run_start on
+        self.blocks: list[bytes] = []  # the text from (about) run_start on, as it came
+        self.blocks_start = 0  # offset of the first of them
+        self.offset = 0  # offset of the next block
         self.run_start = 0
-        self.search_from = 0  # where in ``text`` the next boundary may start
+        self.search_from = 0  # no likely boundary before this offset
         self.outline: Outline | None = None
         self.objects = None  # not counted here: the memory budget counts the blocks itself
-
-    @property
-    def offset(self) -> int:
-        return self.head.offset if self.head.state == 0 else self.run_start + len(self.text)
 
     @property
     def keep_from(self) -> int:
         return self.offset if self.head.state == 0 else self.run_start
 
     def feed(self, block: bytes) -> list[Run]:
+        self.offset += len(block)
         if self.head.state == 0:
-            start = self.head.feed_head(block)
-            if start is None:
+            # in pieces: the scanner reads no further than the array's "[" (or a piece past it)
+            for at in range(0, len(block), _HEAD_PIECE):
+                start = self.head.feed_head(block[at : at + _HEAD_PIECE])
+                if start is not None:
+                    block = block[at + start :]
+                    break
+            else:
                 return []
-            self.run_start = self.head.events_start
-            block = block[start:]
-        self.text += block
+            self.run_start = self.blocks_start = self.search_from = self.head.events_start
+        self.blocks.append(block)
         runs = []
-        while True:
-            target = max(self.chunk_bytes - 1, self.search_from)  # where the "}" may be
-            m = _LIKELY_BOUNDARY.search(self.text, target)
-            if m is None:
-                # a boundary that the next block completes starts at the last "}"
-                last = self.text.rfind(b"}", target)
-                self.search_from = last if last >= 0 else len(self.text)
-                return runs
-            end = m.start() + 1
-            runs.append(Run(self.run_start, self.run_start + end,
-                            self.run_start == self.head.events_start))
-            del self.text[:end]
-            self.run_start += end
-            self.search_from = 0
+        while (end := self._likely_boundary()) is not None:
+            runs.append(Run(self.run_start, end, self.run_start == self.head.events_start))
+            self.run_start = end
+            while self.blocks and self.blocks_start + len(self.blocks[0]) <= end:  # before the cut
+                self.blocks_start += len(self.blocks.pop(0))
+        return runs
+
+    def _likely_boundary(self) -> int | None:
+        """The offset just after the "}" of the first likely boundary whose "}" is at least
+        ``chunk_bytes`` after the run's start, if the text so far has one. A boundary that
+        straddles two blocks is not seen: the run ends at the next one."""
+        pos = max(self.run_start + self.chunk_bytes - 1, self.search_from)
+        block_start = self.blocks_start
+        for block in self.blocks:
+            if pos < block_start + len(block):
+                m = _LIKELY_BOUNDARY.search(block, max(pos - block_start, 0))
+                if m is not None:
+                    return block_start + m.start() + 1
+            block_start += len(block)
+        self.search_from = max(pos, block_start)
+        return None
 
     def finish(self) -> list[Run]:
         """The runs from the last cut on, found by a :class:`Scanner`, which also finds the
         end of the array; Unsplittable when there is no complete event array."""
         if self.head.state == 0:
             raise Unsplittable("no complete event array")
+        text = b"".join(self.blocks)[self.run_start - self.blocks_start :]
+        self.blocks = []
         tail = Scanner.inside_events(self.run_start, self.head.events_start,
-                                     self.head.events_depth, len(self.text) + 1)
-        runs = tail.feed(bytes(self.text))
+                                     self.head.events_depth, len(text) + 1)
+        runs = tail.feed(text)
         outline = tail.finish()
         self.outline = Outline(b"".join(self.head.head) + outline.top, outline.size_bytes,
                                self.head.events_depth == 1)
-        self.text = bytearray()
         return runs
 
 
