@@ -100,7 +100,7 @@ class EventTable:
     thread: np.ndarray  # int32 -> threads
     ts: np.ndarray  # float64, microseconds as written in the trace
     dur: np.ndarray  # float64, microseconds (0 for instants)
-    # ids: int32 when every value of the column fits, else int64 (see narrowed)
+    # ids: the narrowest integer type that holds the column (see narrowed)
     correlation: np.ndarray
     external_id: np.ndarray
     sequence_number: np.ndarray
@@ -130,7 +130,7 @@ class EventTable:
 class MemoryEvents:
     """The ``[memory]`` instants of a trace (``profile_memory=True``), one row each."""
 
-    # integers: int32 when every value of the column fits, else int64 (see narrowed)
+    # integers: the narrowest type that holds the column (see narrowed)
     event: np.ndarray  # index into the EventTable
     bytes: np.ndarray  # > 0 allocated, < 0 freed
     total_allocated: np.ndarray  # allocator total after the event, -1 when not written
@@ -215,17 +215,23 @@ def _malloc_trim():
 
 
 _INT32 = np.iinfo(np.int32)
+#: the integer types a column may be stored in, narrowest first
+_NARROW_TYPES = (np.int8, np.int16, np.int32)
 
 
 def narrowed(values: np.ndarray) -> np.ndarray:
-    """Integers as int32 when every value fits, else as int64. The ids, counters and indices of
-    every trace seen fit, and int32 halves their memory; a trace with a larger value keeps
-    int64 for that column. The dtype depends on the values only, so a trace decoded whole or
-    run by run gets the same one. Code reading such a column must not write values of another
-    column into it, nor combine it with others without widening first."""
+    """Integers in the narrowest of int8, int16 and int32 that holds every value, else int64.
+    The ids, counters and indices of every trace seen fit int32 (many int8: thread indices,
+    streams), which halves or more their memory; a trace with a larger value keeps int64 for
+    that column. The dtype depends on the values only, so a trace decoded whole or run by run
+    gets the same one. Code reading such a column must widen it before arithmetic (numpy keeps
+    the narrow type) and must not write values of another column into it."""
     values = np.asarray(values)
-    if len(values) == 0 or (values.min() >= _INT32.min and values.max() <= _INT32.max):
-        return values.astype(np.int32, copy=False)
+    lo, hi = (int(values.min()), int(values.max())) if len(values) else (0, 0)
+    for dtype in _NARROW_TYPES:
+        info = np.iinfo(dtype)
+        if info.min <= lo and hi <= info.max:
+            return values.astype(dtype, copy=False)
     return values.astype(np.int64, copy=False)
 
 
