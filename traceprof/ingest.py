@@ -93,7 +93,7 @@ class Columns:
     python_parent_id: np.ndarray
     meta: list  # (index, name, pid, tid, label, labels) of metadata (M) events
     memory_index: np.ndarray
-    memory_bytes: np.ndarray  # int64, 0 when not written
+    memory_bytes: np.ndarray  # 0 when not written
     memory_total: np.ndarray
     memory_device_type: np.ndarray
     memory_device_id: np.ndarray
@@ -119,23 +119,57 @@ def _table_of(field_name: str) -> str:
 
 def _factorize(values: list) -> tuple[np.ndarray, list]:
     """Codes (int32) and the unique values in first-seen order, at C speed."""
-    uniques = list(dict.fromkeys(values))
-    position = {v: i for i, v in enumerate(uniques)}
-    return np.fromiter(map(position.__getitem__, values), np.int32, len(values)), uniques
+    position = dict.fromkeys(values)
+    for i, v in enumerate(position):  # the unique values only
+        position[v] = i
+    return np.fromiter(map(position.__getitem__, values), np.int32, len(values)), list(position)
+
+
+def first_seen_codes(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``codes`` renumbered in the order their values are first seen (int32), and the old code
+    of each new one."""
+    old, first, inverse = np.unique(codes, return_index=True, return_inverse=True)
+    order = np.argsort(first, kind="stable")
+    rank = np.empty(len(order), np.int32)
+    rank[order] = np.arange(len(order), dtype=np.int32)
+    return rank[inverse.ravel()], old[order]
+
+
+def _factorize_pairs(firsts: list, seconds: list) -> tuple[np.ndarray, list]:
+    """Codes (int32) of the pairs (first, second) and the unique pairs in first-seen order;
+    each side is factorized alone, which costs less than a tuple per pair."""
+    a, a_uniques = _factorize(firsts)
+    b, b_uniques = _factorize(seconds)
+    width = max(len(b_uniques), 1)
+    codes, keys = first_seen_codes(a.astype(np.int64) * width + b)
+    return codes, [(a_uniques[k // width], b_uniques[k % width]) for k in keys.tolist()]
+
+
+_INT32 = np.iinfo(np.int32)
+
+
+def narrowed(a: np.ndarray) -> np.ndarray:
+    """An integer column as int32 when its values fit (an empty one too), else int64: joined
+    with np.concatenate, the runs' columns are int64 as soon as one run needs it."""
+    if not len(a) or (_INT32.min <= a.min() and a.max() <= _INT32.max):
+        return a.astype(np.int32, copy=False)
+    return a
 
 
 def _ints(values, n: int | None = None) -> np.ndarray:
     if n is not None:
-        return np.fromiter(values, np.int64, n)
+        return narrowed(np.fromiter(values, np.int64, n))
     values = list(values)
-    return np.array(values, dtype=np.int64) if values else np.zeros(0, np.int64)
+    return narrowed(np.array(values, dtype=np.int64) if values else np.zeros(0, np.int64))
 
 
 def _floats(values, n: int) -> np.ndarray:
     return np.fromiter(values, np.float64, n)
 
 
-def _texts(raws) -> tuple[np.ndarray, list]:
+def _texts(raws: list) -> tuple[np.ndarray, list]:
+    if raws.count(None) == len(raws):  # no event has it: every code is that of b""
+        return np.zeros(len(raws), np.int32), [b""] if raws else []
     return _factorize([b"" if r is None else bytes(r) for r in raws])
 
 
@@ -152,22 +186,22 @@ def columns_from_events(evs: list) -> Columns:
     )
     kind = kind_table[ph, cat] if n else np.zeros(0, np.int8)
     name, names = _factorize(list(map(attrgetter("name"), evs)))
-    thread, threads = _factorize(list(zip(map(attrgetter("pid"), evs),
-                                          map(attrgetter("tid"), evs))))
+    thread, threads = _factorize_pairs(list(map(attrgetter("pid"), evs)),
+                                       list(map(attrgetter("tid"), evs)))
     ts = _floats(map(attrgetter("ts"), evs), n)
     dur = _floats(map(attrgetter("dur"), evs), n)
     args = list(map(_get_args, evs))
     correlation = _ints(map(attrgetter("correlation"), args), n)
-    external_id = _ints(map(attrgetter("external_id"), args), n)
-    legacy = _ints(map(attrgetter("external_id_2021"), args), n)
-    external_id = np.where(external_id >= 0, external_id, legacy)
+    external_id = np.fromiter(map(attrgetter("external_id"), args), np.int64, n)
+    legacy = np.fromiter(map(attrgetter("external_id_2021"), args), np.int64, n)
+    external_id = narrowed(np.where(external_id >= 0, external_id, legacy))
     del legacy
     sequence_number = _ints(map(attrgetter("sequence_number"), args), n)
     fwd_thread_id = _ints(map(attrgetter("fwd_thread_id"), args), n)
     stream = _ints(map(attrgetter("stream"), args), n)
-    input_dims, input_dims_texts = _texts(map(attrgetter("input_dims"), args))
-    input_types, input_types_texts = _texts(map(attrgetter("input_types"), args))
-    concrete_inputs, concrete_texts = _texts(map(attrgetter("concrete_inputs"), args))
+    input_dims, input_dims_texts = _texts(list(map(attrgetter("input_dims"), args)))
+    input_types, input_types_texts = _texts(list(map(attrgetter("input_types"), args)))
+    concrete_inputs, concrete_texts = _texts(list(map(attrgetter("concrete_inputs"), args)))
 
     flow_index = np.flatnonzero((kind == Kind.FLOW_START) | (kind == Kind.FLOW_END))
     flow_ids = [evs[i].id for i in flow_index.tolist()]
@@ -251,12 +285,9 @@ def select(cols: Columns, keep: np.ndarray) -> Columns:
     for f in _CODED:
         codes = getattr(cols, f)[keep]
         table = getattr(cols, _table_of(f))
-        uniq, first, inverse = np.unique(codes, return_index=True, return_inverse=True)
-        order = np.argsort(first, kind="stable")
-        rank = np.empty(len(order), np.int32)
-        rank[order] = np.arange(len(order), dtype=np.int32)
-        out[f] = rank[inverse.ravel()].astype(np.int32) if len(codes) else codes
-        out[_table_of(f)] = [table[int(u)] for u in uniq[order]]
+        new_codes, old_codes = first_seen_codes(codes)
+        out[f] = new_codes if len(codes) else codes
+        out[_table_of(f)] = [table[u] for u in old_codes.tolist()]
     for f in _PLAIN:
         out[f] = getattr(cols, f)[keep]
     for index, fields in (("flow_index", ()), ("python_index", ("python_id", "python_parent_id")),
