@@ -91,7 +91,8 @@ def test_the_traces_are_there():
 @pytest.mark.parametrize("path", ALL_TRACES, ids=lambda p: p.name)
 def test_streamed_decode_is_the_whole_decode(path):
     whole = load_trace(path, jobs=1, chunk_bytes=WHOLE)
-    small = max(4096, whole.metadata.size_bytes // 7)  # several runs, cut anywhere
+    # runs enough for a pool, cut anywhere
+    small = max(4096, whole.metadata.size_bytes // (ingest.POOL_MIN_RUNS + 2))
     assert is_streamed(path, small)
     assert_same_trace(whole, load_trace(path, jobs=1, chunk_bytes=small))
     assert_same_trace(whole, load_trace(path, jobs=2, chunk_bytes=small))
@@ -336,3 +337,10 @@ def test_no_likely_boundary_at_all(tmp_path):
         assert_same_outcome(path, chunk_bytes=200, jobs=1)
     path.write_bytes(json.dumps({"traceEvents": [events[0]], "pad": "x" * 5000}).encode())
     assert_same_outcome(path, chunk_bytes=200, jobs=2)
+
+
+def test_a_pool_only_for_traces_of_many_runs():
+    runs = ingest.POOL_MIN_RUNS
+    assert ingest.workers_for((runs - 1) * 1000, 4, 1000) == 1
+    assert ingest.workers_for(runs * 1000, 4, 1000) == 4
+    assert ingest.workers_for(None, 4, 1000) == 4  # a gzip trailer that cannot be right
