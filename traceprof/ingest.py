@@ -503,6 +503,33 @@ class Recut(Exception):
 SPLITTERS: tuple[type, ...] = (chunks.Cutter, chunks.Scanner)
 
 
+class _Blocks:
+    """Text kept as the blocks it came in (not copied into one buffer), from ``start`` on."""
+
+    def __init__(self) -> None:
+        self.blocks: list[bytes] = []
+        self.start = 0
+
+    def append(self, block: bytes) -> None:
+        self.blocks.append(block)
+
+    def drop_before(self, offset: int) -> None:
+        while self.blocks and self.start + len(self.blocks[0]) <= offset:
+            self.start += len(self.blocks.pop(0))
+
+    def text(self, start: int, end: int) -> bytearray:
+        """Bytes ``[start, end)`` with a spare byte at each end (see :func:`decode_run`)."""
+        text = bytearray(end - start + 2)
+        view = memoryview(text)
+        at = self.start
+        for block in self.blocks:
+            lo, hi = max(start, at), min(end, at + len(block))
+            if lo < hi:
+                view[1 + lo - start : 1 + hi - start] = memoryview(block)[lo - at : hi - at]
+            at += len(block)
+        return text
+
+
 def stream_document(path: Path, blocks: Iterator[bytes], regular_offset: int | None,
                     jobs: int, chunk_bytes: int, budget: MemoryBudget,
                     splitter: type = chunks.Scanner) -> tuple[chunks.Outline, Columns]:
@@ -514,32 +541,24 @@ def stream_document(path: Path, blocks: Iterator[bytes], regular_offset: int | N
     cutter's runs do not decode."""
     cutter = splitter(chunk_bytes)
     pool = _Pool(jobs)
-    pending = bytearray()  # the text not yet sent, from offset pending_start on
-    pending_start = 0
+    pending = _Blocks()  # the text not yet sent, when it is sent
 
     def submit(runs: list[chunks.Run]) -> None:
         for run in runs:
             if regular_offset is not None:
                 pool.submit(_decode_file_run, (str(path), regular_offset + run.start,
                                                regular_offset + run.end, run.first))
-                continue
-            text = bytearray(run.end - run.start + 2)  # a spare byte at each end
-            memoryview(text)[1:-1] = memoryview(pending)[run.start - pending_start :
-                                                         run.end - pending_start]
-            pool.submit(_decode_text_run, (text, run.first))
-            del text
+            else:
+                pool.submit(_decode_text_run, (pending.text(run.start, run.end), run.first))
 
     try:
         for block in blocks:
             runs = cutter.feed(block)
             budget.add(block, cutter.objects)
             if regular_offset is None:
-                pending += block
+                pending.append(block)
             submit(runs)
-            keep_from = cutter.keep_from
-            if regular_offset is None and keep_from > pending_start:
-                del pending[: keep_from - pending_start]
-                pending_start = keep_from
+            pending.drop_before(cutter.keep_from)
         if isinstance(cutter, chunks.Cutter):
             submit(cutter.finish())
             outline = cutter.outline
