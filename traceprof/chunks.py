@@ -11,6 +11,9 @@ no event array) is left to the whole-document decoder, which says what is wrong.
 Cutting between two values is always safe: if each run of values decodes as a JSON array, the
 whole array decodes to the same values, so a run that does not decode sends the trace back to
 the whole-document decoder.
+
+A :class:`Cutter` cuts the array without following it: at likely boundaries between events,
+which the decoding of the runs confirms (or refutes: the scanner then cuts the text again).
 """
 
 from __future__ import annotations
