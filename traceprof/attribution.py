@@ -241,11 +241,15 @@ class _Context:
             return np.isfinite(t)
         # in the step that started last before it, when that step is selected and has not
         # ended: the end of every step, -inf for those not selected and before the first
-        # (index -1); two arrays of the times' length, not five
+        # (index -1); in blocks, so that the temporaries stay small
         ends = np.append(np.where(self.selected_mask, self.steps.end, -np.inf), -np.inf)
-        pos = np.searchsorted(self.steps.start, t, side="right")
-        pos -= 1
-        return t < ends[pos]
+        out = np.empty(len(t), bool)
+        for lo in range(0, len(t), BLOCK_EVENTS):
+            block = t[lo : lo + BLOCK_EVENTS]
+            pos = np.searchsorted(self.steps.start, block, side="right")
+            pos -= 1
+            np.less(block, ends[pos], out=out[lo : lo + BLOCK_EVENTS])
+        return out
 
     def classify(self, events: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Module node (-1: none), backward flag and pass code of each CPU event; in blocks,
@@ -320,8 +324,8 @@ class _CpuTime:
 def _cpu_time(ctx: _Context) -> _CpuTime:
     """CPU time: the exclusive time of every CPU slice in the selection."""
     ev, links = ctx.trace.events, ctx.links
-    cpu = np.flatnonzero(links.depth >= 0)
-    cpu = cpu[ctx.in_selection(ev.ts[cpu])].astype(links.parent.dtype)
+    cpu = np.flatnonzero(links.depth >= 0).astype(links.parent.dtype)
+    cpu = cpu[ctx.in_selection(ev.ts[cpu])]
     span = links.nest_end[cpu] - ev.ts[cpu]
     # the time of each slice's children, summed over the slices of the selection only (arrays
     # of the selection, not of every event): children outside the selection do not happen, a
@@ -330,9 +334,13 @@ def _cpu_time(ctx: _Context) -> _CpuTime:
     at = np.searchsorted(cpu, parent)  # the parent's position in ``cpu`` when it is there
     child = (parent >= 0) & (at < len(cpu))
     child[child] &= cpu[at[child]] == parent[child]
+    del parent
     child_time = np.bincount(at[child], weights=span[child], minlength=len(cpu))
-    del parent, at, child
-    cpu_excl = np.maximum(span - child_time, 0.0)
+    del at, child
+    cpu_excl = span  # the span less the children's time, in place
+    cpu_excl -= child_time
+    np.maximum(cpu_excl, 0.0, out=cpu_excl)
+    del span, child_time
     node, _, pass_code = ctx.classify(cpu)
     return _CpuTime(cpu, cpu_excl, node, pass_code)
 
@@ -455,7 +463,8 @@ def _memory_events(ctx: _Context, groups: _Groups) -> _MemoryEvents:
         return _MemoryEvents(np.zeros(0, bool), np.zeros(0, np.int64), np.zeros(0, np.int8))
     keep = ctx.in_selection(trace.events.ts[memory.event])
     around = enclosing_slice(trace, links.nest_end, links.parent,
-                             np.flatnonzero(links.depth >= 0), memory.event[keep])
+                             np.flatnonzero(links.depth >= 0).astype(links.parent.dtype),
+                             memory.event[keep])
     node, _, pass_code = ctx.classify(around)
     outside = (node < 0) & (around >= 0)
     node[outside] = groups.of(around[outside])
@@ -805,7 +814,6 @@ def _flop_summary(trace, links, costs: OpCosts, op_keep, unsupported_keep, ancho
     anchors and busy-time shares."""
     if not costs.has_shapes:
         return FlopSummary(has_shapes=False)
-    ev = trace.events
     peaks = _device_peaks(trace) if has_gpu else None
     # precision of each op: its dtype's, except fp32 convolutions on GPUs with TF32 units, which
     # cuDNN runs in TF32 by default (torch.backends.cudnn.allow_tf32)
@@ -834,13 +842,17 @@ def _flop_summary(trace, links, costs: OpCosts, op_keep, unsupported_keep, ancho
     n_labels = len(costs.labels)
     calls = np.bincount(labels, minlength=n_labels)
     if has_gpu:
-        label_of_event = np.full(len(ev), -1, np.int32)  # fewer labels than events
-        label_of_event[events] = labels
-        around = links.nearest(costs.is_op | (label_of_event >= 0))
+        is_op = costs.is_op.copy()
+        is_op[events] = True
+        around = links.nearest(is_op)
+        del is_op
         inside = np.where(anchor >= 0, around[np.maximum(anchor, 0)], -1)
-        has = inside >= 0
-        has[has] = label_of_event[inside[has]] >= 0
-        time = np.bincount(label_of_event[inside[has]], weights=busy[has], minlength=n_labels)
+        del around
+        # the unsupported op each item was launched in: its row in ``events`` (ascending)
+        at = np.searchsorted(events, inside)
+        has = (inside >= 0) & (at < len(events))
+        has[has] &= events[at[has]] == inside[has]
+        time = np.bincount(labels[at[has]], weights=busy[has], minlength=n_labels)
     else:
         own = costs.unsupported_own_us[unsupported_keep]
         time = np.bincount(labels, weights=own, minlength=n_labels)

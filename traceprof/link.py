@@ -133,14 +133,16 @@ def _nest(thread, ts, dur, cpu: np.ndarray, n: int):
     t0 = ts[cpu].min()
     # Clipped so that corrupt values (a slice thousands of years long) cannot overflow int64
     # here or in _nest_sorted (2 * end); casting an out-of-range float is undefined.
-    with np.errstate(over="ignore", invalid="ignore"):
-        start_ns = np.clip((ts[cpu] - t0) * 1000.0, 0.0, _MAX_NS)
-        dur_ns = np.clip(dur[cpu] * 1000.0, 0.0, _MAX_NS)
-    start = np.rint(start_ns).astype(np.int64)
-    end = start + np.rint(dur_ns).astype(np.int64)
+    start, end = _rounded_ns(ts[cpu] - t0), _rounded_ns(dur[cpu])
+    end += start
     thr = thread[cpu]
     order = np.lexsort((-end, start, thr))
-    start, end, thr, idx = start[order], end[order], thr[order], cpu[order]
+    # one array re-ordered at a time: the old one is freed before the next is copied
+    start = start[order]
+    end = end[order]
+    thr = thr[order]
+    idx = cpu[order]
+    del order
     bounds = np.flatnonzero(np.diff(thr)) + 1
     conflicts = 0
     for lo, hi in zip(np.r_[0, bounds], np.r_[bounds, len(idx)]):
@@ -162,6 +164,16 @@ def _nest(thread, ts, dur, cpu: np.ndarray, n: int):
         depth[ids] = d
         nest_end[ids] = t0 + e / 1000.0
     return parent, depth, nest_end, conflicts
+
+
+def _rounded_ns(us: np.ndarray) -> np.ndarray:
+    """Microseconds (a temporary array, changed in place) as int64 nanoseconds, clipped to
+    [0, _MAX_NS]."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        us *= 1000.0
+        np.clip(us, 0.0, _MAX_NS, out=us)
+    np.rint(us, out=us)
+    return us.astype(np.int64)
 
 
 def _nest_sorted(s: np.ndarray, e: np.ndarray):

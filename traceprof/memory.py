@@ -66,9 +66,13 @@ def enclosing_slice(trace: Trace, nest_end: np.ndarray, parent: np.ndarray, cpu:
         slices = cpu[ev.thread[cpu] == thread]
         if not len(slices):
             continue
-        slices = slices[np.argsort(ev.ts[slices], kind="stable")]
+        starts = ev.ts[slices]
+        order = np.argsort(starts, kind="stable")
+        slices, starts = slices[order], starts[order]
+        del order
         t = ev.ts[mine]
-        pos = np.searchsorted(ev.ts[slices], t, side="right") - 1
+        pos = np.searchsorted(starts, t, side="right") - 1
+        del starts
         cand = np.where(pos >= 0, slices[np.maximum(pos, 0)], -1)
         # climb out of slices that ended before the event; each step goes one level up
         while True:

@@ -64,9 +64,10 @@ def ops_by_node(trace: Trace, links: Links, scope_mask: np.ndarray, is_step: np.
     radix = _Radix(max(n_nodes, _max_plus_one(cpu.node, counted.node, gpu.node)),
                    len(_PASS_VALUES), len(labels), len(ev.texts) + 1)
 
-    def write_op_keys(keys: _Keys, at: int, of: Attributed, events: np.ndarray) -> None:
-        """Keys of the rows of ``of``: the label and shapes of the op each CPU event of
-        ``events`` belongs to; in blocks, so that the temporaries stay small."""
+    def write_op_keys(keys: _Keys, at: int, of: Attributed, events: np.ndarray,
+                      top: np.ndarray) -> None:
+        """Keys of the rows of ``of``: the label and shapes of the op (``top``) each CPU event
+        of ``events`` belongs to; in blocks, so that the temporaries stay small."""
         for lo in range(0, len(events), BLOCK_EVENTS):
             block = slice(lo, lo + BLOCK_EVENTS)
             e = np.maximum(events[block], 0)
@@ -81,11 +82,11 @@ def ops_by_node(trace: Trace, links: Links, scope_mask: np.ndarray, is_step: np.
 
     # op rows: calls (the op events themselves), CPU time, FLOPs, GPU work; each kind of work
     # has only its own metrics (the others are zero)
+    is_call = (cpu.events >= 0) & (top[np.maximum(cpu.events, 0)] == cpu.events)
     parts = ((cpu, cpu.events), (counted, counted.events), (gpu, gpu_anchor))
     op_keys = _Keys(radix, [len(events) for _, events in parts])
     for (of, events), at in zip(parts, op_keys.bounds):
-        write_op_keys(op_keys, at, of, events)
-    is_call = (cpu.events >= 0) & (top[np.maximum(cpu.events, 0)] == cpu.events)
+        write_op_keys(op_keys, at, of, events, top)
     del top
     is_kernel = ev.kind[work] == Kind.KERNEL
     dur = ev.dur[work]
@@ -207,15 +208,17 @@ class _Keys:
 
     def distinct(self) -> tuple[np.ndarray, np.ndarray]:
         """The distinct keys, ascending, as rows (node, phase, label, shapes), and the position
-        of each row's key among them (as ``np.unique``, with one array of the rows' length at a
-        time besides the keys instead of four: distinct keys are few, a binary search among
-        them is cheap). Consumes the keys."""
+        of each row's key among them (as ``np.unique``, with one array of the rows' length
+        besides the keys instead of four: distinct keys are few, a binary search among them is
+        cheap). Consumes the keys."""
         if self.flat is None:
             columns, self.columns = self.columns, None
             keys, inverse = np.unique(columns, axis=0, return_inverse=True)
             return keys - np.array([0, 0, 0, 1]), inverse.ravel()
         flat, self.flat = self.flat, None
-        uniq = np.unique(flat)
+        # the distinct keys of blocks, then of those: no sorted copy of every key
+        uniq = np.unique(np.concatenate(
+            [np.unique(flat[lo : lo + BLOCK_EVENTS]) for lo in range(0, len(flat), BLOCK_EVENTS)]))
         inverse = np.searchsorted(uniq, flat)
         del flat
         r = self.radix

@@ -141,7 +141,8 @@ def build_timeline(trace: Trace, links, *, window: tuple[float, float], step: in
     parts: list[tuple] = []  # (lane, row, event index, node, phase)
 
     def in_window(idx: np.ndarray) -> np.ndarray:
-        return (ev.ts[idx] >= t0) & (ev.ts[idx] < t1)
+        t = ev.ts[idx]
+        return (t >= t0) & (t < t1)
 
     # module scopes of the forward: one row per scope nesting level
     scopes = np.flatnonzero(scope_mask & ~recompute_mask)
@@ -151,8 +152,12 @@ def build_timeline(trace: Trace, links, *, window: tuple[float, float], step: in
         row = depth_of[node]
         lanes.append(Lane(LaneKind.MODULES_FORWARD, "Modules · forward", int(row.max()) + 1))
         parts.append((len(lanes) - 1, row, scopes, node, np.zeros(len(scopes), np.int64)))
+    # the selection's CPU events in the window, found once: the lanes below look at those only
+    in_step = np.flatnonzero(in_window(cpu.events))
+    cpu = StepEvents(cpu.events[in_step], cpu.node[in_step], cpu.phase[in_step])
+    del in_step
     # backward: the backward node ops, at the depth of their module
-    m = in_window(cpu.events) & (links.backward_node[cpu.events] == cpu.events)
+    m = links.backward_node[cpu.events] == cpu.events
     m &= (cpu.node >= 0) & (cpu.node < n_modules)
     if m.any():
         node = cpu.node[m]
@@ -160,7 +165,7 @@ def build_timeline(trace: Trace, links, *, window: tuple[float, float], step: in
         lanes.append(Lane(LaneKind.MODULES_BACKWARD, "Modules · backward", int(row.max()) + 1))
         parts.append((len(lanes) - 1, row, cpu.events[m], node, cpu.phase[m]))
     # CPU threads
-    m = in_window(cpu.events) & (links.depth[cpu.events] < CPU_DEPTH)
+    m = links.depth[cpu.events] < CPU_DEPTH
     sel = cpu.events[m]
     for t in np.unique(ev.thread[sel]).tolist():
         on = ev.thread[sel] == t
