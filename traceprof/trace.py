@@ -286,12 +286,15 @@ def _build(doc: RawDocument | StreamedDocument, cols: Columns) -> Trace:
                    if n or dropped else "no events (the event array is empty)")
         raise TraceReadError(doc.path, problem + (f"; {_dropped_warning(dropped)}" if dropped
                                                   else ""))
-    dur = _repaired_durations(cols.dur, ph_codes, phs, doc.warnings)
+    # The Trace takes the decoded columns over: each is taken out of ``cols`` as its final
+    # version is built, so that the two versions of every column are never held at once.
+    dur = _repaired_durations(_take(cols, "dur"), ph_codes, phs, doc.warnings)
     kind = cols.kind
     text_index: dict[bytes, int] = {}
-    input_dims = _text_codes(cols.input_dims, cols.input_dims_texts, text_index)
-    input_types = _text_codes(cols.input_types, cols.input_types_texts, text_index)
-    concrete_inputs = _text_codes(cols.concrete_inputs, cols.concrete_inputs_texts, text_index)
+    input_dims = _text_codes(_take(cols, "input_dims"), cols.input_dims_texts, text_index)
+    input_types = _text_codes(_take(cols, "input_types"), cols.input_types_texts, text_index)
+    concrete_inputs = _text_codes(_take(cols, "concrete_inputs"), cols.concrete_inputs_texts,
+                                  text_index)
 
     flow_id = _scattered(n, cols.flow_index, [
         fid if isinstance(fid, int) else hash(fid) & 0x7FFFFFFFFFFF for fid in cols.flow_ids])
@@ -306,11 +309,11 @@ def _build(doc: RawDocument | StreamedDocument, cols: Columns) -> Trace:
         thread=thread,
         ts=cols.ts,
         dur=dur,
-        correlation=narrowed(cols.correlation),
-        external_id=narrowed(cols.external_id),
-        sequence_number=narrowed(cols.sequence_number),
-        fwd_thread_id=narrowed(cols.fwd_thread_id),
-        stream=narrowed(cols.stream),
+        correlation=narrowed(_take(cols, "correlation")),
+        external_id=narrowed(_take(cols, "external_id")),
+        sequence_number=narrowed(_take(cols, "sequence_number")),
+        fwd_thread_id=narrowed(_take(cols, "fwd_thread_id")),
+        stream=narrowed(_take(cols, "stream")),
         flow_id=flow_id,
         input_dims=input_dims,
         input_types=input_types,
@@ -336,6 +339,14 @@ MAX_DISTANCE_FROM_MEDIAN_US = 1e11
 MAX_TIMESTAMP_US = float(2**53)
 #: the longest duration (us) kept, as long as the span of timestamps allowed
 MAX_DURATION_US = MAX_DISTANCE_FROM_MEDIAN_US
+
+
+def _take(cols: Columns, name: str) -> np.ndarray:
+    """The column ``name`` of ``cols``, taken out of it (left None): freed once the caller's
+    version of it is built, if nothing else holds it."""
+    values = getattr(cols, name)
+    setattr(cols, name, None)
+    return values
 
 
 def _plausible_times(ts, dur, ph_codes, phs, dropped) -> np.ndarray | None:
@@ -421,7 +432,7 @@ def _text_codes(codes: np.ndarray, uniques: list, index: dict[bytes, int]) -> np
 
 def _threads(cols: Columns, kind: np.ndarray):
     """Merge (pid, tid) spellings that differ only by type ("25738" vs 25738) and name them."""
-    raw_thread = cols.thread
+    raw_thread = _take(cols, "thread")
     keys = [(str(p), str(t)) for p, t in cols.threads]
     uniq = list(dict.fromkeys(keys))
     pos = {k: i for i, k in enumerate(uniq)}
