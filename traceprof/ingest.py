@@ -462,7 +462,7 @@ class _Pool:
             context = multiprocessing.get_context("fork" if "fork" in methods else None)
             self.executor = ProcessPoolExecutor(self.jobs, mp_context=context)
         self._collect(wait=False)
-        queued = sum(1 for f in self.pending if not isinstance(f, Columns))
+        queued = sum(1 for f in self.pending if not isinstance(f, Columns) and not f.done())
         if queued >= self.jobs * _QUEUED_PER_WORKER:
             self.pending.append(fn(task))  # the workers are busy: decode this one here
         else:
