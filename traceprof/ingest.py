@@ -147,16 +147,6 @@ def first_seen_codes(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return rank[inverse.ravel()], old[order]
 
 
-def _factorize_pairs(firsts: list, seconds: list) -> tuple[np.ndarray, list]:
-    """Codes (int32) of the pairs (first, second) and the unique pairs in first-seen order;
-    each side is factorized alone, which costs less than a tuple per pair."""
-    a, a_uniques = _factorize(firsts)
-    b, b_uniques = _factorize(seconds)
-    width = max(len(b_uniques), 1)
-    codes, keys = first_seen_codes(a.astype(np.int64) * width + b)
-    return codes, [(a_uniques[k // width], b_uniques[k % width]) for k in keys.tolist()]
-
-
 _INT32 = np.iinfo(np.int32)
 
 
@@ -186,20 +176,24 @@ def _texts(raws: list) -> tuple[np.ndarray, list]:
 
 
 _get_args = attrgetter("args")
+_EVENT_KEY = attrgetter("ph", "cat", "name", "pid", "tid")
 
 
 def columns_from_events(evs: list) -> Columns:
     """The columns of a list of schema.RawEvent."""
     n = len(evs)
-    ph, phs = _factorize(list(map(attrgetter("ph"), evs)))
-    cat, cats = _factorize(list(map(attrgetter("cat"), evs)))
-    kind_table = np.array(
-        [[schema.kind_of(p, c) for c in cats] or [0] for p in phs] or [[0]], dtype=np.int8
-    )
-    kind = kind_table[ph, cat] if n else np.zeros(0, np.int8)
-    name, names = _factorize(list(map(attrgetter("name"), evs)))
-    thread, threads = _factorize_pairs(list(map(attrgetter("pid"), evs)),
-                                       list(map(attrgetter("tid"), evs)))
+    # A run has few distinct (ph, cat, name, pid, tid): they are coded in one pass, and each
+    # field's codes follow from theirs. The first event with a value is the first event of the
+    # first such combination that has it, so the values come out in first-seen order.
+    combo, combos = _factorize(list(map(_EVENT_KEY, evs)))
+    ph_of, phs = _factorize([c[0] for c in combos])
+    cat_of, cats = _factorize([c[1] for c in combos])
+    name_of, names = _factorize([c[2] for c in combos])
+    thread_of, threads = _factorize([c[3:] for c in combos])
+    kind_of = np.array([schema.kind_of(c[0], c[1]) for c in combos], dtype=np.int8)
+    ph, cat, name, thread, kind = (codes[combo] for codes in
+                                   (ph_of, cat_of, name_of, thread_of, kind_of))
+    del combo, combos
     ts = _floats(map(attrgetter("ts"), evs), n)
     dur = _floats(map(attrgetter("dur"), evs), n)
     args = list(map(_get_args, evs))
