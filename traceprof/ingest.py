@@ -29,7 +29,6 @@ import msgspec
 import numpy as np
 
 from . import chunks, reader, schema
-from .errors import TraceReadError
 from .limits import MemoryBudget
 from .schema import Kind
 

@@ -29,7 +29,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .schema import Kind
 from .trace import Trace
 
 MAX_EVENTS = 40_000

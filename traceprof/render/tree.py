@@ -105,7 +105,7 @@ def summarize(profile: ModuleProfile, batch_size: int | None = None) -> Summary:
     for n in modules:
         fwd_m, bwd_m = fwd_m + n.forward.total, bwd_m + n.backward.total
     opt = profile.optimizer_step  # found before --depth/--top transforms
-    out_fwd, out_bwd, out_other = ZERO, ZERO, ZERO
+    out_fwd, out_bwd = ZERO, ZERO
     other_all = ZERO  # the other pass of every root (modules have none of their own)
     for r in profile.roots:
         other_all = other_all + profile.nodes[r].other.total
