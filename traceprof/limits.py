@@ -43,8 +43,11 @@ BYTES_PER_JSON_BYTE = 4.5
 BYTES_PER_OBJECT = 700
 #: the same two estimates for a trace decoded run by run (traceprof.ingest): the text is held
 #: one run at a time, so the memory follows the columns kept and the arrays the analysis builds
-#: per event (measured: 450 to 510 bytes per event of generated traces, 200 MB and 1 GB, whose
-#: events have about two objects each)
+#: per event. Measured: 0.59 bytes per byte of JSON and about 90 bytes per object on generated
+#: traces (1 and 4 GB; two objects per event, many of them flows and memory instants), 310
+#: bytes per object on a trace of 3 million minimal CPU ops (one object each, every one of
+#: them in every stage); the per-object figure stays closer to the second, which a guard
+#: against running out of memory must not underestimate by much
 STREAMED_BYTES_PER_JSON_BYTE = 0.6
 STREAMED_BYTES_PER_OBJECT = 250
 
