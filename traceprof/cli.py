@@ -15,7 +15,7 @@ from .api import analyze as analyze_api
 from .errors import OptionError, TraceprofError
 from .hierarchy import Source
 from .limits import ENV_VAR as MAX_MEMORY_ENV, parse_size
-from .output import STDOUT, resolve_output, write_output
+from .output import STDOUT, check_binary_output, resolve_output, write_output
 from .render.table import COLUMNS as TABLE_COLUMNS, DEFAULT_COLUMNS as DEFAULT_TABLE_COLUMNS
 from .render.table import parse_columns
 from .transforms import SortKey, ignore_modules
@@ -217,12 +217,8 @@ def analyze(trace, fmt, output, depth, top, ignore, batch_size, sort, step, hier
         if fmt is None:
             chosen = render.for_output(output) if output else None
             fmt = chosen.name if chosen else "tree"
-        if render.get(fmt).binary and not output:
-            raise OptionError(f"--format {fmt} is binary: give an output file with -o FILE, "
-                              "or -o - for standard output")
-        if render.get(fmt).binary and output == STDOUT and sys.stdout.isatty():
-            raise OptionError(f"--format {fmt} is binary: not written to a terminal; redirect "
-                              "standard output or give -o FILE")
+        if render.get(fmt).binary:
+            check_binary_output(fmt, output)
         reporter = _progress_reporter(trace)
         try:
             profile = analyze_api(
@@ -324,12 +320,8 @@ def _analyze_job(traces, *, fmt, output, depth, top, ignore, batch_size, sort, s
             chosen = render.for_output(output) if output else None
             fmt = chosen.name if chosen else "tree"
         renderer = render.get_job(fmt)
-        if renderer.binary and not output:
-            raise OptionError(f"--format {fmt} is binary: give an output file with -o FILE, "
-                              "or -o - for standard output")
-        if renderer.binary and output == STDOUT and sys.stdout.isatty():
-            raise OptionError(f"--format {fmt} is binary: not written to a terminal; redirect "
-                              "standard output or give -o FILE")
+        if renderer.binary:
+            check_binary_output(fmt, output)
         reporter = _job_progress(len(paths))
         try:
             job = analyze_job(paths, step=step, hierarchy=hierarchy, peak_tflops=peak_tflops,

@@ -41,9 +41,9 @@ def diff_command(base, new, fmt, output, fail_pct, module, hierarchy, raw, tenso
     """Which module got slower between BASE and NEW (trace files, or two job directories), and
     what changed inside it. Exit 10 with --fail-if-slower when NEW is slower than allowed."""
     from . import cli
-    from .output import STDOUT, resolve_output, write_output
+    from .output import STDOUT, check_binary_output, resolve_output, write_output
     from .render import RenderOptions
-    from .render.diff import diff_for_path, get_diff, render_diff
+    from .render.diff import DIFF_REGISTRY, get_diff, render_diff
 
     inputs = [base, new]
     try:
@@ -52,18 +52,11 @@ def diff_command(base, new, fmt, output, fail_pct, module, hierarchy, raw, tenso
         if output:
             resolve_output(output, inputs=inputs)
         if fmt is None:
-            chosen = diff_for_path(output) if output else None
-            if output and chosen is None and os.path.splitext(os.path.basename(output))[1]:
-                raise OptionError(f"{output}: unknown output extension for a diff (known: .txt, "
-                                  ".json, .csv, .parquet, .pq, .html, .htm); give --format")
+            chosen = DIFF_REGISTRY.for_output(output) if output else None
             fmt = chosen.name if chosen else "tree"
         renderer = get_diff(fmt)
-        if renderer.binary and not output:
-            raise OptionError(f"--format {fmt} is binary: give an output file with -o FILE, "
-                              "or -o - for standard output")
-        if renderer.binary and output == STDOUT and sys.stdout.isatty():
-            raise OptionError(f"--format {fmt} is binary: not written to a terminal; redirect "
-                              "standard output or give -o FILE")
+        if renderer.binary:
+            check_binary_output(fmt, output)
         result = _diff(base, new, hierarchy, max_memory)
         if module is not None:
             result.slower(fail_pct, module)  # an unknown module: the error before any output

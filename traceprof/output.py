@@ -23,10 +23,21 @@ import tempfile
 from dataclasses import dataclass
 from typing import Iterable
 
-from .errors import OutputError
+from .errors import OptionError, OutputError
 
 #: the output path that means standard output (``-o -``)
 STDOUT = "-"
+
+
+def check_binary_output(fmt: str, output: str | None) -> None:
+    """A binary format (Parquet) is written to a file, or to standard output with ``-o -``
+    when that is not a terminal; an OptionError otherwise."""
+    if not output:
+        raise OptionError(f"--format {fmt} is binary: give an output file with -o FILE, "
+                          "or -o - for standard output")
+    if output == STDOUT and sys.stdout.isatty():
+        raise OptionError(f"--format {fmt} is binary: not written to a terminal; redirect "
+                          "standard output or give -o FILE")
 
 
 class OutputKind(enum.Enum):

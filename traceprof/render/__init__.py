@@ -33,79 +33,76 @@ class Renderer:
     shows_warnings: bool = True
 
 
-REGISTRY: dict[str, Renderer] = {}
+class Registry(dict):
+    """Renderers of one kind of result (a profile, a job, a diff) by format name, each
+    registering itself with :meth:`register`; -o FILE chooses one by the file's extension."""
+
+    def __init__(self, unknown: str) -> None:
+        super().__init__()
+        self.unknown = unknown  # the error for an unknown format name: {name!r}, {known}
+
+    def register(self, name: str, extensions: tuple[str, ...], description: str,
+                 binary: bool = False, shows_warnings: bool = True):
+        def wrap(fn: Callable[..., str | bytes]):
+            self[name] = Renderer(name, extensions, description, fn, binary, shows_warnings)
+            return fn
+
+        return wrap
+
+    def renderer(self, name: str) -> Renderer:
+        try:
+            return self[name]
+        except KeyError:
+            raise OptionError(self.unknown.format(name=name, known=", ".join(self))) from None
+
+    def for_path(self, path: str) -> Renderer | None:
+        """The renderer an output file name asks for, by its extension (the longest that
+        matches)."""
+        lower = path.lower()
+        best = None
+        for r in self.values():
+            for ext in r.extensions:
+                if lower.endswith(ext) and (best is None or len(ext) > len(best[1])):
+                    best = (r, ext)
+        return best[0] if best else None
+
+    def for_output(self, path: str) -> Renderer | None:
+        """The renderer ``-o PATH`` asks for when no format is given: by the extension of the
+        file name; None when the name has no extension (``-``, ``/dev/stdout``, ``report``);
+        an OptionError for an extension no renderer writes (``out.xlsx``), rather than the
+        default format under a name that promises another."""
+        chosen = self.for_path(path)
+        extension = os.path.splitext(os.path.basename(path))[1]
+        if chosen is None and extension:
+            known = ", ".join(ext for r in self.values() for ext in r.extensions)
+            raise OptionError(f"{path}: unknown output extension {extension!r} (known: {known}); "
+                              "give --format to write this file in one of the formats anyway")
+        return chosen
+
+    def render(self, result, fmt: str, options: RenderOptions | None = None) -> str | bytes:
+        return self.renderer(fmt).render(result, options or RenderOptions())
 
 
-def register(name: str, extensions: tuple[str, ...], description: str, binary: bool = False,
-             shows_warnings: bool = True):
-    def wrap(fn: Callable[[ModuleProfile, RenderOptions], str | bytes]):
-        REGISTRY[name] = Renderer(name, extensions, description, fn, binary, shows_warnings)
-        return fn
-
-    return wrap
-
-
-def get(name: str) -> Renderer:
-    try:
-        return REGISTRY[name]
-    except KeyError:
-        raise OptionError(f"unknown format {name!r} (known: {', '.join(REGISTRY)})") from None
-
-
-def for_path(path: str) -> Renderer | None:
-    """The renderer an output file name asks for, by its extension."""
-    lower = path.lower()
-    best = None
-    for r in REGISTRY.values():
-        for ext in r.extensions:
-            if lower.endswith(ext) and (best is None or len(ext) > len(best[1])):
-                best = (r, ext)
-    return best[0] if best else None
-
-
-def for_output(path: str) -> Renderer | None:
-    """The renderer ``-o PATH`` asks for when no format is given: by the extension of the file
-    name; None when the name has no extension (``-``, ``/dev/stdout``, ``report``); an
-    OptionError for an extension no renderer writes (``out.xlsx``), rather than the default
-    format under a name that promises another."""
-    chosen = for_path(path)
-    extension = os.path.splitext(os.path.basename(path))[1]
-    if chosen is None and extension:
-        known = ", ".join(ext for r in REGISTRY.values() for ext in r.extensions)
-        raise OptionError(f"{path}: unknown output extension {extension!r} (known: {known}); "
-                          "give --format to write this file in one of the formats anyway")
-    return chosen
+#: renderers of one trace's ModuleProfile
+REGISTRY = Registry("unknown format {name!r} (known: {known})")
+register, get, for_path, for_output = (REGISTRY.register, REGISTRY.renderer, REGISTRY.for_path,
+                                       REGISTRY.for_output)
 
 
 def render(profile: ModuleProfile, fmt: str, options: RenderOptions | None = None) -> str | bytes:
-    return get(fmt).render(profile, options or RenderOptions())
+    return REGISTRY.render(profile, fmt, options)
 
 
 #: renderers of a job (traceprof.job.Job), by format name; the same names and extensions as the
 #: single-trace ones, so -o and --format choose them alike
-JOB_REGISTRY: dict[str, Renderer] = {}
-
-
-def register_job(name: str, extensions: tuple[str, ...], description: str, binary: bool = False,
-                 shows_warnings: bool = True):
-    def wrap(fn):
-        JOB_REGISTRY[name] = Renderer(name, extensions, description, fn, binary, shows_warnings)
-        return fn
-
-    return wrap
-
-
-def get_job(name: str) -> Renderer:
-    try:
-        return JOB_REGISTRY[name]
-    except KeyError:
-        raise OptionError(f"format {name!r} is not written for a job of several traces "
-                          f"(job formats: {', '.join(JOB_REGISTRY)})") from None
+JOB_REGISTRY = Registry("format {name!r} is not written for a job of several traces "
+                        "(job formats: {known})")
+register_job, get_job = JOB_REGISTRY.register, JOB_REGISTRY.renderer
 
 
 def render_job(job, fmt: str, options: RenderOptions | None = None) -> str | bytes:
     """A job (several ranks' traces) in format ``fmt``."""
-    return get_job(fmt).render(job, options or RenderOptions())
+    return JOB_REGISTRY.render(job, fmt, options)
 
 
 # registration happens on import

@@ -6,43 +6,16 @@ from __future__ import annotations
 import csv
 import io
 
-from ..errors import OptionError
-from . import Renderer, RenderOptions, units
+from . import Registry, RenderOptions, units
 from .diff_records import diff_json, diff_parquet, diff_rows
 
 #: diff renderers by format name
-DIFF_REGISTRY: dict[str, Renderer] = {}
-
-
-def register_diff(name: str, extensions: tuple[str, ...], description: str, binary: bool = False,
-                  shows_warnings: bool = True):
-    def wrap(fn):
-        DIFF_REGISTRY[name] = Renderer(name, extensions, description, fn, binary, shows_warnings)
-        return fn
-
-    return wrap
-
-
-def get_diff(name: str) -> Renderer:
-    try:
-        return DIFF_REGISTRY[name]
-    except KeyError:
-        raise OptionError(f"format {name!r} is not written for a diff "
-                          f"(diff formats: {', '.join(DIFF_REGISTRY)})") from None
-
-
-def diff_for_path(path: str) -> Renderer | None:
-    lower = path.lower()
-    best = None
-    for r in DIFF_REGISTRY.values():
-        for ext in r.extensions:
-            if lower.endswith(ext) and (best is None or len(ext) > len(best[1])):
-                best = (r, ext)
-    return best[0] if best else None
+DIFF_REGISTRY = Registry("format {name!r} is not written for a diff (diff formats: {known})")
+register_diff, get_diff = DIFF_REGISTRY.register, DIFF_REGISTRY.renderer
 
 
 def render_diff(diff, fmt: str, options: RenderOptions | None = None) -> str | bytes:
-    return get_diff(fmt).render(diff, options or RenderOptions())
+    return DIFF_REGISTRY.render(diff, fmt, options)
 
 
 # --- text tree
