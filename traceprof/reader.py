@@ -406,16 +406,26 @@ def _streamed_top(outline) -> dict[str, Any]:
     if schema.TRACE_EVENTS_KEY not in top_raw or _duplicated_members(outline.top, top_raw):
         raise Fallback("top level")
     top_raw.pop(schema.TRACE_EVENTS_KEY)
+    top, failed = _decoded_top_level(top_raw)
+    if failed:
+        raise Fallback("top level")
+    return top
+
+
+def _decoded_top_level(top_raw: dict[str, msgspec.Raw]) -> tuple[dict[str, Any], list[str]]:
+    """The top-level values, decoded where traceprof reads them (the others stay raw, never
+    decoded), and the keys whose value did not decode."""
     top: dict[str, Any] = {}
+    failed = []
     for key, value in top_raw.items():
         if key not in schema.TOP_LEVEL_KEYS_READ:
-            top[key] = value  # not read: never decoded
+            top[key] = value
             continue
         try:
             top[key] = msgspec.json.decode(value)
         except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
-            raise Fallback("top level") from None
-    return top
+            failed.append(key)
+    return top, failed
 
 
 def _decode(path, data: bytes, warnings: list[str]) -> RawDocument:
@@ -438,15 +448,9 @@ def _decode(path, data: bytes, warnings: list[str]) -> RawDocument:
                 path, f'not a Kineto/Chrome trace: no "{schema.TRACE_EVENTS_KEY}" array'
             )
         events_raw = top_raw.pop(schema.TRACE_EVENTS_KEY)
-        top = {}
-        for key, value in top_raw.items():
-            if key not in schema.TOP_LEVEL_KEYS_READ:
-                top[key] = value  # not read: never decoded
-                continue
-            try:
-                top[key] = msgspec.json.decode(value)
-            except msgspec.DecodeError:  # pragma: no cover - the whole document parsed already
-                warnings.append(f"top-level key {key!r} could not be decoded")
+        top, failed = _decoded_top_level(top_raw)
+        # (none: the whole document parsed already)
+        warnings += [f"top-level key {key!r} could not be decoded" for key in failed]
     else:
         if not data.strip():
             raise TraceReadError(path, "empty file")
