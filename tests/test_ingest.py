@@ -8,7 +8,9 @@ from __future__ import annotations
 import dataclasses
 import gzip
 import json
+import os
 import random
+import time
 from pathlib import Path
 from unittest import mock
 
@@ -96,6 +98,11 @@ def test_streamed_decode_is_the_whole_decode(path):
     assert is_streamed(path, small)
     assert_same_trace(whole, load_trace(path, jobs=1, chunk_bytes=small))
     assert_same_trace(whole, load_trace(path, jobs=2, chunk_bytes=small))
+    # fewer runs: read whole, then shared with a forked worker
+    few = max(4096, whole.metadata.size_bytes // 3)
+    with mock.patch.object(ingest, "decode_shared", wraps=ingest.decode_shared) as shared:
+        assert_same_trace(whole, load_trace(path, jobs=2, chunk_bytes=few))
+    assert shared.call_count == 1
 
 
 def test_plain_json_is_read_by_the_workers_at_offsets(tmp_path):
@@ -167,9 +174,9 @@ def test_hostile_names_split_like_the_whole_document(tmp_path_factory, names, se
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 2**16), cut=st.integers(0, 10**6), chunk=st.integers(1, 300),
        mutate=st.sampled_from(["truncate", "invalid_utf8", "byte", "trailing_comma", "none"]),
-       splitter=st.sampled_from(list(SPLITTERS)))
+       splitter=st.sampled_from(list(SPLITTERS)), jobs=st.sampled_from([1, 1, 2]))
 def test_damaged_text_gives_the_whole_documents_answer(tmp_path_factory, seed, cut, chunk, mutate,
-                                                       splitter):
+                                                       splitter, jobs):
     rng = random.Random(seed)
     events = [event(i, rng.choice(NASTY) + "op", rng) for i in range(8)]
     data = document(events, rng, bare=rng.random() < 0.3, indent=rng.choice([None, 1]))
@@ -188,7 +195,7 @@ def test_damaged_text_gives_the_whole_documents_answer(tmp_path_factory, seed, c
     path = tmp_path_factory.mktemp("d") / "t.json"
     path.write_bytes(data)
     with cut_by(splitter):
-        assert_same_outcome(path, chunk_bytes=chunk, jobs=1)
+        assert_same_outcome(path, chunk_bytes=chunk, jobs=jobs)
 
 
 def _events_text(n: int) -> tuple[bytes, list[int]]:
@@ -339,8 +346,109 @@ def test_no_likely_boundary_at_all(tmp_path):
     assert_same_outcome(path, chunk_bytes=200, jobs=2)
 
 
-def test_a_pool_only_for_traces_of_many_runs():
+def test_a_pool_for_traces_of_many_runs_and_shared_runs_for_the_others():
     runs = ingest.POOL_MIN_RUNS
-    assert ingest.workers_for((runs - 1) * 1000, 4, 1000) == 1
-    assert ingest.workers_for(runs * 1000, 4, 1000) == 4
-    assert ingest.workers_for(None, 4, 1000) == 4  # a gzip trailer that cannot be right
+    assert ingest.shared_run_bytes(runs * 1000, 4, 1000) is None  # a pool, as the text comes
+    assert ingest.shared_run_bytes(None, 4, 1000) is None  # a gzip trailer that cannot be right
+    assert ingest.shared_run_bytes((runs - 1) * 1000, 1, 1000) is None  # one process
+    per_process = ingest.SHARED_RUNS_PER_PROCESS
+    size = 40 << 20
+    assert ingest.shared_run_bytes(size, 2, 8 << 20) == -(-size // (2 * per_process))
+    assert ingest.shared_run_bytes(2 << 20, 2, 1 << 20) == 1 << 20  # runs of at least 1 MiB
+    assert ingest.shared_run_bytes(3000, 2, 1000) == 1000  # ... or of chunk_bytes
+
+
+def shared_text(tmp_path, n: int = 60) -> Path:
+    events = [event(i, f"op{i}", random.Random(i)) for i in range(n)]
+    path = tmp_path / "t.json"
+    path.write_bytes(json.dumps({"traceEvents": events, "traceName": "t"}).encode())
+    return path
+
+
+def test_a_shared_trace_is_decoded_by_this_process_and_a_forked_worker(tmp_path):
+    """Each run is decoded once, by whichever process takes it; this one waits, in its first
+    run, until the worker has taken one, so both take part whatever the machine's speed."""
+    path = shared_text(tmp_path)
+    size = path.stat().st_size
+    chunk = size // (ingest.POOL_MIN_RUNS - 1)
+    assert ingest.shared_run_bytes(size, 2, chunk) == chunk
+    log = tmp_path / "runs.log"
+    main = os.getpid()
+    decode_run = ingest.decode_run
+
+    def logged(text, first):
+        if os.getpid() == main and first:
+            deadline = time.monotonic() + 60
+            while f"{main}" == (log.read_text().split() or [f"{main}"])[0]:
+                assert time.monotonic() < deadline, "no worker took a run"
+                time.sleep(0.01)
+        with log.open("a") as f:
+            f.write(f"{os.getpid()}\n")
+        return decode_run(text, first)
+
+    log.write_text("")
+    with mock.patch.object(ingest, "decode_run", logged), cut_by("scanner"), \
+            mock.patch.object(ingest, "decode_shared", wraps=ingest.decode_shared) as shared:
+        assert_same_outcome(path, chunk_bytes=chunk, jobs=2)
+    assert shared.call_count == 1
+    takers = log.read_text().split()
+    assert len(takers) == len(shared.call_args.args[0]) >= 3  # every run, once
+    assert set(takers) > {str(main)}
+
+
+def test_a_worker_that_dies_sends_the_trace_to_the_whole_document_decoder(tmp_path):
+    path = shared_text(tmp_path)
+    chunk = path.stat().st_size // 4
+    main = os.getpid()
+    died = tmp_path / "died"
+    decode_run = ingest.decode_run
+
+    def dies_in_a_worker(text, first):
+        if os.getpid() != main:
+            died.touch()
+            os._exit(3)
+        deadline = time.monotonic() + 60
+        while first and not died.exists():  # until the worker has taken a run
+            assert time.monotonic() < deadline, "no worker took a run"
+            time.sleep(0.01)
+        return decode_run(text, first)
+
+    with mock.patch.object(ingest, "decode_run", dies_in_a_worker):
+        with mock.patch.object(ingest, "decode_shared", wraps=ingest.decode_shared) as shared:
+            assert_same_outcome(path, chunk_bytes=chunk, jobs=2)
+        assert shared.call_count == 2  # the cutter's runs, then the scanner's
+        died.unlink()
+        text = ingest._Blocks()
+        text.append(b'{"ph":"X"},{"ph":"X"}')
+        with pytest.raises(ingest.Fallback, match="worker ended"):
+            ingest.decode_shared([chunks.Run(0, 10, True), chunks.Run(10, 21, False)], text, 2)
+
+
+def test_a_run_that_fails_in_a_worker_fails_the_load_the_same_way(tmp_path):
+    """A cut inside a string found out in the worker: the text is cut again, or the whole
+    document decoded, with the same result."""
+    events = [event(i, "op", random.Random(i)) for i in range(40)]
+    events[30]["name"] = 'x"}, {"ph":"X","name":"y' * 50
+    path = tmp_path / "t.json"
+    path.write_bytes(json.dumps({"traceEvents": events}).encode())
+    with cut_by("cutter"):
+        assert_same_outcome(path, chunk_bytes=path.stat().st_size // 5, jobs=2)
+    with recuts() as counted:
+        assert_same_outcome(path, chunk_bytes=path.stat().st_size // 5, jobs=2)
+    assert counted.count == 1
+
+
+def test_more_text_than_a_gzip_trailer_claims_goes_to_a_pool(tmp_path):
+    """A trailer gives the size modulo 4 GiB: a trace shared because of it, whose text goes on
+    past twice the size of a pool's trace, is sent to a pool from there on."""
+    path = shared_text(tmp_path, 200)
+    data = path.read_bytes()
+    whole = load_trace(path, jobs=1, chunk_bytes=WHOLE)
+    chunk = len(data) // (4 * ingest.POOL_MIN_RUNS)
+    blocks = (data[i:i + 4096] for i in range(0, len(data), 4096))
+    budget = ingest.MemoryBudget(path, None, 1.0)
+    with mock.patch.object(ingest, "decode_shared") as shared:
+        outline, columns = ingest.stream_document(path, blocks, None, 2, chunk, budget,
+                                                  chunks.Scanner, json_bytes=chunk * 3)
+    assert shared.call_count == 0
+    assert len(columns) == len(whole.events) and outline.size_bytes == len(data)

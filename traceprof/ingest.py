@@ -6,8 +6,10 @@ into runs of whole events by :mod:`traceprof.chunks` as it arrives; a pool of wo
 (``jobs``) decodes the runs with the typed decoder and turns each into :class:`Columns` (only
 the values traceprof reads; the events of a run are freed as soon as its columns exist); the
 columns are joined in order. A plain file is read by the workers themselves (only offsets travel
-to them); a gzip file is inflated by one reader and its runs are sent to the workers. The result
-is the same whatever the number of workers or the size of the runs.
+to them); a gzip file is inflated by one reader and its runs are sent to the workers. A trace of
+fewer than :data:`POOL_MIN_RUNS` runs is read whole first, then shared between the reading
+process and workers forked then, which inherit its text (:func:`decode_shared`). The result is
+the same whatever the number of workers or the size of the runs.
 
 Whatever the runs cannot say the same as a whole-document decode (text that is not valid JSON,
 values of unexpected types, repeated top-level keys, values nested too deeply, ``B``/``E``
@@ -16,6 +18,7 @@ events) sends the trace to the whole-document decoder, which says it (or reads i
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import stat
@@ -23,7 +26,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from operator import attrgetter
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import msgspec
 import numpy as np
@@ -37,18 +40,38 @@ if TYPE_CHECKING:
 
 #: runs in flight per worker, decoding or queued (bounds the memory of the text in flight)
 _QUEUED_PER_WORKER = 4
-#: a trace of fewer runs is decoded in the reading process: the workers' start and the text sent
-#: to them cost more than the decoding they would share (measured with 8 MB runs, two workers:
-#: a 35 MB .json.gz loads in 0.33 s alone against 0.37 s with them, 70 MB breaks even for
-#: gzip and gains for a plain file, 0.35 s against 0.46 s)
+#: a trace of fewer runs of ``chunk_bytes`` (when its size is known) is not given to a pool as
+#: it arrives: it is shared (see :func:`decode_shared`). Below that size, starting a pool's
+#: workers and sending them the text cost more than the decoding they share (measured with
+#: 8 MB runs and two workers: 70 MB of gzip text broke even)
 POOL_MIN_RUNS = 8
+#: runs per process in a shared trace: the processes finish within a run of each other; each
+#: decodes its runs one after the other and reuses the memory of the last one (fewer page
+#: faults than one large run); the text the scanner reads after the last cut is short
+SHARED_RUNS_PER_PROCESS = 8
+_SHARED_MIN_RUN_BYTES = 1 << 20
 
 
-def workers_for(json_bytes: int | None, jobs: int, chunk_bytes: int) -> int:
-    """The workers that decode a trace of ``json_bytes`` of JSON (None: not known)."""
-    if json_bytes is not None and json_bytes < POOL_MIN_RUNS * chunk_bytes:
-        return 1
-    return jobs
+def shared_run_bytes(json_bytes: int | None, jobs: int, chunk_bytes: int) -> int | None:
+    """The bytes per run when a trace of ``json_bytes`` of JSON (None: not known) is shared
+    among ``jobs`` processes; None when it is not shared (a pool decodes a trace of many runs,
+    or of unknown size, and one process decodes all the runs when ``jobs`` is 1)."""
+    if json_bytes is None or json_bytes >= POOL_MIN_RUNS * chunk_bytes or jobs <= 1:
+        return None
+    if not _fork_context():
+        return None
+    share = -(-json_bytes // (SHARED_RUNS_PER_PROCESS * jobs))
+    return max(min(share, chunk_bytes), min(_SHARED_MIN_RUN_BYTES, chunk_bytes))
+
+
+def _fork_context():
+    """The "fork" multiprocessing context (None where there is none): workers forked from the
+    reading process start at once, and a shared trace's text is theirs without being sent."""
+    import multiprocessing
+
+    if "fork" not in multiprocessing.get_all_start_methods():
+        return None  # pragma: no cover - not on Linux
+    return multiprocessing.get_context("fork")
 
 
 def default_jobs() -> int:
@@ -450,12 +473,9 @@ class _Pool:
             self.done.append(fn(task))
             return
         if self.executor is None:
-            import multiprocessing
             from concurrent.futures import ProcessPoolExecutor
 
-            methods = multiprocessing.get_all_start_methods()
-            context = multiprocessing.get_context("fork" if "fork" in methods else None)
-            self.executor = ProcessPoolExecutor(self.jobs, mp_context=context)
+            self.executor = ProcessPoolExecutor(self.jobs, mp_context=_fork_context())
         self._collect(wait=False)
         while len(self.pending) >= self.jobs * _QUEUED_PER_WORKER:
             self._collect_one()
@@ -519,20 +539,117 @@ class _Blocks:
         return text
 
 
+@dataclass(slots=True)
+class _Shared:
+    """A trace being shared (see :func:`decode_shared`): its runs, its text, and how a process
+    takes the next run no process has taken."""
+
+    runs: list[chunks.Run]
+    text: _Blocks
+    take: Callable[[], int]
+
+    def decode_taken(self) -> list[tuple[int, Columns]]:
+        """Take the next run and decode it, until no run is left: (index, columns) of each."""
+        out = []
+        while (i := self.take()) < len(self.runs):
+            run = self.runs[i]
+            out.append((i, decode_run(self.text.text(run.start, run.end), run.first)))
+        return out
+
+
+class _SharedCounter:
+    """The index of the next run, in memory shared with the forked workers."""
+
+    def __init__(self, context) -> None:
+        self.value = context.Value("q", 0)
+
+    def take(self) -> int:
+        with self.value.get_lock():
+            i = self.value.value
+            self.value.value = i + 1
+        return i
+
+
+#: the trace being shared, for the workers forked by decode_shared
+_shared: _Shared | None = None
+
+
+def decode_shared(runs: list[chunks.Run], text: _Blocks, jobs: int) -> list[Columns]:
+    """The columns of the runs of a trace whose whole text is read, decoded by this process
+    and ``jobs - 1`` workers forked now. The workers inherit the text: nothing is sent to them,
+    and they start at once. Each process takes the next run no process has taken, until none
+    is left, so they finish within a run of each other: the work per byte differs along a
+    trace (the second half of the 35 MB ResNet-50 trace takes twice the time of the first),
+    and equal parts would leave one process waiting for the other. Only the columns travel
+    back, once, at the end (a pool would pass each run through threads of this process, which
+    wait for this process's decoding to let go of the interpreter)."""
+    global _shared
+    context = _fork_context()
+    workers = min(jobs - 1, len(runs) - 1) if context is not None else 0
+    take = _SharedCounter(context).take if workers else itertools.count().__next__
+    _shared = shared = _Shared(runs, text, take)
+    started = []
+    try:
+        for _ in range(workers):
+            receive, send = context.Pipe(duplex=False)
+            process = context.Process(target=_decode_taken_runs, args=(send,), daemon=True)
+            process.start()
+            send.close()
+            started.append((process, receive))
+        parts = dict(shared.decode_taken())
+        for _, receive in started:
+            try:
+                outcome = receive.recv()
+            except EOFError:
+                raise Fallback("a decoding worker ended without its runs") from None
+            if isinstance(outcome, Exception):
+                raise outcome
+            parts.update(outcome)
+    finally:
+        _shared = None
+        for process, receive in started:
+            receive.close()
+            if process.is_alive():
+                process.terminate()
+            process.join()
+    return [parts[i] for i in range(len(runs))]
+
+
+def _decode_taken_runs(send) -> None:
+    """A forked worker's part of :func:`decode_shared`: its runs' columns, or its error."""
+    assert _shared is not None
+    try:
+        outcome: Any = _shared.decode_taken()
+    except Exception as e:  # Fallback, or a failure the reading process reports
+        outcome = e
+    send.send(outcome)
+    send.close()
+
+
 def stream_document(path: Path, blocks: Iterator[bytes], regular_offset: int | None,
                     jobs: int, chunk_bytes: int, budget: MemoryBudget,
-                    splitter: type = chunks.Scanner) -> tuple[chunks.Outline, Columns]:
+                    splitter: type = chunks.Scanner,
+                    json_bytes: int | None = None) -> tuple[chunks.Outline, Columns]:
     """Cut the JSON ``blocks`` into runs with ``splitter`` (:class:`traceprof.chunks.Cutter` or
-    :class:`~traceprof.chunks.Scanner`) and decode them with ``jobs`` workers, counting each
+    :class:`~traceprof.chunks.Scanner`) and decode them with ``jobs`` processes, counting each
     block against ``budget``. ``regular_offset``: where the JSON starts in ``path`` when the
-    workers may read the runs from the file (else the runs' text is sent to them). Fallback
-    when the scanner's runs cannot say what a whole-document decode says; Recut when the
-    cutter's runs do not decode."""
-    cutter = splitter(chunk_bytes)
-    pool = _Pool(jobs)
-    pending = _Blocks()  # the text not yet sent, when it is sent
+    workers may read the runs from the file (else the runs' text is sent to them).
+    ``json_bytes``: the size of the JSON when it is known (or claimed by a gzip trailer): a
+    trace of fewer than :data:`POOL_MIN_RUNS` runs is decoded by the reading process alone, or
+    shared among ``jobs`` processes once it is read (:func:`decode_shared`); a larger one goes
+    to a pool as it arrives. Fallback when the scanner's runs cannot say what a whole-document
+    decode says; Recut when the cutter's runs do not decode."""
+    small = json_bytes is not None and json_bytes < POOL_MIN_RUNS * chunk_bytes
+    run_bytes = shared_run_bytes(json_bytes, jobs, chunk_bytes)
+    cutter = splitter(run_bytes or chunk_bytes)
+    pool = _Pool(1 if small else jobs)
+    pending = _Blocks()  # the text not yet sent, when it is sent; all of it, when shared
+    held: list[chunks.Run] | None = [] if run_bytes else None  # runs of a shared trace
 
     def submit(runs: list[chunks.Run]) -> None:
+        if held is not None:
+            held.extend(runs)
+            return
         for run in runs:
             if regular_offset is not None:
                 pool.submit(_decode_file_run, (str(path), regular_offset + run.start,
@@ -544,16 +661,22 @@ def stream_document(path: Path, blocks: Iterator[bytes], regular_offset: int | N
         for block in blocks:
             runs = cutter.feed(block)
             budget.add(block, cutter.objects)
-            if regular_offset is None:
+            if regular_offset is None or held is not None:
                 pending.append(block)
+            if held is not None and cutter.offset > 2 * POOL_MIN_RUNS * chunk_bytes:
+                # far more text than a gzip trailer claimed (it says the size modulo 4 GiB):
+                # not held in memory, but sent to a pool as it arrives
+                runs, held = held + runs, None
+                pool = _Pool(jobs)
             submit(runs)
-            pending.drop_before(cutter.keep_from)
+            if held is None:
+                pending.drop_before(cutter.keep_from)
         if isinstance(cutter, chunks.Cutter):
             submit(cutter.finish())
             outline = cutter.outline
         else:
             outline = cutter.finish()
-        parts = pool.results()
+        parts = pool.results() if held is None else decode_shared(held, pending, jobs)
     except (Fallback, chunks.Unsplittable) as e:
         if isinstance(cutter, chunks.Cutter):
             raise Recut(str(e)) from None

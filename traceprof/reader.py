@@ -358,18 +358,16 @@ def _stream(p: Path, max_memory, memory_scale: float, jobs: int, chunk_bytes: in
             if claimed is not None:
                 budget.expect(claimed)
             blocks = _checked(p, _inflate(p, head, f), None, gzip=True)
-            return ingest.stream_document(p, blocks, None,
-                                          ingest.workers_for(claimed, jobs, chunk_bytes),
-                                          chunk_bytes, budget, splitter)
+            return ingest.stream_document(p, blocks, None, jobs, chunk_bytes, budget, splitter,
+                                          json_bytes=claimed)
         skip = _check_start(p, head, final=len(head) < _SNIFF_BYTES, gzip=False)
         if st.st_size - skip <= chunk_bytes:
             return None
         budget.streamed()
         budget.expect(st.st_size)
         f.seek(skip)
-        return ingest.stream_document(p, _blocks(f), skip,
-                                      ingest.workers_for(st.st_size - skip, jobs, chunk_bytes),
-                                      chunk_bytes, budget, splitter)
+        return ingest.stream_document(p, _blocks(f), skip, jobs, chunk_bytes, budget, splitter,
+                                      json_bytes=st.st_size - skip)
 
 
 def _gzip_claimed_size(f: BinaryIO, size: int, position: int) -> int | None:
