@@ -21,8 +21,9 @@ from __future__ import annotations
 import functools
 from collections import defaultdict
 from typing import Sequence
-from dataclasses import dataclass, fields, replace
 
+import msgspec
+from msgspec.structs import replace
 import numpy as np
 
 from . import hardware, schema
@@ -50,7 +51,7 @@ from .profile import (
 from .schema import Kind
 from .trace import BLOCK_EVENTS, Trace, release_freed_memory
 
-_METRICS = tuple(f.name for f in fields(Times))
+_METRICS = Times.__struct_fields__
 FORWARD, BACKWARD, OTHER = range(3)  # pass codes, the order of profile.PASSES
 #: GPU work attributed to no CPU event above this share of the step's GPU busy time is a warning
 UNATTRIBUTED_GPU_WARN_SHARE = 0.01
@@ -84,8 +85,7 @@ def _gives_memory_back(stage):
     return run
 
 
-@dataclass(frozen=True, slots=True)
-class Steps:
+class Steps(msgspec.Struct, frozen=True):
     numbers: np.ndarray  # int64, sorted by start
     start: np.ndarray
     end: np.ndarray
@@ -217,8 +217,7 @@ def _select(steps: Steps, step: int | None, path: str = "") -> tuple[np.ndarray,
     return pos, warnings
 
 
-@dataclass(slots=True)
-class _Context:
+class _Context(msgspec.Struct):
     """What every stage needs to know about the selection and the event nesting."""
 
     trace: Trace
@@ -310,8 +309,7 @@ def _context(trace: Trace, links: Links, tree: Hierarchy, steps: Steps,
     )
 
 
-@dataclass(slots=True)
-class _CpuTime:
+class _CpuTime(msgspec.Struct):
     """Exclusive time of every CPU slice in the selection, and where it goes."""
 
     events: np.ndarray
@@ -345,8 +343,7 @@ def _cpu_time(ctx: _Context) -> _CpuTime:
     return _CpuTime(cpu, cpu_excl, node, pass_code)
 
 
-@dataclass(slots=True)
-class _GpuWork:
+class _GpuWork(msgspec.Struct):
     """GPU work items in the selection (by the time of their launch), and where they go."""
 
     work: np.ndarray
@@ -381,8 +378,7 @@ def _gpu_work(ctx: _Context) -> _GpuWork:
     return _GpuWork(work, anchor, node, pass_code, busy, no_launch, before_trace, is_kernel)
 
 
-@dataclass(slots=True)
-class _Ops:
+class _Ops(msgspec.Struct):
     """Ops in the selection (``keep``: which of the candidates), and where they go."""
 
     keep: np.ndarray
@@ -445,8 +441,7 @@ def _group_unattributed(groups: _Groups, cpu: _CpuTime, gpu: _GpuWork, counted: 
     unsupported.node[unsupported.node < 0] = groups.of(unsupported.events[unsupported.node < 0])
 
 
-@dataclass(slots=True)
-class _MemoryEvents:
+class _MemoryEvents(msgspec.Struct):
     """[memory] events in the selection (``keep``), their node and pass."""
 
     keep: np.ndarray
@@ -508,8 +503,7 @@ def _calls(ctx: _Context, n_nodes: int) -> np.ndarray:
     return np.bincount(tree.node_of_scope[scope_events], minlength=n_nodes)[:n_nodes] / ctx.n_steps
 
 
-@dataclass(slots=True)
-class _Shape:
+class _Shape(msgspec.Struct):
     """The result tree: each node's parent and children in display order, the roots."""
 
     parent: np.ndarray

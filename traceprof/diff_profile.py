@@ -21,7 +21,9 @@ from __future__ import annotations
 import enum
 import math
 import os
-from dataclasses import dataclass
+
+import msgspec
+from msgspec.structs import replace
 
 from . import schema
 from .diff_side import BUCKET_PATH, Side, side_of
@@ -67,8 +69,7 @@ class _Change:
             abs(self.delta_us) <= self.spread_us
 
 
-@dataclass(frozen=True, slots=True)
-class PassDelta(_Change):
+class PassDelta(_Change, msgspec.Struct, frozen=True):
     """One pass of one node, base -> new. Times per step, microseconds; None: not on that side."""
 
     phase: Pass
@@ -87,8 +88,7 @@ class PassDelta(_Change):
     new_calls: float
 
 
-@dataclass(frozen=True, slots=True)
-class InsideDelta:
+class InsideDelta(msgspec.Struct, frozen=True):
     """A kernel (GPU traces) or op (CPU-only traces) inside a node, base -> new, per step.
     ``status``: added when it ran only in the new trace, removed when only in the base one."""
 
@@ -104,8 +104,7 @@ class InsideDelta:
         return self.new_us - self.base_us
 
 
-@dataclass(frozen=True, slots=True)
-class DiffNode(_Change):
+class DiffNode(_Change, msgspec.Struct, frozen=True):
     id: int
     parent: int
     children: tuple[int, ...]
@@ -133,8 +132,7 @@ class DiffNode(_Change):
         return sum(p.new_us for p in self.passes)
 
 
-@dataclass(frozen=True, slots=True)
-class SideSummary:
+class SideSummary(msgspec.Struct, frozen=True):
     path: str
     device: str  # "CPU" or the GPU's name
     has_gpu: bool
@@ -154,8 +152,7 @@ class SideSummary:
         return self.wall_us - self.time_us
 
 
-@dataclass(frozen=True, slots=True)
-class DiffProfile:
+class DiffProfile(msgspec.Struct, frozen=True):
     """The diff of two traces: nodes in display order (siblings by |Δ|, largest first)."""
 
     base: SideSummary
@@ -463,7 +460,6 @@ def _cpu_summary(s: SideSummary, side: Side) -> SideSummary:
     p = side.profile
     modules = sum(p.nodes[r].total.cpu_us for r in p.roots if p.nodes[r].kind is NodeKind.MODULE)
     bucket = p.unattributed
-    from dataclasses import replace
 
     return replace(s, time_us=p.selection.cpu_us, modules_us=modules,
                    outside_us=bucket.total.cpu_us if bucket else 0.0, collectives_us=0.0,
@@ -542,6 +538,5 @@ def diff_jobs(base_dir: str | os.PathLike, new_dir: str | os.PathLike, *, hierar
     if only:
         notes.append("ranks in one job only: " + ", ".join(map(str, only)))
     d = diffs[worst]
-    from dataclasses import replace
 
     return replace(d, warnings=tuple(notes) + d.warnings)

@@ -17,8 +17,8 @@ diff can be computed in separate processes.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 
+import msgspec
 import numpy as np
 
 from . import schema
@@ -35,8 +35,7 @@ FORWARD, BACKWARD, OTHER = range(3)  # pass codes, the order of profile.PASSES
 BUCKET_PATH = (UNATTRIBUTED_NAME,)
 
 
-@dataclass(frozen=True, slots=True)
-class Side:
+class Side(msgspec.Struct, frozen=True):
     """A trace analyzed for a diff. Paths are :attr:`ModuleNode.path` (the bucket's is
     ``("(not in any module)",)``); pass codes index :data:`traceprof.profile.PASSES`."""
 

@@ -11,29 +11,28 @@ device has no peak for is absent (V100 has no bf16 or tf32 units).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping
+
+import msgspec
+from msgspec.structs import force_setattr
 
 T = 1e12
 
 
-@dataclass(frozen=True, slots=True)
-class DevicePeaks:
+class DevicePeaks(msgspec.Struct, frozen=True):
     name: str  # the device model the figures are for
     pattern: str  # regular expression matched (case-insensitively) against the device name
     flop_per_s: Mapping[str, float]
     bytes_per_s: float
     source: str  # where the figures come from
     min_memory_bytes: int = 0  # the entry applies to devices with at least this much memory
-    _re: re.Pattern = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "_re", re.compile(self.pattern, re.I))
-        object.__setattr__(self, "flop_per_s", MappingProxyType(dict(self.flop_per_s)))
+        force_setattr(self, "flop_per_s", MappingProxyType(dict(self.flop_per_s)))
 
     def matches(self, device_name: str, memory_bytes: int | None) -> bool:
-        if not self._re.search(device_name):
+        if not re.search(self.pattern, device_name, re.I):  # compiled once, by re's cache
             return False
         return memory_bytes is None or memory_bytes >= self.min_memory_bytes
 

@@ -11,8 +11,8 @@ to the forward node of the same module instance instead of starting a new tree.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
 
+import msgspec
 import numpy as np
 
 from . import schema
@@ -42,8 +42,7 @@ _DESCRIPTIONS = {
 }
 
 
-@dataclass(frozen=True, slots=True)
-class ScopeKey:
+class ScopeKey(msgspec.Struct, frozen=True):
     """What one scope name says: the node key, the module's class and its qualified name."""
 
     key: str
@@ -51,8 +50,7 @@ class ScopeKey:
     qualified_name: str | None  # known for traceprof and Lightning scopes
 
 
-@dataclass(frozen=True, slots=True)
-class HierarchyNode:
+class HierarchyNode(msgspec.Struct, frozen=True):
     id: int
     parent: int  # -1 for a root
     path: tuple[str, ...]
@@ -62,8 +60,7 @@ class HierarchyNode:
     first_ts: float
 
 
-@dataclass(frozen=True, slots=True)
-class Hierarchy:
+class Hierarchy(msgspec.Struct, frozen=True):
     source: Source
     nodes: tuple[HierarchyNode, ...]
     scope_mask: np.ndarray  # bool per event: the event is a scope of the chosen source

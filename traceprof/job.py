@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, field
+
+import msgspec
+from msgspec.structs import replace
 
 from . import schema
 from .errors import JobError
@@ -32,8 +34,7 @@ STRAGGLER_MODULES = 5
 
 # ---- one rank: what a worker computes and sends back --------------------------------------------
 
-@dataclass(frozen=True, slots=True)
-class RankOptions:
+class RankOptions(msgspec.Struct, frozen=True):
     """How each rank's trace is analyzed (the same for every rank)."""
 
     step: int | None = None
@@ -42,8 +43,7 @@ class RankOptions:
     max_memory: int | str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class RankResult:
+class RankResult(msgspec.Struct, frozen=True):
     """One trace's analysis: its profile (module tree with numbers, metadata) and its GPU
     timeline per step. Small: this is what travels from a worker."""
 
@@ -68,8 +68,7 @@ def analyze_rank(task: tuple[str, RankOptions]) -> RankResult:
 
 # ---- the job ------------------------------------------------------------------------------------
 
-@dataclass(frozen=True, slots=True)
-class Spread:
+class Spread(msgspec.Struct, frozen=True):
     """One quantity across the ranks that have it."""
 
     min: float
@@ -93,8 +92,7 @@ def spread_of(values: dict[int, float]) -> Spread | None:
     return Spread(v[0], median, hi, hi - v[0], slowest, hi / median if median > 0 else None)
 
 
-@dataclass(frozen=True, slots=True)
-class JobRank:
+class JobRank(msgspec.Struct, frozen=True):
     rank: int
     path: str
     profile: ModuleProfile
@@ -103,8 +101,7 @@ class JobRank:
     selected: StepTimeline
 
 
-@dataclass(frozen=True, slots=True)
-class JobModule:
+class JobModule(msgspec.Struct, frozen=True):
     """One module node matched across the ranks (by qualified name, or by tree position)."""
 
     key: tuple[str, ...]  # the node's path in the tree (qualified names for traceprof scopes)
@@ -130,8 +127,7 @@ class JobModule:
         return spread_of(self.times(metric, p))
 
 
-@dataclass(frozen=True, slots=True)
-class Straggler:
+class Straggler(msgspec.Struct, frozen=True):
     rank: int
     step_us: float  # the rank's step time (GPU compute time per step; CPU: step wall time)
     median_us: float
@@ -143,8 +139,7 @@ class Straggler:
     modules: tuple[tuple[JobModule, float], ...]
 
 
-@dataclass(frozen=True)
-class Job:
+class Job(msgspec.Struct, frozen=True):
     """The reduced result of a job: ranks sorted by number, modules in tree order."""
 
     ranks: tuple[JobRank, ...]
@@ -158,7 +153,7 @@ class Job:
     metric: str
     #: what step times compare: "compute_us" (GPU work outside collectives) or "wall_us"
     step_metric: str
-    warnings: tuple[str, ...] = field(default=())
+    warnings: tuple[str, ...] = ()
     engine: str = "local"
 
     @property
@@ -385,7 +380,6 @@ def reduce_job(results: list[RankResult], *,
             merged.append(f"{len(items)} ranks: {text}")
         else:
             merged.extend(items)
-    from dataclasses import replace
 
     return replace(job, stragglers=stragglers, warnings=tuple(merged))
 

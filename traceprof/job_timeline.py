@@ -12,8 +12,8 @@ busy time.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
+import msgspec
 import numpy as np
 
 from . import schema
@@ -21,8 +21,7 @@ from .schema import Kind
 from .trace import Trace
 
 
-@dataclass(frozen=True, slots=True)
-class StepTimeline:
+class StepTimeline(msgspec.Struct, frozen=True):
     """One step of one trace, in microseconds. ``step`` is -1 for a trace without steps (the
     whole trace is one window) and for a mean over several steps."""
 

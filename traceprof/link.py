@@ -17,8 +17,8 @@ depth levels only, never over events.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
+import msgspec
 import numpy as np
 
 from . import schema
@@ -26,8 +26,7 @@ from .schema import Kind
 from .trace import Trace, index_dtype
 
 
-@dataclass(frozen=True, slots=True)
-class Links:
+class Links(msgspec.Struct, frozen=True):
     """Per-event link arrays (length = number of events; -1 = none). Event indices are of
     :func:`~traceprof.trace.index_dtype` (int32 below 2**31 events), depths int32."""
 

@@ -15,7 +15,7 @@ device's total while the module ran, as far as the module's own events show it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import msgspec
 import numpy as np
 
 from .trace import Trace
@@ -23,8 +23,7 @@ from .trace import Trace
 N_PASSES = 3  # forward, backward, other: the order of profile.PASSES
 
 
-@dataclass(frozen=True, slots=True)
-class MemoryPhase:
+class MemoryPhase(msgspec.Struct, frozen=True):
     allocated_bytes: float = 0.0  # per step, node and everything below it
     freed_bytes: float = 0.0  # per step
     peak_bytes: int | None = None  # highest allocator total at the node's events; None: unknown
@@ -35,8 +34,7 @@ class MemoryPhase:
         return self.allocated_bytes - self.freed_bytes
 
 
-@dataclass(frozen=True, slots=True)
-class MemoryUse:
+class MemoryUse(msgspec.Struct, frozen=True):
     """Memory one node allocated and freed on one device, per pass (profile.Pass)."""
 
     device: str  # "cuda:0", "cpu"

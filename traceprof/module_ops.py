@@ -21,8 +21,8 @@ pass; the rest are folded into one ``(N more)`` row that keeps their sums.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 
+import msgspec
 import numpy as np
 
 from .link import Links
@@ -41,8 +41,7 @@ MAX_ROWS = 40
 _PASS_VALUES = ("forward", "backward", "other")  # profile.PASSES order (pass codes 0, 1, 2)
 
 
-@dataclass(frozen=True, slots=True)
-class Attributed:
+class Attributed(msgspec.Struct, frozen=True):
     """Events of the selected steps with their node (attribution's ids) and pass code."""
 
     events: np.ndarray  # int64 event indices (GPU work: its anchor is in ``anchor``)
@@ -164,8 +163,7 @@ def _max_plus_one(*columns: np.ndarray) -> int:
     return max((int(c.max()) + 1 for c in columns if len(c)), default=0)
 
 
-@dataclass(frozen=True, slots=True)
-class _Radix:
+class _Radix(msgspec.Struct, frozen=True):
     """Sizes of the four key columns: node, pass code, label code, shapes code + 1."""
 
     node: int

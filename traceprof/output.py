@@ -20,8 +20,9 @@ import os
 import stat
 import sys
 import tempfile
-from dataclasses import dataclass
 from typing import Iterable
+
+import msgspec
 
 from .errors import OptionError, OutputError
 
@@ -46,8 +47,7 @@ class OutputKind(enum.Enum):
     SPECIAL = "special file"  # a device, FIFO or socket: written in place
 
 
-@dataclass(frozen=True, slots=True)
-class OutputTarget:
+class OutputTarget(msgspec.Struct, frozen=True):
     path: str  # as the user gave it
     kind: OutputKind
     file: str  # what is opened: the symlink-resolved path of a FILE, else ``path``

@@ -18,16 +18,16 @@ from __future__ import annotations
 
 import enum
 import math
-from dataclasses import dataclass, field, fields
 from typing import Iterator
+
+import msgspec
 
 from .memory import MemoryUse
 from .step_timeline import Timeline
 from .trace import ModuleInfo, TraceMetadata
 
 
-@dataclass(frozen=True, slots=True)
-class Times:
+class Times(msgspec.Struct, frozen=True):
     """Additive per-step quantities of a node: times, counts, FLOPs and bytes."""
 
     gpu_busy_us: float = 0.0
@@ -41,17 +41,16 @@ class Times:
     unsupported_ops: float = 0.0  # calls of ops without a FLOP formula (docs/flops.md)
 
     def __add__(self, other: "Times") -> "Times":
-        return Times(*(getattr(self, f.name) + getattr(other, f.name) for f in fields(Times)))
+        return Times(*(getattr(self, f) + getattr(other, f) for f in Times.__struct_fields__))
 
     def __sub__(self, other: "Times") -> "Times":
-        return Times(*(getattr(self, f.name) - getattr(other, f.name) for f in fields(Times)))
+        return Times(*(getattr(self, f) - getattr(other, f) for f in Times.__struct_fields__))
 
 
 ZERO = Times()
 
 
-@dataclass(frozen=True, slots=True)
-class PhaseTimes:
+class PhaseTimes(msgspec.Struct, frozen=True):
     """One pass (forward, backward or other) of one node: its own work and its subtree's."""
 
     own: Times = ZERO
@@ -97,8 +96,7 @@ class OpKind(str, enum.Enum):
 _OP_SUMMED = ("calls", "kernels", "gpu_busy_us", "gpu_work_us", "cpu_us", "flops")
 
 
-@dataclass(frozen=True, slots=True)
-class OpStat:
+class OpStat(msgspec.Struct, frozen=True):
     """One row of a node's ops table (traceprof.module_ops): the ops (or kernels) of one name,
     input shapes and pass inside the node itself, per step."""
 
@@ -121,8 +119,7 @@ class OpStat:
                       *(getattr(self, f) + getattr(other, f) for f in _OP_SUMMED))
 
 
-@dataclass(frozen=True, slots=True)
-class ModuleNode:
+class ModuleNode(msgspec.Struct, frozen=True):
     id: int
     parent: int  # -1 for a root
     children: tuple[int, ...]
@@ -154,8 +151,7 @@ class ModuleNode:
         return self.forward.own + self.backward.own + self.other.own
 
 
-@dataclass(frozen=True, slots=True)
-class PassTotals:
+class PassTotals(msgspec.Struct, frozen=True):
     """Totals per pass of a set of nodes."""
 
     forward: Times = ZERO
@@ -170,8 +166,7 @@ class PassTotals:
         return self.forward + self.backward + self.other
 
 
-@dataclass(frozen=True, slots=True)
-class StepSelection:
+class StepSelection(msgspec.Struct, frozen=True):
     """Which steps the numbers are the mean of."""
 
     numbers: tuple[int, ...]  # ProfilerStep numbers used; () when the trace has no steps
@@ -208,8 +203,7 @@ class StepSelection:
         return self.cpu_us - self.cpu_between_ops_us
 
 
-@dataclass(frozen=True, slots=True)
-class UnsupportedOp:
+class UnsupportedOp(msgspec.Struct, frozen=True):
     """Ops of one name without a FLOP formula (docs/flops.md), per step."""
 
     name: str
@@ -218,8 +212,7 @@ class UnsupportedOp:
     share_of_step: float  # of the step's GPU busy time (CPU time on CPU-only traces)
 
 
-@dataclass(frozen=True, slots=True)
-class Peak:
+class Peak(msgspec.Struct, frozen=True):
     """The device's peak for the precision that carries most of the FLOPs."""
 
     device: str  # the peaks-table entry (traceprof.hardware), e.g. "H100 SXM"
@@ -229,8 +222,7 @@ class Peak:
     source: str
 
 
-@dataclass(frozen=True, slots=True)
-class FlopSummary:
+class FlopSummary(msgspec.Struct, frozen=True):
     has_shapes: bool  # False: the trace was recorded without shapes, no FLOPs were computed
     flops_by_precision: tuple[tuple[str, float], ...] = ()  # per step, largest first
     peak: Peak | None = None  # None on CPU-only traces and unknown devices
@@ -244,8 +236,7 @@ class FlopSummary:
 NO_FLOPS = FlopSummary(has_shapes=False)
 
 
-@dataclass(frozen=True, slots=True)
-class Throughput:
+class Throughput(msgspec.Struct, frozen=True):
     """Achieved rates over a time (GPU busy time; CPU time on CPU-only traces). None where the
     time is 0 or the peak is unknown."""
 
@@ -256,8 +247,7 @@ class Throughput:
     flops_per_byte: float | None  # arithmetic intensity
 
 
-@dataclass(frozen=True, slots=True)
-class LinkStats:
+class LinkStats(msgspec.Struct, frozen=True):
     events: int
     kernels: int
     memcpys: int
@@ -269,8 +259,7 @@ class LinkStats:
     nesting_conflicts: int
 
 
-@dataclass(frozen=True, slots=True)
-class ModuleProfile:
+class ModuleProfile(msgspec.Struct, frozen=True):
     metadata: TraceMetadata
     source: str  # hierarchy source (hierarchy.Source value)
     source_description: str
@@ -279,7 +268,7 @@ class ModuleProfile:
     selection: StepSelection
     stats: LinkStats
     module_nodes: int  # module nodes in the full tree (before any depth or top-N transform)
-    warnings: tuple[str, ...] = field(default=())
+    warnings: tuple[str, ...] = ()
     flops: FlopSummary = NO_FLOPS
     #: the "not in any module" groups that are the optimizer step (schema.OPTIMIZER_STEP_PREFIXES),
     #: found before any transform, so --depth and --top cannot hide it
@@ -363,9 +352,9 @@ class ModuleProfile:
                 expect = p.own
                 for c in node.children:
                     expect = expect + self.nodes[c].phase(phase).total
-                for f in fields(Times):
-                    a, b = getattr(p.total, f.name), getattr(expect, f.name)
-                    assert close(a, b), f"{node.qualified_name} {phase} {f.name}: {a} != {b}"
+                for f in Times.__struct_fields__:
+                    a, b = getattr(p.total, f), getattr(expect, f)
+                    assert close(a, b), f"{node.qualified_name} {phase} {f}: {a} != {b}"
             for c in node.children:
                 assert self.nodes[c].parent == node.id, f"bad parent link under {node.id}"
             if node.kind is NodeKind.MODULE:  # a module's work is forward or backward

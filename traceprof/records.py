@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import io
 import json
-from dataclasses import fields
 
 from .errors import MissingDependencyError
 from .profile import PASSES, ModuleNode, ModuleProfile, Times
@@ -23,7 +22,7 @@ MEMORY_FIELDS = ("allocated_bytes", "freed_bytes", "peak_bytes")
 
 
 def times_record(t: Times) -> dict[str, float]:
-    return {f.name: getattr(t, f.name) for f in fields(Times)}
+    return {f: getattr(t, f) for f in Times.__struct_fields__}
 
 
 def node_record(profile: ModuleProfile, node: ModuleNode) -> dict:

@@ -25,8 +25,9 @@ its closest ancestor still in the tree.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
+import msgspec
+from msgspec.structs import replace
 import numpy as np
 
 from .trace import Trace
@@ -45,15 +46,13 @@ class LaneKind:
     GPU = "gpu"
 
 
-@dataclass(frozen=True, slots=True)
-class Lane:
+class Lane(msgspec.Struct, frozen=True):
     kind: str
     name: str
     rows: int
 
 
-@dataclass(frozen=True, slots=True)
-class MemoryCurve:
+class MemoryCurve(msgspec.Struct, frozen=True):
     device: str
     time_us: tuple[float, ...]  # from the step's start
     allocated_bytes: tuple[float, ...]  # the allocator's total after each point's event
@@ -64,8 +63,7 @@ class MemoryCurve:
     exact_total: bool  # False: the trace lacks totals; bytes are relative to the step's start
 
 
-@dataclass(frozen=True, slots=True)
-class Timeline:
+class Timeline(msgspec.Struct, frozen=True):
     step: int | None  # the ProfilerStep shown; None: the whole trace
     start_us: float  # trace time of the step's start; event times are relative to it
     span_us: float
@@ -116,8 +114,7 @@ class Timeline:
         }
 
 
-@dataclass(frozen=True, slots=True)
-class StepEvents:
+class StepEvents(msgspec.Struct, frozen=True):
     """Attributed events of the selection: event indices, node (attribution ids), pass code."""
 
     events: np.ndarray
@@ -319,6 +316,5 @@ def _memory_curve(trace: Trace, memory: StepEvents | None, device: str | None, t
 
 
 def _with_peak_module(curve: MemoryCurve, module: int) -> MemoryCurve:
-    from dataclasses import replace
 
     return replace(curve, peak_module=module)

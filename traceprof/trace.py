@@ -12,9 +12,10 @@ import ctypes
 import functools
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import numpy as np
 
 from . import schema
@@ -24,16 +25,14 @@ from .reader import DROP_REASONS, Progress, RawDocument, load_raw
 from .schema import Kind
 
 
-@dataclass(frozen=True, slots=True)
-class ThreadInfo:
+class ThreadInfo(msgspec.Struct, frozen=True):
     pid: str
     tid: str
     name: str
     is_gpu: bool
 
 
-@dataclass(frozen=True, slots=True)
-class DeviceInfo:
+class DeviceInfo(msgspec.Struct, frozen=True):
     index: int
     name: str
     memory_bytes: int | None = None
@@ -41,8 +40,7 @@ class DeviceInfo:
     compute_capability: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class ModuleInfo:
+class ModuleInfo(msgspec.Struct, frozen=True):
     """One row of the module table that traceprof.capture embeds (docs/trace-conventions.md)."""
 
     name: str
@@ -66,8 +64,7 @@ class ModuleInfo:
     tied: dict[str, str] | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class ModuleTable:
+class ModuleTable(msgspec.Struct, frozen=True):
     version: int
     modules: dict[str, ModuleInfo]
     torch_version: str | None = None
@@ -75,8 +72,7 @@ class ModuleTable:
     world_size: int | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class TraceMetadata:
+class TraceMetadata(msgspec.Struct, frozen=True):
     path: str
     size_bytes: int
     schema_version: int | None
@@ -90,6 +86,8 @@ class TraceMetadata:
     warnings: tuple[str, ...]
 
 
+# The column tables load_trace fills (EventTable, MemoryEvents, PythonFrames) stay dataclasses:
+# the loader's tests list their columns with dataclasses.fields.
 @dataclass(frozen=True, slots=True)
 class EventTable:
     """One row per trace event. Absent integers are -1; absent string codes are -1."""
@@ -154,12 +152,14 @@ class PythonFrames:
         return len(self.event)
 
 
-@dataclass(frozen=True, slots=True)
-class Trace:
+class Trace(msgspec.Struct, frozen=True):
     metadata: TraceMetadata
     events: EventTable
-    python: PythonFrames = field(repr=False)
-    memory: MemoryEvents | None = field(default=None, repr=False)
+    python: PythonFrames
+    memory: MemoryEvents | None = None
+
+    def __repr__(self) -> str:  # without the python frames and memory events
+        return f"Trace(metadata={self.metadata!r}, events={self.events!r})"
 
     @property
     def python_ids(self) -> np.ndarray:

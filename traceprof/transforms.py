@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import enum
 import fnmatch
-from dataclasses import replace
 from typing import Callable
+
+from msgspec.structs import replace
 
 from .errors import OptionError
 from .module_ops import bounded

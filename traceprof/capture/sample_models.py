@@ -16,8 +16,8 @@ Importing this module imports torch.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
+import msgspec
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -117,8 +117,7 @@ class ResNet18(nn.Module):
 # -- GPT ---------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class GPTConfig:
+class GPTConfig(msgspec.Struct, frozen=True):
     vocab_size: int = 8192
     block_size: int = 256
     n_layer: int = 4
@@ -224,8 +223,7 @@ class GPT(nn.Module):
 # -- BERT-style encoder ------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class BertConfig:
+class BertConfig(msgspec.Struct, frozen=True):
     vocab_size: int = 8192
     hidden_size: int = 256
     num_hidden_layers: int = 4

@@ -30,8 +30,8 @@ evaluated once; everything else is numpy over the event columns.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
+import msgspec
 import numpy as np
 
 from ..link import Links
@@ -50,8 +50,7 @@ _OTHER, _FORMULA, _NO_COST, _UNKNOWN_OP = 0, 1, 2, 3
 OWN_SHARE = 0.5
 
 
-@dataclass(frozen=True, slots=True)
-class OpCosts:
+class OpCosts(msgspec.Struct, frozen=True):
     """The counted ops of a trace (per-op arrays aligned with ``counted``) and the unsupported
     ones. No per-event Python object."""
 

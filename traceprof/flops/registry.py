@@ -20,8 +20,9 @@ Each formula belongs to a :class:`Family`, so that a registry can be narrowed to
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator
+
+import msgspec
 
 from .shapes import OpArgs, OpCost
 
@@ -53,8 +54,7 @@ FAMILIES: tuple[Family, ...] = tuple(Family)
 MATRIX_FAMILIES = frozenset({Family.MATMUL, Family.CONV, Family.ATTENTION})
 
 
-@dataclass(frozen=True, slots=True)
-class Entry:
+class Entry(msgspec.Struct, frozen=True):
     name: str
     family: Family
     formula: Formula | None  # None: no cost of its own

@@ -54,8 +54,9 @@ out, like the saved statistics of normalizations.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from math import prod
+
+import msgspec
 
 from .registry import REGISTRY, Family
 from .shapes import LIST_DTYPE, ArgumentError, OpArgs, OpCost, Shape, nbytes
@@ -72,8 +73,7 @@ MODE_GATES = {0: RNN, 1: RNN, 2: LSTM, 3: GRU}
 _GATES_OF = {"lstm": LSTM, "gru": GRU, "rnn_tanh": RNN, "rnn_relu": RNN, "_lstm_mps": LSTM}
 
 
-@dataclass(frozen=True, slots=True)
-class Layer:
+class Layer(msgspec.Struct, frozen=True):
     """One direction of one layer."""
 
     input_size: int
@@ -197,8 +197,7 @@ def mkldnn_rnn_layer_backward(a: OpArgs) -> OpCost:
 # --- cuDNN and MIOpen: the whole stack in one op
 
 
-@dataclass(frozen=True, slots=True)
-class _Positions:
+class _Positions(msgspec.Struct, frozen=True):
     """Argument positions of a cuDNN / MIOpen RNN schema."""
 
     hx: int

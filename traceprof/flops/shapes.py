@@ -9,7 +9,6 @@ that is missing or not of the expected kind raises :class:`ArgumentError`, which
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 import msgspec
@@ -40,8 +39,7 @@ class ArgumentError(ValueError):
     """An op's arguments are not what its formula expects."""
 
 
-@dataclass(frozen=True, slots=True)
-class OpCost:
+class OpCost(msgspec.Struct, frozen=True):
     """What one op call computes and moves."""
 
     flops: float

@@ -4,15 +4,15 @@ file extensions that select them for ``-o FILE``."""
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from typing import Callable
+
+import msgspec
 
 from ..errors import OptionError
 from ..profile import ModuleProfile
 
 
-@dataclass(frozen=True, slots=True)
-class RenderOptions:
+class RenderOptions(msgspec.Struct, frozen=True):
     raw_numbers: bool = False  # microseconds as plain numbers instead of "1.23 ms"
     unsupported_ops: bool = False  # list the ops without a FLOP formula (tree and table)
     batch_size: int | None = None  # tree: samples per step per rank [default: module table]
@@ -22,8 +22,7 @@ class RenderOptions:
     depth: int | None = None  # job reports: modules down to this depth
 
 
-@dataclass(frozen=True, slots=True)
-class Renderer:
+class Renderer(msgspec.Struct, frozen=True):
     name: str
     extensions: tuple[str, ...]
     description: str

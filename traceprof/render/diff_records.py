@@ -3,8 +3,9 @@ document, DataFrame and Parquet table built from them (docs/diff.md)."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
+
+from msgspec.structs import asdict
 
 from ..records import dataframe_parquet
 
@@ -63,7 +64,7 @@ def diff_document(diff) -> dict:
     """The JSON document: both sides' summaries, where the step's Δ went, the nodes as a tree
     (each with its passes and the kernels or ops that changed most inside it) and the rows."""
     def side(s) -> dict:
-        return {**dataclasses.asdict(s), "idle_us": s.idle_us}
+        return {**asdict(s), "idle_us": s.idle_us}
 
     return {
         "schema": DIFF_JSON_SCHEMA,
@@ -82,7 +83,7 @@ def diff_document(diff) -> dict:
              "qualified_name": n.qualified_name, "kind": n.kind.value, "status": n.status.value,
              "base_us": n.base_us, "new_us": n.new_us, "delta_us": n.delta_us,
              "delta_ratio": n.delta_ratio, "spread_us": n.spread_us, "noise": n.noise,
-             "passes": [{**{f.name: getattr(p, f.name) for f in dataclasses.fields(p)},
+             "passes": [{**asdict(p),
                          "pass": p.phase.value, "delta_us": p.delta_us,
                          "delta_ratio": p.delta_ratio, "noise": p.noise} for p in n.passes],
              "inside": [{**_inside_record(d), "pass": d.phase.value} for d in n.inside]}

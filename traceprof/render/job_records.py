@@ -4,12 +4,12 @@ summary, the per-module statistics, and the JSON document that holds them all
 
 from __future__ import annotations
 
-import dataclasses
 import io
 import json
 from typing import TYPE_CHECKING
 
 import msgspec
+from msgspec.structs import asdict
 
 from ..records import dataframe_parquet
 from ..profile import PASSES
@@ -72,7 +72,7 @@ def job_dataframe(job: Job):
 
 
 def _spread(s: Spread | None) -> dict | None:
-    return dataclasses.asdict(s) if s is not None else None
+    return asdict(s) if s is not None else None
 
 
 def rank_records(job: Job) -> list[dict]:
@@ -81,8 +81,8 @@ def rank_records(job: Job) -> list[dict]:
         sel = jr.profile.selection
         out.append({
             "rank": jr.rank, "path": jr.path,
-            "step": {k: v for k, v in dataclasses.asdict(jr.selected).items() if k != "step"},
-            "steps": [dataclasses.asdict(t) for t in jr.timeline],
+            "step": {k: v for k, v in asdict(jr.selected).items() if k != "step"},
+            "steps": [asdict(t) for t in jr.timeline],
             "gpu_busy_us": sel.gpu_busy_us, "cpu_us": sel.cpu_us, "wall_us": sel.wall_us,
             "kernels": sel.kernels, "flops": sel.flops,
             "straggler": any(s.rank == jr.rank for s in job.stragglers),

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import msgspec
+from msgspec.structs import asdict
 
 from ..profile import ModuleProfile
 from . import RenderOptions, register
@@ -21,21 +20,21 @@ def profile_document(profile: ModuleProfile, timeline: bool = False) -> dict:
             "path": md.path,
             "size_bytes": md.size_bytes,
             "schema_version": md.schema_version,
-            "devices": [dataclasses.asdict(d) for d in md.devices],
+            "devices": [asdict(d) for d in md.devices],
             "rank": md.rank,
             "world_size": md.world_size,
             "flags": md.flags,
         },
         "hierarchy": {"source": profile.source, "description": profile.source_description},
-        "steps": {**dataclasses.asdict(profile.selection),
+        "steps": {**asdict(profile.selection),
                   "cpu_in_ops_us": profile.selection.cpu_in_ops_us},
-        "stats": dataclasses.asdict(profile.stats),
+        "stats": asdict(profile.stats),
         "flops": flops_section(profile),
         "warnings": list(profile.warnings),
         "roots": list(profile.roots),
-        "nodes": [
+        "nodes": [  # memory: its passes as dicts too
             {**node_record(profile, n), "children": list(n.children), "path": list(n.path),
-             "memory": [dataclasses.asdict(m) for m in n.memory]}
+             "memory": [msgspec.to_builtins(m) for m in n.memory]}
             for n in profile.walk()
         ],
         "ops": op_records(profile),
@@ -50,9 +49,9 @@ def flops_section(profile: ModuleProfile) -> dict:
     return {
         "has_shapes": summary.has_shapes,
         "flops_by_precision": dict(summary.flops_by_precision),
-        "peak": dataclasses.asdict(summary.peak) if summary.peak else None,
-        "achieved": dataclasses.asdict(profile.throughput(profile.selection)),
-        "unsupported": [dataclasses.asdict(u) for u in summary.unsupported],
+        "peak": asdict(summary.peak) if summary.peak else None,
+        "achieved": asdict(profile.throughput(profile.selection)),
+        "unsupported": [asdict(u) for u in summary.unsupported],
     }
 
 

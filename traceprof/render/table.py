@@ -11,8 +11,9 @@ docs/output-formats.md for the formulas and the places where traceprof's own num
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 from typing import Any, Callable
+
+import msgspec
 
 from ..errors import OptionError
 from ..profile import PASSES, ModuleNode, ModuleProfile, NodeKind, Pass
@@ -91,8 +92,7 @@ def _macs(info: ModuleInfo, out: list[int]) -> int:
     return macs
 
 
-@dataclass(slots=True)
-class TorchinfoStats:
+class TorchinfoStats(msgspec.Struct):
     """torchinfo's ``ModelStatistics`` fields computed from a module table; None: not in it."""
 
     total_params: int | None = None
@@ -102,9 +102,11 @@ class TorchinfoStats:
     total_output_bytes: int | None = None
     total_param_bytes: int | None = None
     unique_params: int | None = None  # the model's parameters, shared tensors once
-    leftover: dict[str, int] = field(default_factory=dict)  # by module: torchinfo's leftover
-    layer_macs: dict[str, int] = field(default_factory=dict)  # by leaf module: all its calls
-    leaves: set[str] = field(default_factory=set)
+    # by module: torchinfo's leftover
+    leftover: dict[str, int] = msgspec.field(default_factory=dict)
+    # by leaf module: all its calls
+    layer_macs: dict[str, int] = msgspec.field(default_factory=dict)
+    leaves: set[str] = msgspec.field(default_factory=set)
 
 
 def torchinfo_stats(profile: ModuleProfile) -> TorchinfoStats | None:
@@ -233,8 +235,7 @@ def _layer_labels(profile: ModuleProfile) -> dict[int, str]:
     return labels
 
 
-@dataclass(frozen=True, slots=True)
-class Column:
+class Column(msgspec.Struct, frozen=True):
     name: str
     help: str
     header: Callable[[ModuleProfile], str]
@@ -242,13 +243,13 @@ class Column:
     available: Callable[[ModuleProfile], bool] = lambda p: True
 
 
-@dataclass(slots=True)
-class _Context:
+class _Context(msgspec.Struct):
     profile: ModuleProfile
     opts: RenderOptions
     stats: TorchinfoStats | None
-    seen: set[str] = field(default_factory=set)  # module names already shown (recursive rows)
-    recursive: set[int] = field(default_factory=set)
+    # module names already shown (recursive rows)
+    seen: set[str] = msgspec.field(default_factory=set)
+    recursive: set[int] = msgspec.field(default_factory=set)
 
 
 def _has_table(p: ModuleProfile) -> bool:

@@ -4,7 +4,7 @@ in the layout of DeepSpeed's ``print_model_profile``, with traceprof's measured 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import msgspec
 
 from ..profile import PASSES, ZERO, ModuleNode, ModuleProfile, NodeKind, Times
 from ..schema import DATA_PARALLEL_WRAPPERS, OPTIMIZER_STEP_PREFIXES
@@ -49,8 +49,7 @@ RULE = "------------------------------------------------------------------------
 
 
 
-@dataclass(frozen=True, slots=True)
-class Summary:
+class Summary(msgspec.Struct, frozen=True):
     """The report's summary numbers, per step. Latencies are GPU busy time (CPU time on CPU-only
     traces), in microseconds; they add up: ``fwd + bwd + step + other == iter`` == the step's
     time, one term per pass (the optimizer step is a part of the other pass).

@@ -18,7 +18,8 @@ Tags (all values per step, x axis = ProfilerStep number; 0 for a trace without s
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+
+import msgspec
 
 from ..errors import MissingDependencyError, OutputError
 from ..profile import PASSES
@@ -41,8 +42,7 @@ def require_tensorboard() -> None:
         ) from None
 
 
-@dataclass(frozen=True, slots=True)
-class Scalar:
+class Scalar(msgspec.Struct, frozen=True):
     tag: str
     step: int
     value: float

@@ -14,10 +14,10 @@ import itertools
 import os
 import re
 import time
-from dataclasses import asdict, dataclass
 from typing import Sequence
 
 import msgspec
+from msgspec.structs import asdict
 
 from .. import render, schema
 from ..render.json_format import profile_json
@@ -36,8 +36,7 @@ _TRACE_SUFFIXES = (".json", ".json.gz")
 _UNSAFE = re.compile(r"[^A-Za-z0-9._+=@,-]+")
 
 
-@dataclass(frozen=True, slots=True)
-class RunInfo:
+class RunInfo(msgspec.Struct, frozen=True):
     """One run written into a logdir."""
 
     name: str  # run name: its directory relative to the logdir, with '/'

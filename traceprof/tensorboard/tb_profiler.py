@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import gzip
 import os
-from dataclasses import dataclass
 from typing import Any
 
 import msgspec
@@ -43,8 +42,7 @@ _PYTHON_ID = schema.ARG_SPELLINGS["python_id"]
 _PYTHON_PARENT_ID = schema.ARG_SPELLINGS["python_parent_id"]
 
 
-@dataclass(frozen=True, slots=True)
-class CopyStats:
+class CopyStats(msgspec.Struct, frozen=True):
     """What the copy changed."""
 
     events: int
