@@ -19,7 +19,6 @@ import enum
 import os
 import stat
 import sys
-import tempfile
 from typing import Iterable
 
 import msgspec
@@ -135,6 +134,8 @@ def _write_in_place(file: str, data: bytes) -> None:
 
 
 def _replace_atomically(target: OutputTarget, data: bytes) -> None:
+    import tempfile  # only here: it imports random and hashlib, which stdout output never needs
+
     try:
         fd, tmp = tempfile.mkstemp(prefix=".traceprof-", suffix=".tmp",
                                    dir=os.path.dirname(target.file))

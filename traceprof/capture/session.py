@@ -7,10 +7,7 @@ from __future__ import annotations
 
 import gzip
 import os
-import shutil
-import socket
 import sys
-import tempfile
 import time
 from typing import Any, Callable, Iterable, Sequence
 
@@ -126,6 +123,8 @@ class profile:  # noqa: N801 - named like torch.profiler.profile, which it wraps
         if self.ranks is not None and self.rank not in self.ranks:
             return self
         if self.worker_name is None:
+            import socket
+
             self.worker_name = f"{socket.gethostname()}_{os.getpid()}"
             if distributed:
                 self.worker_name += f".rank{self.rank}of{self.world_size}"
@@ -287,6 +286,8 @@ def write_trace(prof: Any, path: str | os.PathLike, compresslevel: int = 6) -> s
     ``path`` ending in ``.gz`` is gzipped. The trace's ``traceName`` (the file name Kineto was
     given) is set to ``path`` rather than the temporary file's name. Returns ``path``.
     """
+    import tempfile
+
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
@@ -317,6 +318,8 @@ def write_trace(prof: Any, path: str | os.PathLike, compresslevel: int = 6) -> s
 def _copy_renaming(src: Any, dst: Any, old_name: str, new_name: str) -> None:
     """Copy ``src`` to ``dst`` with ``"traceName": "<old_name>"`` turned into ``new_name``."""
     if any(c in new_name for c in '"\\') or any(ord(c) < 32 for c in new_name):
+        import shutil
+
         shutil.copyfileobj(src, dst, 1 << 20)
         return
     old = f'"traceName": "{old_name}"'.encode()
