@@ -452,3 +452,35 @@ def test_more_text_than_a_gzip_trailer_claims_goes_to_a_pool(tmp_path):
                                                   chunks.Scanner, json_bytes=chunk * 3)
     assert shared.call_count == 0
     assert len(columns) == len(whole.events) and outline.size_bytes == len(data)
+
+
+def test_zlib_ng_inflates_like_zlib(tmp_path):
+    """gzip data is inflated by zlib-ng where it is installed, else by zlib: the same text, the
+    same errors, whichever it is (every member of a multi-member file, a truncated file, a
+    damaged checksum)."""
+    import zlib
+
+    src = SHARED_TRACES / "module_tree/h100_bert_small_inference.json.gz"
+    text = gzip.decompress(src.read_bytes())
+    gz = gzip.compress(text)
+    half = len(text) // 2
+    files = {"one member": gz,
+             "two members": gzip.compress(text[:half]) + b"\0\0" + gzip.compress(text[half:]),
+             "truncated": gz[: len(gz) // 2],
+             "bad checksum": gz[:-8] + bytes([gz[-8] ^ 0xFF]) + gz[-7:]}
+    assert reader.zlib.__name__ == "zlib_ng.zlib_ng"  # a dependency: installed here
+    for name, data in files.items():
+        path = tmp_path / f"{name}.json.gz"
+        path.write_bytes(data)
+        for chunk in (WHOLE, 50_000):
+            with mock.patch.object(reader, "zlib", zlib):
+                expected = outcome(path, chunk_bytes=chunk, jobs=1)
+            got = outcome(path, chunk_bytes=chunk, jobs=1)
+            if isinstance(expected, str) or isinstance(got, str):
+                assert got == expected, name
+            else:
+                assert_same_trace(expected, got)
+        if name.endswith(("member", "members")):
+            assert not isinstance(got, str)
+        else:
+            assert isinstance(got, str) and "gzip" in got, name

@@ -16,7 +16,6 @@ from __future__ import annotations
 import os
 import re
 import stat
-import zlib
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +27,11 @@ import numpy as np
 from . import chunks, schema
 from .errors import TraceReadError
 from .limits import MemoryBudget
+
+try:  # zlib-ng inflates a trace 3 to 5 times as fast as zlib; same interface, same messages
+    from zlib_ng import zlib_ng as zlib
+except ImportError:  # pragma: no cover - a platform without its wheels
+    import zlib  # type: ignore[no-redef]
 
 Progress = Callable[[str], None]
 
