@@ -49,7 +49,7 @@ from .profile import (
     UnsupportedOp,
 )
 from .schema import Kind
-from .trace import BLOCK_EVENTS, Trace, release_freed_memory
+from .trace import BLOCK_EVENTS, Trace, release_freed_memory, unique
 
 _METRICS = Times.__struct_fields__
 FORWARD, BACKWARD, OTHER = range(3)  # pass codes, the order of profile.PASSES
@@ -170,7 +170,7 @@ def find_steps(trace: Trace, links: Links) -> Steps:
     idx = np.flatnonzero((links.depth >= 0) & is_step_name[ev.name]) if len(ev) else np.zeros(0, int)
     numbers = np.array([schema.step_number(ev.names[ev.name[i]]) for i in idx], np.int64)
     # one event per step number (a step seen on several threads keeps its widest interval)
-    uniq = np.unique(numbers)
+    uniq = unique(numbers)
     step_start, step_end = ev.ts[idx], ev.ts[idx] + ev.dur[idx]
     start = np.array([step_start[numbers == u].min() for u in uniq], np.float64)
     end = np.array([step_end[numbers == u].max() for u in uniq], np.float64)
@@ -184,7 +184,7 @@ def find_steps(trace: Trace, links: Links) -> Steps:
     launches = np.flatnonzero(
         (ev.kind == Kind.RUNTIME) & (ev.correlation >= 0) & launch_names[ev.name]
     )
-    gpu_corr = np.unique(ev.correlation[links.gpu_work])
+    gpu_corr = unique(ev.correlation[links.gpu_work])
     if len(links.gpu_work):
         lost = launches[~np.isin(ev.correlation[launches], gpu_corr)]
         bad = steps.of_time(ev.ts[lost])
@@ -905,7 +905,7 @@ def _shared_busy_time(ev, work: np.ndarray) -> np.ndarray:
         return share
     pid_of_thread = np.array([t.pid for t in ev.threads], dtype=object)
     device_codes = np.unique(pid_of_thread[ev.thread[work]], return_inverse=True)[1].ravel()
-    for dev in np.unique(device_codes):
+    for dev in unique(device_codes):
         m = np.flatnonzero(device_codes == dev)
         s = ev.ts[work[m]]
         e = s + ev.dur[work[m]]

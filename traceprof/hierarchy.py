@@ -18,7 +18,7 @@ import numpy as np
 from . import schema
 from .link import Links
 from .schema import Kind
-from .trace import Trace, index_dtype
+from .trace import Trace, index_dtype, unique
 
 
 class Source(str, enum.Enum):
@@ -128,7 +128,7 @@ def build_hierarchy(trace: Trace, links: Links, source: Source | str | None = No
     if chosen is Source.TRACEPROF:
         versions = {
             int(schema.TRACEPROF_SCOPE_RE.match(ev.names[c]).group(1))
-            for c in np.unique(ev.name[mask])
+            for c in unique(ev.name[mask])
         }
         if max(versions) > schema.TRACEPROF_SCOPE_VERSION:
             warnings.append(

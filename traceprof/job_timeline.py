@@ -18,7 +18,7 @@ import numpy as np
 
 from . import schema
 from .schema import Kind
-from .trace import Trace
+from .trace import Trace, unique
 
 
 class StepTimeline(msgspec.Struct, frozen=True):
@@ -68,7 +68,7 @@ def step_timelines(trace: Trace) -> tuple[StepTimeline, ...]:
     cpu_kind = np.isin(ev.kind, schema.CPU_SLICE_KINDS)
     idx = np.flatnonzero(cpu_kind & is_step[ev.name])
     numbers = np.array([schema.step_number(ev.names[ev.name[i]]) for i in idx], np.int64)
-    uniq = np.unique(numbers)
+    uniq = unique(numbers)
     start = np.array([ev.ts[idx[numbers == u]].min() for u in uniq], np.float64)
     end = np.array([(ev.ts + ev.dur)[idx[numbers == u]].max() for u in uniq], np.float64)
     order = np.argsort(start, kind="stable")

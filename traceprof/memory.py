@@ -18,7 +18,7 @@ from __future__ import annotations
 import msgspec
 import numpy as np
 
-from .trace import Trace
+from .trace import Trace, unique
 
 N_PASSES = 3  # forward, backward, other: the order of profile.PASSES
 
@@ -59,7 +59,7 @@ def enclosing_slice(trace: Trace, nest_end: np.ndarray, parent: np.ndarray, cpu:
     out = np.full(len(events), -1, parent.dtype)
     if not len(events) or not len(cpu):
         return out
-    for thread in np.unique(ev.thread[events]).tolist():
+    for thread in unique(ev.thread[events]).tolist():
         mine = events[ev.thread[events] == thread]
         slices = cpu[ev.thread[cpu] == thread]
         if not len(slices):

@@ -28,7 +28,7 @@ import numpy as np
 from .link import Links
 from .profile import _OP_SUMMED as _SUMMED, OpKind, OpStat
 from .schema import Kind
-from .trace import BLOCK_EVENTS, Trace
+from .trace import BLOCK_EVENTS, Trace, unique
 
 #: label of a module's own CPU time outside every op (Python code of its forward)
 OUTSIDE_OPS = "(outside ops)"
@@ -215,8 +215,8 @@ class _Keys:
             return keys - np.array([0, 0, 0, 1]), inverse.ravel()
         flat, self.flat = self.flat, None
         # the distinct keys of blocks, then of those: no sorted copy of every key
-        uniq = np.unique(np.concatenate(
-            [np.unique(flat[lo : lo + BLOCK_EVENTS]) for lo in range(0, len(flat), BLOCK_EVENTS)]))
+        uniq = unique(np.concatenate(
+            [unique(flat[lo : lo + BLOCK_EVENTS]) for lo in range(0, len(flat), BLOCK_EVENTS)]))
         inverse = np.searchsorted(uniq, flat)
         del flat
         r = self.radix

@@ -30,7 +30,7 @@ import msgspec
 from msgspec.structs import replace
 import numpy as np
 
-from .trace import Trace
+from .trace import Trace, unique
 
 MAX_EVENTS = 40_000
 MAX_MEMORY_POINTS = 4_000
@@ -163,7 +163,7 @@ def build_timeline(trace: Trace, links, *, window: tuple[float, float], step: in
     # CPU threads
     m = links.depth[cpu.events] < CPU_DEPTH
     sel = cpu.events[m]
-    for t in np.unique(ev.thread[sel]).tolist():
+    for t in unique(ev.thread[sel]).tolist():
         on = ev.thread[sel] == t
         info = ev.threads[t]
         row = links.depth[sel[on]]
@@ -172,7 +172,7 @@ def build_timeline(trace: Trace, links, *, window: tuple[float, float], step: in
     # GPU streams
     m = (ev.ts[gpu.events] >= t0) & (ev.ts[gpu.events] < max(t1, t0))
     sel = gpu.events[m]
-    for t in np.unique(ev.thread[sel]).tolist():
+    for t in unique(ev.thread[sel]).tolist():
         on = ev.thread[sel] == t
         info = ev.threads[t]
         lanes.append(Lane(LaneKind.GPU, _thread_label(info, "stream"), 1))
@@ -304,7 +304,7 @@ def _memory_curve(trace: Trace, memory: StepEvents | None, device: str | None, t
         firsts = np.searchsorted(b[lo], np.arange(buckets))
         valid = firsts < len(b)
         valid[valid] &= b[lo][firsts[valid]] == np.arange(buckets)[valid]
-        keep = np.unique(np.concatenate([lo[firsts[valid]], hi[firsts[valid]], [peak]]))
+        keep = unique(np.concatenate([lo[firsts[valid]], hi[firsts[valid]], [peak]]))
     peak_node = int(node[peak]) if 0 <= node[peak] < len(path_of) else -1
     curve = MemoryCurve(
         device=device, time_us=tuple(np.round(t[keep], 3).tolist()),

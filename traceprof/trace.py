@@ -241,6 +241,17 @@ def index_dtype(n_events: int) -> type[np.signedinteger]:
     return np.int32 if n_events < _INT32.max else np.int64
 
 
+def unique(values: np.ndarray) -> np.ndarray:
+    """The sorted distinct values of an integer array, as ``np.unique(values)``. Sorting is
+    several times faster than np.unique's hashing on event columns, and np.unique imports
+    numpy.ma on its first call (10 ms of every command)."""
+    ordered = np.sort(values, axis=None)
+    first = np.empty(len(ordered), bool)
+    first[:1] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=first[1:])
+    return ordered[first]
+
+
 #: events a stage processes at a time where it would otherwise build temporaries of every
 #: event: a few MB each, whatever the trace
 BLOCK_EVENTS = 1 << 18
@@ -446,7 +457,7 @@ def _threads(cols: Columns, kind: np.ndarray):
         elif name == schema.META_PROCESS_LABELS and labels:
             process_labels[str(pid)] = labels
     gpu_kinds = np.isin(kind, [*schema.GPU_WORK_KINDS, Kind.GPU_ANNOTATION])
-    gpu_threads = set(np.unique(thread[gpu_kinds]).tolist()) if len(thread) else set()
+    gpu_threads = set(unique(thread[gpu_kinds]).tolist()) if len(thread) else set()
     infos = []
     for i, (pid, tid) in enumerate(uniq):
         name = thread_names.get((pid, tid)) or process_labels.get(pid, "")
