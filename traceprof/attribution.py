@@ -410,18 +410,19 @@ class _Groups:
         ctx, ev = self.ctx, self.ctx.trace.events
         tops = np.where(anchors >= 0, ctx.top[np.maximum(anchors, 0)], -1)
         uniq, inverse = np.unique(tops, return_inverse=True)
-        ids = np.empty(len(uniq), np.int64)
-        for k, t in enumerate(uniq.tolist()):
-            if t < 0:
-                label = missing
-            else:
-                label = ev.names[ev.name[t]]
-                if ctx.is_step[t]:
-                    label = BETWEEN_OPS
-                elif ctx.is_python[t]:
-                    label = "(Python code)"
+        # the label of each top as a code: its name's, or one past the names for the others
+        names, n = ev.names, len(ev.names)
+        others = (missing, BETWEEN_OPS, "(Python code)")
+        t = np.maximum(uniq, 0)
+        code = np.select([uniq < 0, ctx.is_step[t], ctx.is_python[t]], [n, n + 1, n + 2],
+                         ev.name[t])
+        codes, first, of_code = np.unique(code, return_index=True, return_inverse=True)
+        ids = np.empty(len(codes), np.int64)
+        for k in np.argsort(first).tolist():  # numbered in the order of the tops
+            c = int(codes[k])
+            label = names[c] if c < n else others[c - n]
             ids[k] = self.ids.setdefault(label, self.n_modules + 1 + len(self.ids))
-        return ids[inverse.ravel()]
+        return ids[of_code.ravel()][inverse.ravel()]
 
     @property
     def n_nodes(self) -> int:
