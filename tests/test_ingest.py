@@ -10,6 +10,9 @@ import gzip
 import json
 import os
 import random
+import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 from unittest import mock
@@ -484,3 +487,54 @@ def test_zlib_ng_inflates_like_zlib(tmp_path):
             assert not isinstance(got, str)
         else:
             assert isinstance(got, str) and "gzip" in got, name
+
+
+_HELD_SHARED_DECODE = r"""
+import os, sys, time
+from traceprof import chunks, ingest
+reading = os.getpid()
+trace, pid_file = sys.argv[1:]
+
+def held(text, first):
+    if os.getpid() != reading:
+        with open(pid_file, "w") as f:
+            f.write(str(os.getpid()))
+        print("a worker is decoding", flush=True)
+    time.sleep(120)
+
+ingest.decode_run = held
+chunks.DEFAULT_CHUNK_BYTES = 20_000
+sys.argv = ["traceprof", "analyze", trace, "--jobs", "2"]
+from traceprof.cli import run
+run()
+"""
+
+
+@pytest.mark.parametrize("signum, code, message, group", [
+    (signal.SIGINT, 130, "interrupted", True),  # Ctrl-C: the whole process group
+    (signal.SIGTERM, 143, "terminated", False),
+], ids=["ctrl-c", "sigterm"])
+def test_a_signal_while_a_shared_trace_is_decoded(tmp_path, signum, code, message, group):
+    """One error line and the exit status of the signal, no traceback from a worker, and no
+    worker left running."""
+    path = shared_text(tmp_path, 300)
+    assert ingest.shared_run_bytes(path.stat().st_size, 2, 20_000) is not None
+    worker_pid = tmp_path / "worker.pid"
+    proc = subprocess.Popen([sys.executable, "-c", _HELD_SHARED_DECODE, str(path),
+                             str(worker_pid)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    try:
+        assert proc.stdout.readline() == "a worker is decoding\n", proc.stderr.read()
+        if group:
+            os.killpg(proc.pid, signum)
+        else:
+            proc.send_signal(signum)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    assert proc.returncode == code
+    assert stderr.splitlines() == [f"traceprof: error: {message}"]
+    with pytest.raises(ProcessLookupError):
+        os.kill(int(worker_pid.read_text()), 0)

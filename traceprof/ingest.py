@@ -64,6 +64,16 @@ def shared_run_bytes(json_bytes: int | None, jobs: int, chunk_bytes: int) -> int
     return max(min(share, chunk_bytes), min(_SHARED_MIN_RUN_BYTES, chunk_bytes))
 
 
+def worker_signals() -> None:
+    """In a decoding worker: Ctrl-C (sent to the whole process group) is the reading process's
+    to handle, and SIGTERM, which it sends to stop a worker, ends the worker at once, whatever
+    handlers the command had set before the fork."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def _fork_context():
     """The "fork" multiprocessing context (None where there is none): workers forked from the
     reading process start at once, and a shared trace's text is theirs without being sent."""
@@ -475,7 +485,8 @@ class _Pool:
         if self.executor is None:
             from concurrent.futures import ProcessPoolExecutor
 
-            self.executor = ProcessPoolExecutor(self.jobs, mp_context=_fork_context())
+            self.executor = ProcessPoolExecutor(self.jobs, mp_context=_fork_context(),
+                                                initializer=worker_signals)
         self._collect(wait=False)
         while len(self.pending) >= self.jobs * _QUEUED_PER_WORKER:
             self._collect_one()
@@ -589,6 +600,7 @@ def decode_shared(runs: list[chunks.Run], text: _Blocks, jobs: int) -> list[Colu
     take = _SharedCounter(context).take if workers else itertools.count().__next__
     _shared = shared = _Shared(runs, text, take)
     started = []
+    received = False
     try:
         for _ in range(workers):
             receive, send = context.Pipe(duplex=False)
@@ -605,11 +617,12 @@ def decode_shared(runs: list[chunks.Run], text: _Blocks, jobs: int) -> list[Colu
             if isinstance(outcome, Exception):
                 raise outcome
             parts.update(outcome)
+        received = True
     finally:
         _shared = None
         for process, receive in started:
             receive.close()
-            if process.is_alive():
+            if not received and process.is_alive():  # it may wait to send what is not read
                 process.terminate()
             process.join()
     return [parts[i] for i in range(len(runs))]
@@ -618,6 +631,7 @@ def decode_shared(runs: list[chunks.Run], text: _Blocks, jobs: int) -> list[Colu
 def _decode_taken_runs(send) -> None:
     """A forked worker's part of :func:`decode_shared`: its runs' columns, or its error."""
     assert _shared is not None
+    worker_signals()
     try:
         outcome: Any = _shared.decode_taken()
     except Exception as e:  # Fallback, or a failure the reading process reports
