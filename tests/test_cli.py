@@ -170,3 +170,26 @@ def test_analyzing_one_trace_imports_only_what_it_uses():
                           timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines()[-1] == "[]"
+
+
+@pytest.mark.parametrize("argv, code", [(["--version"], 0), (["analyze", "missing.json"], 2),
+                                        (["analyze", str(BERT), "-o", "."], 4)])
+def test_the_command_ends_after_its_exit_handlers_with_its_status(tmp_path, argv, code):
+    """The command ends the process without tearing the interpreter down, but only after the
+    exit handlers have run and its output is flushed, with the status main() gives."""
+    marker = tmp_path / "handlers ran"
+    script = ("import atexit, sys\n"
+              f"atexit.register(lambda: open({str(marker)!r}, 'w').write('yes'))\n"
+              f"sys.argv = ['traceprof', *{argv!r}]\n"
+              "from traceprof.cli import run\n"
+              "print('unflushed', end='')\n"
+              "run()\n"
+              "print('not reached')\n")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120, cwd=tmp_path)
+    assert proc.returncode == code, proc.stderr
+    assert marker.read_text() == "yes"
+    assert proc.stdout.startswith("unflushed") and "not reached" not in proc.stdout
+    direct = subprocess.run([sys.executable, "-m", "traceprof", *argv], capture_output=True,
+                            text=True, timeout=120, cwd=tmp_path)
+    assert direct.returncode == code

@@ -424,5 +424,33 @@ from .diff_command import diff_command  # noqa: E402  (traceprof diff BASE NEW)
 
 main.add_command(diff_command)
 
+
+def run() -> None:
+    """The ``traceprof`` command (the console script and ``python -m traceprof``): :func:`main`,
+    then the exit handlers (``atexit``), then the process ends with the command's exit status
+    as soon as its output is flushed. Tearing the interpreter down module by module and object
+    by object took about 20 ms of every command, for memory the process gives back anyway.
+    Calling :func:`main` itself (as click's test runner does) is unchanged."""
+    try:
+        main()
+        code = 0
+    except SystemExit as e:
+        code = e.code
+    if code is None:
+        code = 0
+    elif not isinstance(code, int):  # sys.exit("message"), as the interpreter would say it
+        print(code, file=sys.stderr)
+        code = 1
+    import atexit
+
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe or stream: nothing more to write
+            pass
+    os._exit(code & 0xFF)
+
+
 if __name__ == "__main__":  # pragma: no cover
-    main()
+    run()
