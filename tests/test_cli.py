@@ -159,10 +159,11 @@ def test_formats_without_a_place_for_warnings_print_them_on_stderr(tmp_path):
 
 def test_analyzing_one_trace_imports_only_what_it_uses():
     """Start-up is part of every command: the tree of one trace does not import the job, diff,
-    DataFrame, Parquet or TensorBoard code, the progress bar (no terminal here), torch, nor what
-    only writing a file, capturing a trace or the HTML report use (tempfile, shutil, hashlib)."""
+    DataFrame, Parquet or TensorBoard code, the progress bar (no terminal here), torch, what
+    only writing a file, capturing a trace or the HTML report use (tempfile, shutil, hashlib),
+    nor numpy.ma (which np.unique and np.isin import: traceprof.trace.unique instead)."""
     unused = ("traceprof.job", "traceprof.diff_profile", "pandas", "pyarrow", "tensorboard",
-              "torch", "importlib.resources", "rich", "tempfile", "shutil", "hashlib")
+              "torch", "importlib.resources", "rich", "tempfile", "shutil", "hashlib", "numpy.ma")
     code = ("import sys; from traceprof.cli import main\n"
             "try:\n    main(['analyze', sys.argv[1]])\nexcept SystemExit as e:\n    assert not e.code\n"
             f"print(sorted(m for m in {unused!r} if m in sys.modules))")

@@ -186,7 +186,9 @@ def find_steps(trace: Trace, links: Links) -> Steps:
     )
     gpu_corr = unique(ev.correlation[links.gpu_work])
     if len(links.gpu_work):
-        lost = launches[~np.isin(ev.correlation[launches], gpu_corr)]
+        corr = ev.correlation[launches]
+        at = np.minimum(np.searchsorted(gpu_corr, corr), len(gpu_corr) - 1)  # gpu_corr is sorted
+        lost = launches[gpu_corr[at] != corr]  # no GPU work has their correlation
         bad = steps.of_time(ev.ts[lost])
         complete = steps.complete.copy()
         complete[bad[bad >= 0]] = False
