@@ -309,6 +309,26 @@ def test_the_cutter_cuts_at_event_boundaries(block):
         assert len(runs) > 3
 
 
+def test_the_cutter_leaves_the_scanner_only_the_last_event_and_what_follows(tmp_path):
+    """From the last cut on, the array is cut once more at its last likely boundary, not at one
+    in the text after it (here, one deviceProperties object per GPU after the events, as some
+    Kineto versions write them): no run is cut again, and the scanner reads one event."""
+    events = [event(i, f"op{i}", random.Random(i)) for i in range(50)]
+    for e in events:
+        e.pop("args", None)  # no nested objects: every "},{" between two events
+    devices = [{"id": i, "name": "NVIDIA H100 80GB HBM3", "numSms": 132} for i in range(8)]
+    text = json.dumps({"traceEvents": events, "deviceProperties": devices,
+                       "traceName": "t"}, indent=2).encode()
+    runs, outline = cutter_runs(text, len(text) // 3, 1 << 20)
+    assert json.loads(text[runs[-1].start:runs[-1].end].strip(b" \n,")) == events[-1]
+    assert outline == list(chunks.scan([text], len(text)))[-1]
+    path = tmp_path / "t.json"
+    path.write_bytes(text)
+    with recuts() as counted:
+        assert_same_outcome(path, chunk_bytes=len(text) // 3, jobs=1)
+    assert counted.count == 0
+
+
 def test_a_cut_inside_a_string_is_found_out_and_recut(tmp_path):
     """A name holding a likely boundary, right where the cutter looks: the run before it does
     not decode, the scanner cuts the text again, and the Trace is the same."""

@@ -304,6 +304,30 @@ class Scanner:
 #: a likely boundary between two events: the "}" that closes one, a comma, the "{" that opens
 #: the next (whitespace between). It may be text inside a string: see :class:`Cutter`.
 _LIKELY_BOUNDARY = re.compile(rb"\}[ \t\r\n]*,[ \t\r\n]*\{")
+#: the likely end of the event array: the "}" of its last event, then its "]". Text after the
+#: array can hold likely boundaries too (Kineto writes deviceProperties, one object per GPU,
+#: after the events in some versions): a cut there would not decode, and cost a second read.
+_LIKELY_END = re.compile(rb"\}[ \t\r\n]*\]")
+_LAST_BOUNDARY_WINDOW = 1 << 16
+
+
+def _last_likely_boundary(text: bytes) -> int:
+    """The offset just after the "}" of the last likely boundary before the likely end of the
+    array in ``text`` (0 when there is none): the scanner reads only the text after it. Found
+    by searching windows of growing size back from that end."""
+    end = _LIKELY_END.search(text)
+    stop = end.start() if end is not None else len(text)
+    window = _LAST_BOUNDARY_WINDOW
+    while True:
+        start = max(0, stop - window)
+        last = None
+        for last in _LIKELY_BOUNDARY.finditer(text, start, stop + 1):
+            pass
+        if last is not None:
+            return last.start() + 1
+        if start == 0:
+            return 0
+        window *= 8
 
 
 class Cutter:
@@ -372,15 +396,28 @@ class Cutter:
         return None
 
     def finish(self) -> list[Run]:
-        """The runs from the last cut on, found by a :class:`Scanner`, which also finds the
-        end of the array; Unsplittable when there is no complete event array."""
+        """The runs from the last cut on: up to the last likely boundary before the likely end
+        of the array (the first "}" then "]"), like the other runs, and from there on found by
+        a :class:`Scanner`, which also finds the end of the array. Unsplittable when there is
+        no complete event array."""
         if self.head.state == 0:
             raise Unsplittable("no complete event array")
-        text = b"".join(self.blocks)[self.run_start - self.blocks_start :]
+        if self.blocks:
+            skip = self.run_start - self.blocks_start
+            text = b"".join([memoryview(self.blocks[0])[skip:], *self.blocks[1:]])
+        else:
+            text = b""
         self.blocks = []
+        runs = []
+        cut = _last_likely_boundary(text)
+        if cut:
+            runs.append(Run(self.run_start, self.run_start + cut,
+                            self.run_start == self.head.events_start))
+            self.run_start += cut
+            text = text[cut:]
         tail = Scanner.inside_events(self.run_start, self.head.events_start,
                                      self.head.events_depth, len(text) + 1)
-        runs = tail.feed(text)
+        runs += tail.feed(text)
         outline = tail.finish()
         self.outline = Outline(b"".join(self.head.head) + outline.top, outline.size_bytes,
                                self.head.events_depth == 1)
