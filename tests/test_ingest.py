@@ -5,7 +5,6 @@ UTF-8, events cut exactly at run edges, one giant event, a trailing comma, a tru
 
 from __future__ import annotations
 
-import dataclasses
 import gzip
 import json
 import os
@@ -42,13 +41,13 @@ def assert_same_trace(a, b) -> None:
         assert (x is None) == (y is None), part
         if x is None:
             continue
-        for f in dataclasses.fields(x):
-            u, v = getattr(x, f.name), getattr(y, f.name)
+        for name in x.__struct_fields__:
+            u, v = getattr(x, name), getattr(y, name)
             if isinstance(u, np.ndarray):
-                assert u.dtype == v.dtype, f"{part}.{f.name} dtype"
-                assert np.array_equal(u, v, equal_nan=u.dtype.kind == "f"), f"{part}.{f.name}"
+                assert u.dtype == v.dtype, f"{part}.{name} dtype"
+                assert np.array_equal(u, v, equal_nan=u.dtype.kind == "f"), f"{part}.{name}"
             else:
-                assert u == v, f"{part}.{f.name}"
+                assert u == v, f"{part}.{name}"
     for f in ("python_ids", "python_parent_ids"):
         assert np.array_equal(getattr(a, f), getattr(b, f)), f
     assert a.metadata == b.metadata

@@ -5,7 +5,6 @@ profile of the same trace with small ids, and widened tables give the profile of
 
 from __future__ import annotations
 
-import dataclasses
 import gzip
 import json
 
@@ -114,10 +113,10 @@ def test_widened_tables_give_the_profile_of_narrow_ones():
     trace = load_trace(GPU_TRAINING)
 
     def widened(table):
-        return dataclasses.replace(table, **{
-            f.name: getattr(table, f.name).astype(np.int64) for f in dataclasses.fields(table)
-            if isinstance(getattr(table, f.name), np.ndarray)
-            and getattr(table, f.name).dtype.kind == "i"})
+        return msgspec.structs.replace(table, **{
+            name: getattr(table, name).astype(np.int64) for name in table.__struct_fields__
+            if isinstance(getattr(table, name), np.ndarray)
+            and getattr(table, name).dtype.kind == "i"})
 
     wide = msgspec.structs.replace(trace, events=widened(trace.events),
                                    python=widened(trace.python),

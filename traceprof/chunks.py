@@ -19,9 +19,9 @@ which the decoding of the runs confirms (or refutes: the scanner then cuts the t
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Iterable, Iterator
 
+import msgspec
 import numpy as np
 
 from . import schema
@@ -42,8 +42,7 @@ class Unsplittable(Exception):
     """The text is not a trace the scanner can split; the whole-document decoder reads it."""
 
 
-@dataclass(frozen=True, slots=True)
-class Run:
+class Run(msgspec.Struct, frozen=True):
     """Events ``[start, end)`` (offsets in the JSON text): values separated by commas; every run
     but the first starts with the comma that follows the previous run's last event."""
 
@@ -52,8 +51,7 @@ class Run:
     first: bool  # the first run of the array: no comma before its first event
 
 
-@dataclass(slots=True)
-class Outline:
+class Outline(msgspec.Struct):
     """What the scanner found: the top-level document with an empty event array in place of
     the events (small: it is decoded like a whole trace), and the size of the JSON text."""
 

@@ -23,7 +23,6 @@ import os
 import re
 import stat
 from collections import Counter
-from dataclasses import dataclass, field
 from operator import attrgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator
@@ -101,8 +100,7 @@ def default_jobs() -> int:
 # Columns
 
 
-@dataclass(slots=True)
-class Columns:
+class Columns(msgspec.Struct):
     """The values traceprof reads of a run of events, one array (or coded strings) per field.
 
     Coded strings: int32 codes into a list of unique values in first-seen order. Side tables
@@ -143,7 +141,7 @@ class Columns:
     memory_device_id: np.ndarray
     utf8_replaced: bool = False
     utf8_grown: int = 0  # bytes the text grew by when invalid UTF-8 was replaced
-    dropped: Counter = field(default_factory=Counter)  # entries that are not usable events
+    dropped: Counter = msgspec.field(default_factory=Counter)  # entries not usable as events
     entries: int = 0  # entries of the event array, events or not
     begin_end: bool = False  # B events (paired with E events across runs by the whole decode)
 
@@ -453,16 +451,15 @@ def _decode_text_run(task: tuple[bytes, bool]) -> Columns:
 # Reading
 
 
-@dataclass(slots=True)
-class StreamedDocument:
+class StreamedDocument(msgspec.Struct):
     """A trace decoded run by run: the top-level values and the events' columns."""
 
     path: str
     size_bytes: int
     top: dict[str, Any]
     columns: Columns
-    warnings: list[str] = field(default_factory=list)
-    dropped: Counter = field(default_factory=Counter)
+    warnings: list[str] = msgspec.field(default_factory=list)
+    dropped: Counter = msgspec.field(default_factory=Counter)
 
 
 class _Pool:
@@ -550,8 +547,7 @@ class _Blocks:
         return text
 
 
-@dataclass(slots=True)
-class _Shared:
+class _Shared(msgspec.Struct):
     """A trace being shared (see :func:`decode_shared`): its runs, its text, and how a process
     takes the next run no process has taken."""
 

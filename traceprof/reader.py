@@ -17,7 +17,6 @@ import os
 import re
 import stat
 from collections import Counter
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, Iterator
 
@@ -48,8 +47,7 @@ _SNIFF_BYTES = 1 << 16  # the JSON must start (after whitespace) within these fi
 _MAX_DEFLATE_RATIO = 1032
 
 
-@dataclass(slots=True)
-class RawDocument:
+class RawDocument(msgspec.Struct):
     """A decoded trace: the top-level values other than the events, and the raw events.
 
     ``top`` holds decoded values for the keys traceprof reads (schema.TOP_LEVEL_KEYS_READ) and
@@ -60,8 +58,8 @@ class RawDocument:
     size_bytes: int
     top: dict[str, Any]
     events: list  # list[schema.RawEvent]
-    warnings: list[str] = field(default_factory=list)
-    dropped: Counter = field(default_factory=Counter)
+    warnings: list[str] = msgspec.field(default_factory=list)
+    dropped: Counter = msgspec.field(default_factory=Counter)
 
 
 #: reasons an entry of the event array is dropped, as the warning words them

@@ -12,7 +12,6 @@ import ctypes
 import functools
 import json
 import os
-from dataclasses import dataclass
 from typing import Any
 
 import msgspec
@@ -86,10 +85,7 @@ class TraceMetadata(msgspec.Struct, frozen=True):
     warnings: tuple[str, ...]
 
 
-# The column tables load_trace fills (EventTable, MemoryEvents, PythonFrames) stay dataclasses:
-# the loader's tests list their columns with dataclasses.fields.
-@dataclass(frozen=True, slots=True)
-class EventTable:
+class EventTable(msgspec.Struct, frozen=True):
     """One row per trace event. Absent integers are -1; absent string codes are -1."""
 
     kind: np.ndarray  # int8, schema.Kind
@@ -124,8 +120,7 @@ class EventTable:
         return int(np.count_nonzero(self.kind == kind))
 
 
-@dataclass(frozen=True, slots=True)
-class MemoryEvents:
+class MemoryEvents(msgspec.Struct, frozen=True):
     """The ``[memory]`` instants of a trace (``profile_memory=True``), one row each."""
 
     # integers: the narrowest type that holds the column (see narrowed)
@@ -139,8 +134,7 @@ class MemoryEvents:
         return len(self.event)
 
 
-@dataclass(frozen=True, slots=True)
-class PythonFrames:
+class PythonFrames(msgspec.Struct, frozen=True):
     """The ids of the python_function events, one row each (only they carry them: a column of
     every event would be -1 almost everywhere). Integers narrowed (see narrowed)."""
 
