@@ -557,3 +557,16 @@ def test_a_signal_while_a_shared_trace_is_decoded(tmp_path, signum, code, messag
     assert stderr.splitlines() == [f"traceprof: error: {message}"]
     with pytest.raises(ProcessLookupError):
         os.kill(int(worker_pid.read_text()), 0)
+
+
+def test_threads_that_load_shared_traces_at_once_take_turns(tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    paths = [shared_text(tmp_path / str(i), 80 + 40 * i) for i in range(3) if
+             (tmp_path / str(i)).mkdir() is None]
+    chunk = min(p.stat().st_size for p in paths) // 4
+    wholes = [load_trace(p, jobs=1, chunk_bytes=WHOLE) for p in paths]
+    with ThreadPoolExecutor(3) as pool:
+        loaded = list(pool.map(lambda p: load_trace(p, jobs=2, chunk_bytes=chunk), paths * 2))
+    for whole, got in zip(wholes * 2, loaded):
+        assert_same_trace(whole, got)

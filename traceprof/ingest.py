@@ -23,6 +23,7 @@ import itertools
 import os
 import re
 import stat
+import threading
 from collections import Counter
 from operator import attrgetter
 from pathlib import Path
@@ -590,8 +591,10 @@ class _SharedCounter:
         return i
 
 
-#: the trace being shared, for the workers forked by decode_shared
+#: the trace being shared, for the workers forked by decode_shared (one at a time: threads of
+#: a program that loads traces take turns)
 _shared: _Shared | None = None
+_sharing = threading.Lock()
 
 
 def decode_shared(runs: list[chunks.Run], text: _Blocks, jobs: int) -> list[Columns]:
@@ -603,6 +606,11 @@ def decode_shared(runs: list[chunks.Run], text: _Blocks, jobs: int) -> list[Colu
     and equal parts would leave one process waiting for the other. Only the columns travel
     back, once, at the end (a pool would pass each run through threads of this process, which
     wait for this process's decoding to let go of the interpreter)."""
+    with _sharing:
+        return _decode_shared(runs, text, jobs)
+
+
+def _decode_shared(runs: list[chunks.Run], text: _Blocks, jobs: int) -> list[Columns]:
     global _shared
     context = _fork_context()
     workers = min(jobs - 1, len(runs) - 1) if context is not None else 0
@@ -638,15 +646,19 @@ def decode_shared(runs: list[chunks.Run], text: _Blocks, jobs: int) -> list[Colu
 
 
 def _decode_taken_runs(send) -> None:
-    """A forked worker's part of :func:`decode_shared`: its runs' columns, or its error."""
+    """A forked worker's part of :func:`decode_shared`: its runs' columns, or its error. The
+    worker ends as soon as they are sent, without flushing standard streams: a thread of the
+    reading process (a progress bar's) may have held their lock when it forked."""
     assert _shared is not None
     worker_signals()
     try:
-        outcome: Any = _shared.decode_taken()
-    except Exception as e:  # Fallback, or a failure the reading process reports
-        outcome = e
-    send.send(outcome)
-    send.close()
+        try:
+            outcome: Any = _shared.decode_taken()
+        except Exception as e:  # Fallback, or a failure the reading process reports
+            outcome = e
+        send.send(outcome)
+    finally:
+        os._exit(0)  # the reading process reads a worker that sent nothing as one that failed
 
 
 def stream_document(path: Path, blocks: Iterator[bytes], regular_offset: int | None,
