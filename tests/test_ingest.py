@@ -566,7 +566,14 @@ def test_threads_that_load_shared_traces_at_once_take_turns(tmp_path):
              (tmp_path / str(i)).mkdir() is None]
     chunk = min(p.stat().st_size for p in paths) // 4
     wholes = [load_trace(p, jobs=1, chunk_bytes=WHOLE) for p in paths]
-    with ThreadPoolExecutor(3) as pool:
+    context = ingest._fork_context()
+    pipe = context.Pipe
+
+    def slow_pipe(*args, **kwargs):  # between a trace's turn and its fork: room for another
+        time.sleep(0.05)
+        return pipe(*args, **kwargs)
+
+    with ThreadPoolExecutor(3) as pool, mock.patch.object(context, "Pipe", slow_pipe):
         loaded = list(pool.map(lambda p: load_trace(p, jobs=2, chunk_bytes=chunk), paths * 2))
     for whole, got in zip(wholes * 2, loaded):
         assert_same_trace(whole, got)
