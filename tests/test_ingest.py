@@ -577,3 +577,25 @@ def test_threads_that_load_shared_traces_at_once_take_turns(tmp_path):
         loaded = list(pool.map(lambda p: load_trace(p, jobs=2, chunk_bytes=chunk), paths * 2))
     for whole, got in zip(wholes * 2, loaded):
         assert_same_trace(whole, got)
+
+
+def _load_in_a_daemon(path, chunk, queue):
+    trace = load_trace(path, jobs=2, chunk_bytes=chunk)
+    queue.put(len(trace.events))
+
+
+@pytest.mark.parametrize("runs", [3, 2 * ingest.POOL_MIN_RUNS])  # shared, and a pool's
+def test_a_daemonic_process_decodes_alone(tmp_path, runs):
+    """A multiprocessing pool's worker may not start processes: asked for two, it decodes the
+    runs itself."""
+    import multiprocessing
+
+    path = shared_text(tmp_path, 120)
+    chunk = path.stat().st_size // runs
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    process = context.Process(target=_load_in_a_daemon, args=(path, chunk, queue), daemon=True)
+    process.start()
+    process.join(60)
+    assert process.exitcode == 0
+    assert queue.get(timeout=10) == len(load_trace(path, jobs=1, chunk_bytes=WHOLE).events)

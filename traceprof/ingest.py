@@ -98,6 +98,12 @@ def default_jobs() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+def _daemonic() -> bool:
+    import multiprocessing
+
+    return bool(multiprocessing.current_process().daemon)
+
+
 # ---------------------------------------------------------------------------------------------
 # Columns
 
@@ -674,6 +680,8 @@ def stream_document(path: Path, blocks: Iterator[bytes], regular_offset: int | N
     shared among ``jobs`` processes once it is read (:func:`decode_shared`); a larger one goes
     to a pool as it arrives. Fallback when the scanner's runs cannot say what a whole-document
     decode says; Recut when the cutter's runs do not decode."""
+    if _daemonic():
+        jobs = 1  # a daemonic process (a multiprocessing pool's worker) may not start processes
     small = json_bytes is not None and json_bytes < POOL_MIN_RUNS * chunk_bytes
     run_bytes = shared_run_bytes(json_bytes, jobs, chunk_bytes)
     cutter = splitter(run_bytes or chunk_bytes)
