@@ -559,21 +559,14 @@ def test_a_signal_while_a_shared_trace_is_decoded(tmp_path, signum, code, messag
         os.kill(int(worker_pid.read_text()), 0)
 
 
-def test_threads_that_load_shared_traces_at_once_take_turns(tmp_path):
+def test_threads_that_load_shared_traces_at_once(tmp_path):
     from concurrent.futures import ThreadPoolExecutor
 
     paths = [shared_text(tmp_path / str(i), 80 + 40 * i) for i in range(3) if
              (tmp_path / str(i)).mkdir() is None]
     chunk = min(p.stat().st_size for p in paths) // 4
     wholes = [load_trace(p, jobs=1, chunk_bytes=WHOLE) for p in paths]
-    context = ingest._fork_context()
-    pipe = context.Pipe
-
-    def slow_pipe(*args, **kwargs):  # between a trace's turn and its fork: room for another
-        time.sleep(0.05)
-        return pipe(*args, **kwargs)
-
-    with ThreadPoolExecutor(3) as pool, mock.patch.object(context, "Pipe", slow_pipe):
+    with ThreadPoolExecutor(3) as pool:
         loaded = list(pool.map(lambda p: load_trace(p, jobs=2, chunk_bytes=chunk), paths * 2))
     for whole, got in zip(wholes * 2, loaded):
         assert_same_trace(whole, got)
@@ -599,3 +592,19 @@ def test_a_daemonic_process_decodes_alone(tmp_path, runs):
     process.join(60)
     assert process.exitcode == 0
     assert queue.get(timeout=10) == len(load_trace(path, jobs=1, chunk_bytes=WHOLE).events)
+
+
+def test_sharing_a_trace_does_not_import_multiprocessing(tmp_path):
+    """Forking and two pipes are all a shared trace needs; multiprocessing takes 12 ms to
+    import, a tenth of the start-up."""
+    path = shared_text(tmp_path, 120)
+    code = ("import sys\nfrom traceprof import ingest\nfrom traceprof.trace import load_trace\n"
+            "from unittest import mock\n"
+            "with mock.patch.object(ingest, 'decode_shared', wraps=ingest.decode_shared) as s:\n"
+            f"    load_trace(sys.argv[1], jobs=2, chunk_bytes={path.stat().st_size // 3})\n"
+            "assert s.call_count >= 1\n"
+            "print('multiprocessing' in sys.modules)")
+    proc = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["False"]

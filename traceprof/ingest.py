@@ -19,15 +19,15 @@ events) sends the trace to the whole-document decoder, which says it (or reads i
 from __future__ import annotations
 
 import gc
-import itertools
 import os
 import re
+import signal
 import stat
-import threading
+import sys
 from collections import Counter
 from operator import attrgetter
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 import msgspec
 import numpy as np
@@ -59,7 +59,7 @@ def shared_run_bytes(json_bytes: int | None, jobs: int, chunk_bytes: int) -> int
     or of unknown size, and one process decodes all the runs when ``jobs`` is 1)."""
     if json_bytes is None or json_bytes >= POOL_MIN_RUNS * chunk_bytes or jobs <= 1:
         return None
-    if not _fork_context():
+    if not hasattr(os, "fork"):  # pragma: no cover - not on Unix
         return None
     share = -(-json_bytes // (SHARED_RUNS_PER_PROCESS * jobs))
     return max(min(share, chunk_bytes), min(_SHARED_MIN_RUN_BYTES, chunk_bytes))
@@ -69,15 +69,13 @@ def worker_signals() -> None:
     """In a decoding worker: Ctrl-C (sent to the whole process group) is the reading process's
     to handle, and SIGTERM, which it sends to stop a worker, ends the worker at once, whatever
     handlers the command had set before the fork."""
-    import signal
-
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _fork_context():
-    """The "fork" multiprocessing context (None where there is none): workers forked from the
-    reading process start at once, and a shared trace's text is theirs without being sent."""
+    """The "fork" multiprocessing context of a pool (None where there is none): workers forked
+    from the reading process start at once."""
     import multiprocessing
 
     if "fork" not in multiprocessing.get_all_start_methods():
@@ -88,9 +86,8 @@ def _fork_context():
 def default_jobs() -> int:
     """Decoding workers by default: the CPUs this process may use; 1 in a worker process of
     its own (a job's ranks are already analyzed in parallel)."""
-    import multiprocessing
-
-    if multiprocessing.parent_process() is not None:
+    multiprocessing = sys.modules.get("multiprocessing")  # not imported: not its worker
+    if multiprocessing is not None and multiprocessing.parent_process() is not None:
         return 1
     try:
         return max(1, len(os.sched_getaffinity(0)))
@@ -99,9 +96,8 @@ def default_jobs() -> int:
 
 
 def _daemonic() -> bool:
-    import multiprocessing
-
-    return bool(multiprocessing.current_process().daemon)
+    multiprocessing = sys.modules.get("multiprocessing")  # not imported: not its worker
+    return multiprocessing is not None and bool(multiprocessing.current_process().daemon)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -567,104 +563,121 @@ class _Blocks:
         return text
 
 
-class _Shared(msgspec.Struct):
-    """A trace being shared (see :func:`decode_shared`): its runs, its text, and how a process
-    takes the next run no process has taken."""
+class _RunQueue:
+    """The indices of a shared trace's runs, written into a pipe before the workers are forked.
+    A process takes the next run by reading its index: a read of one index is atomic, so every
+    run is taken once, by one process; the empty pipe, its writing end closed, says no run is
+    left."""
 
-    runs: list[chunks.Run]
-    text: _Blocks
-    take: Callable[[], int]
+    _INDEX = 4  # bytes per index
+    #: the indices fit in the smallest buffer a pipe gets (one page), so they are all written
+    #: before any process reads
+    MAX_RUNS = 4096 // _INDEX
 
-    def decode_taken(self) -> list[tuple[int, Columns]]:
-        """Take the next run and decode it, until no run is left: (index, columns) of each."""
-        out = []
-        while (i := self.take()) < len(self.runs):
-            run = self.runs[i]
-            out.append((i, decode_run(self.text.text(run.start, run.end), run.first)))
-        return out
+    def __init__(self, runs: int) -> None:
+        self.fd, write = os.pipe()
+        try:
+            data = b"".join(i.to_bytes(self._INDEX, "little") for i in range(runs))
+            os.set_blocking(write, False)
+            if os.write(write, data) != len(data):  # pragma: no cover - at most one page
+                raise OSError("the run indices did not fit in the pipe")
+        except OSError:
+            os.close(self.fd)
+            raise
+        finally:
+            os.close(write)
 
+    def take(self) -> int | None:
+        index = os.read(self.fd, self._INDEX)
+        return int.from_bytes(index, "little") if index else None
 
-class _SharedCounter:
-    """The index of the next run, in memory shared with the forked workers."""
-
-    def __init__(self, context) -> None:
-        self.value = context.Value("q", 0)
-
-    def take(self) -> int:
-        with self.value.get_lock():
-            i = self.value.value
-            self.value.value = i + 1
-        return i
-
-
-#: the trace being shared, for the workers forked by decode_shared (one at a time: threads of
-#: a program that loads traces take turns)
-_shared: _Shared | None = None
-_sharing = threading.Lock()
+    def close(self) -> None:
+        os.close(self.fd)
 
 
 def decode_shared(runs: list[chunks.Run], text: _Blocks, jobs: int) -> list[Columns]:
     """The columns of the runs of a trace whose whole text is read, decoded by this process
     and ``jobs - 1`` workers forked now. The workers inherit the text: nothing is sent to them,
-    and they start at once. Each process takes the next run no process has taken, until none
-    is left, so they finish within a run of each other: the work per byte differs along a
-    trace (the second half of the 35 MB ResNet-50 trace takes twice the time of the first),
-    and equal parts would leave one process waiting for the other. Only the columns travel
-    back, once, at the end (a pool would pass each run through threads of this process, which
-    wait for this process's decoding to let go of the interpreter)."""
-    with _sharing:
-        return _decode_shared(runs, text, jobs)
-
-
-def _decode_shared(runs: list[chunks.Run], text: _Blocks, jobs: int) -> list[Columns]:
-    global _shared
-    context = _fork_context()
-    workers = min(jobs - 1, len(runs) - 1) if context is not None else 0
-    take = _SharedCounter(context).take if workers else itertools.count().__next__
-    _shared = shared = _Shared(runs, text, take)
-    started = []
+    and they start at once. Each process takes the next run no process has taken
+    (:class:`_RunQueue`), until none is left, so they finish within a run of each other: the
+    work per byte differs along a trace (the second half of the 35 MB ResNet-50 trace takes
+    twice the time of the first), and equal parts would leave one process waiting for the
+    other. Each worker sends its columns back once, through a pipe, at the end. (A pool would
+    pass each run through threads of this process, which wait for this process's decoding to
+    let go of the interpreter; and ``multiprocessing`` alone takes 12 ms to import.)"""
+    workers = min(jobs - 1, len(runs) - 1) if hasattr(os, "fork") else 0
+    if workers <= 0 or len(runs) > _RunQueue.MAX_RUNS:
+        return [decode_run(text.text(run.start, run.end), run.first) for run in runs]
+    queue = _RunQueue(len(runs))
+    children: list[tuple[int, int]] = []  # (process id, reading end of its pipe)
     received = False
     try:
         for _ in range(workers):
-            receive, send = context.Pipe(duplex=False)
-            process = context.Process(target=_decode_taken_runs, args=(send,), daemon=True)
-            process.start()
-            send.close()
-            started.append((process, receive))
-        parts = dict(shared.decode_taken())
-        for _, receive in started:
-            try:
-                outcome = receive.recv()
-            except EOFError:
-                raise Fallback("a decoding worker ended without its runs") from None
-            if isinstance(outcome, Exception):
-                raise outcome
-            parts.update(outcome)
+            read, write = os.pipe()
+            pid = os.fork()
+            if pid == 0:
+                os.close(read)
+                _work(queue, runs, text, write)  # does not return
+            os.close(write)
+            children.append((pid, read))
+        parts = dict(_decode_taken(queue, runs, text))
+        for _, read in children:
+            parts.update(_received(read))
         received = True
     finally:
-        _shared = None
-        for process, receive in started:
-            receive.close()
-            if not received and process.is_alive():  # it may wait to send what is not read
-                process.terminate()
-            process.join()
+        queue.close()
+        for pid, read in children:
+            os.close(read)
+            if not received:  # it may still be decoding, or waiting to send
+                try:
+                    os.kill(pid, signal.SIGTERM)
+                except ProcessLookupError:  # pragma: no cover - it had just ended
+                    pass
+            os.waitpid(pid, 0)
     return [parts[i] for i in range(len(runs))]
 
 
-def _decode_taken_runs(send) -> None:
-    """A forked worker's part of :func:`decode_shared`: its runs' columns, or its error. The
-    worker ends as soon as they are sent, without flushing standard streams: a thread of the
-    reading process (a progress bar's) may have held their lock when it forked."""
-    assert _shared is not None
-    worker_signals()
+def _decode_taken(queue: _RunQueue, runs: list[chunks.Run],
+                  text: _Blocks) -> list[tuple[int, Columns]]:
+    """Take the next run and decode it, until no run is left: (index, columns) of each."""
+    out = []
+    while (i := queue.take()) is not None:
+        run = runs[i]
+        out.append((i, decode_run(text.text(run.start, run.end), run.first)))
+    return out
+
+
+def _work(queue: _RunQueue, runs: list[chunks.Run], text: _Blocks, write: int) -> None:
+    """A forked worker's part of :func:`decode_shared`: it sends its runs' columns, or its
+    error, and ends at once, without flushing standard streams (a thread of the reading
+    process, a progress bar's, may have held their lock when it forked)."""
     try:
+        worker_signals()
         try:
-            outcome: Any = _shared.decode_taken()
+            outcome: Any = _decode_taken(queue, runs, text)
         except Exception as e:  # Fallback, or a failure the reading process reports
             outcome = e
-        send.send(outcome)
+        import pickle
+
+        view = memoryview(pickle.dumps(outcome, pickle.HIGHEST_PROTOCOL))
+        while view:
+            view = view[os.write(write, view):]
     finally:
         os._exit(0)  # the reading process reads a worker that sent nothing as one that failed
+
+
+def _received(read: int) -> list[tuple[int, Columns]]:
+    """What a worker sent: its runs' columns (its error is raised here)."""
+    import pickle
+
+    data = b"".join(iter(lambda: os.read(read, 1 << 20), b""))
+    try:
+        outcome = pickle.loads(data)
+    except Exception:  # nothing, or less than it meant to send
+        raise Fallback("a decoding worker ended without its runs") from None
+    if isinstance(outcome, Exception):
+        raise outcome
+    return outcome
 
 
 def stream_document(path: Path, blocks: Iterator[bytes], regular_offset: int | None,
