@@ -608,3 +608,13 @@ def test_sharing_a_trace_does_not_import_multiprocessing(tmp_path):
                           text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["False"]
+
+
+def test_when_no_worker_can_be_forked_the_reading_process_decodes_alone(tmp_path):
+    path = shared_text(tmp_path, 120)
+
+    def no_fork():
+        raise BlockingIOError(11, "Resource temporarily unavailable")
+
+    with mock.patch.object(os, "fork", no_fork):
+        assert_same_outcome(path, chunk_bytes=path.stat().st_size // 3, jobs=2)

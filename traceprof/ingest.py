@@ -614,7 +614,12 @@ def decode_shared(runs: list[chunks.Run], text: _Blocks, jobs: int) -> list[Colu
     try:
         for _ in range(workers):
             read, write = os.pipe()
-            pid = os.fork()
+            try:
+                pid = os.fork()
+            except OSError:  # no more processes: the ones started share the runs
+                os.close(read)
+                os.close(write)
+                break
             if pid == 0:
                 os.close(read)
                 _work(queue, runs, text, write)  # does not return
