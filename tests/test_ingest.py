@@ -562,8 +562,10 @@ def test_a_signal_while_a_shared_trace_is_decoded(tmp_path, signum, code, messag
 def test_threads_that_load_shared_traces_at_once(tmp_path):
     from concurrent.futures import ThreadPoolExecutor
 
-    paths = [shared_text(tmp_path / str(i), 80 + 40 * i) for i in range(3) if
-             (tmp_path / str(i)).mkdir() is None]
+    paths = []
+    for i in range(3):
+        (tmp_path / str(i)).mkdir()
+        paths.append(shared_text(tmp_path / str(i), 80 + 40 * i))
     chunk = min(p.stat().st_size for p in paths) // 4
     wholes = [load_trace(p, jobs=1, chunk_bytes=WHOLE) for p in paths]
     with ThreadPoolExecutor(3) as pool:

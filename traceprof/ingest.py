@@ -184,9 +184,10 @@ def first_seen_codes(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 _INT32 = np.iinfo(np.int32)
 
 
-def narrowed(a: np.ndarray) -> np.ndarray:
-    """An integer column as int32 when its values fit (an empty one too), else int64: joined
-    with np.concatenate, the runs' columns are int64 as soon as one run needs it."""
+def int32_if_fits(a: np.ndarray) -> np.ndarray:
+    """An integer column of a run as int32 when its values fit (an empty one too), else int64:
+    joined with np.concatenate, the runs' columns are int64 as soon as one run needs it (the
+    Trace narrows each joined column further, see :func:`traceprof.trace.narrowed`)."""
     if not len(a) or (_INT32.min <= a.min() and a.max() <= _INT32.max):
         return a.astype(np.int32, copy=False)
     return a
@@ -194,9 +195,9 @@ def narrowed(a: np.ndarray) -> np.ndarray:
 
 def _ints(values, n: int | None = None) -> np.ndarray:
     if n is not None:
-        return narrowed(np.fromiter(values, np.int64, n))
+        return int32_if_fits(np.fromiter(values, np.int64, n))
     values = list(values)
-    return narrowed(np.array(values, dtype=np.int64) if values else np.zeros(0, np.int64))
+    return int32_if_fits(np.array(values, dtype=np.int64) if values else np.zeros(0, np.int64))
 
 
 def _floats(values, n: int) -> np.ndarray:
@@ -234,7 +235,7 @@ def columns_from_events(evs: list) -> Columns:
     correlation = _ints(map(attrgetter("correlation"), args), n)
     external_id = np.fromiter(map(attrgetter("external_id"), args), np.int64, n)
     legacy = np.fromiter(map(attrgetter("external_id_2021"), args), np.int64, n)
-    external_id = narrowed(np.where(external_id >= 0, external_id, legacy))
+    external_id = int32_if_fits(np.where(external_id >= 0, external_id, legacy))
     del legacy
     sequence_number = _ints(map(attrgetter("sequence_number"), args), n)
     fwd_thread_id = _ints(map(attrgetter("fwd_thread_id"), args), n)
@@ -356,8 +357,6 @@ class Fallback(Exception):
     """A run says something only the whole-document decoder says right."""
 
 
-_strict_events = msgspec.json.Decoder(list[schema.RawEvent])
-_entries = msgspec.json.Decoder(list[msgspec.Raw])
 _WS = b" \t\r\n"
 
 
@@ -410,7 +409,7 @@ def _decode_run(text: bytes | bytearray, first: bool) -> Columns:
     entries_count = -1  # decoded in one go: every entry is an event
     while True:
         try:
-            evs = _strict_events.decode(body)
+            evs = reader.EVENTS.decode(body)
             break
         except UnicodeDecodeError:
             if utf8_replaced:  # pragma: no cover - replacement makes this impossible
@@ -421,7 +420,7 @@ def _decode_run(text: bytes | bytearray, first: bool) -> Columns:
             grown = len(body) - size
         except msgspec.ValidationError:  # values of unusual types: entry by entry
             try:
-                entries = _entries.decode(body)
+                entries = reader.ENTRIES.decode(body)
             except (msgspec.DecodeError, RecursionError):
                 raise Fallback("not a run of events") from None
             try:

@@ -37,7 +37,9 @@ Progress = Callable[[str], None]
 _GZIP_MAGIC = b"\x1f\x8b"
 _UTF8_BOM = b"\xef\xbb\xbf"
 _WHITESPACE = b" \t\r\n"
-_strict_events = msgspec.json.Decoder(list[schema.RawEvent])
+#: an event array, typed (only the fields traceprof reads), and the same array entry by entry
+EVENTS = msgspec.json.Decoder(list[schema.RawEvent])
+ENTRIES = msgspec.json.Decoder(list[msgspec.Raw])
 _top_level = msgspec.json.Decoder(dict[str, msgspec.Raw])
 
 _READ_CHUNK = 1 << 22  # bytes of a compressed or unseekable input read at a time
@@ -457,7 +459,7 @@ def _decode(path, data: bytes, warnings: list[str]) -> RawDocument:
         raise TraceReadError(path, "not JSON (expected a trace object or an event array)")
     dropped: Counter = Counter()
     try:
-        events = _strict_events.decode(events_raw)
+        events = EVENTS.decode(events_raw)
     except msgspec.ValidationError:
         events = _lenient_events(path, events_raw, dropped)
     except msgspec.DecodeError as e:
@@ -711,7 +713,6 @@ def _json_problem(e: msgspec.DecodeError) -> str:
     return f"not valid JSON ({text})"
 
 
-_event_raws = msgspec.json.Decoder(list[msgspec.Raw])
 _strict_event = msgspec.json.Decoder(schema.RawEvent)
 
 
@@ -719,7 +720,7 @@ def _lenient_events(path, events_raw, dropped: Counter) -> list:
     """Decode events whose values have unusual types, coercing each field or dropping the event
     (counted in ``dropped`` by reason)."""
     try:
-        items = _event_raws.decode(events_raw)
+        items = ENTRIES.decode(events_raw)
     except msgspec.ValidationError:
         raise TraceReadError(path, f'wrong schema: "{schema.TRACE_EVENTS_KEY}" is not an array'
                              ) from None
