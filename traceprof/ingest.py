@@ -158,6 +158,12 @@ _PLAIN = ("kind", "ts", "dur", "correlation", "external_id", "sequence_number", 
           "stream")
 
 
+#: the side tables: the column of event indices, and the columns of values beside it
+_SIDE_TABLES = (("flow_index", ()), ("python_index", ("python_id", "python_parent_id")),
+                ("memory_index", ("memory_bytes", "memory_total", "memory_device_type",
+                                  "memory_device_id")))
+
+
 def _table_of(field_name: str) -> str:
     return {"ph": "phs", "cat": "cats", "name": "names", "thread": "threads"}.get(
         field_name, f"{field_name}_texts")
@@ -302,9 +308,7 @@ def join(parts: list[Columns]) -> Columns:
         out[f] = np.concatenate([getattr(p, f) for p in parts])
         for p in parts:
             setattr(p, f, None)
-    for index, fields in (("flow_index", ()), ("python_index", ("python_id", "python_parent_id")),
-                          ("memory_index", ("memory_bytes", "memory_total",
-                                            "memory_device_type", "memory_device_id"))):
+    for index, fields in _SIDE_TABLES:
         out[index] = np.concatenate([getattr(p, index) + off for p, off in zip(parts, offsets)])
         for f in fields:
             out[f] = np.concatenate([getattr(p, f) for p in parts])
@@ -331,9 +335,7 @@ def select(cols: Columns, keep: np.ndarray) -> Columns:
         out[_table_of(f)] = [table[u] for u in old_codes.tolist()]
     for f in _PLAIN:
         out[f] = getattr(cols, f)[keep]
-    for index, fields in (("flow_index", ()), ("python_index", ("python_id", "python_parent_id")),
-                          ("memory_index", ("memory_bytes", "memory_total",
-                                            "memory_device_type", "memory_device_id"))):
+    for index, fields in _SIDE_TABLES:
         idx = getattr(cols, index)
         kept = keep[idx]
         out[index] = new_index[idx[kept]]
