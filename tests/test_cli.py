@@ -162,7 +162,7 @@ def test_analyzing_one_trace_imports_only_what_it_uses():
     DataFrame, Parquet or TensorBoard code, the progress bar (no terminal here), torch, what
     only writing a file, capturing a trace or the HTML report use (tempfile, shutil, hashlib),
     nor numpy.ma (which np.unique and np.isin import: traceprof.trace.unique instead)."""
-    unused = ("traceprof.job", "traceprof.diff_profile", "pandas", "pyarrow", "tensorboard",
+    unused = ("traceprof.job.analyze", "traceprof.compare.diff", "pandas", "pyarrow", "tensorboard",
               "torch", "importlib.resources", "rich", "tempfile", "shutil", "hashlib", "numpy.ma")
     code = ("import sys; from traceprof.cli import main\n"
             "try:\n    main(['analyze', sys.argv[1]])\nexcept SystemExit as e:\n    assert not e.code\n"

@@ -13,11 +13,12 @@ from click.testing import CliRunner
 
 import traceprof
 from traceprof.cli import main
-from traceprof.profile import NodeKind
-from traceprof.render import render, units
+from traceprof.result.model import NodeKind
+from traceprof import units
+from traceprof.render import render
 from traceprof.render import RenderOptions
 from traceprof.render.tree import is_optimizer_group, summarize
-from traceprof.transforms import ignore_modules, limit_depth
+from traceprof.result.transforms import ignore_modules, limit_depth
 
 from .conftest import SAMPLE_TRACES, SHARED_TRACES
 from .test_render import GOLDEN, _stable

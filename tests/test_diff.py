@@ -14,9 +14,9 @@ from click.testing import CliRunner
 
 import traceprof
 from traceprof.cli import main
-from traceprof.diff_profile import SLOWER_EXIT_CODE, Status, compare
-from traceprof.diff_side import side_of
-from traceprof.profile import Pass
+from traceprof.compare.diff import SLOWER_EXIT_CODE, Status, compare
+from traceprof.compare.side import side_of
+from traceprof.result.model import Pass
 from traceprof.render.diff import DIFF_REGISTRY, render_diff
 
 from .conftest import SAMPLE_TRACES
@@ -328,7 +328,7 @@ def test_two_job_directories_show_the_rank_that_changed_most(tmp_path):
     gen.generate_job(tmp_path / "a", ranks=2, steps=3, layers=2, quiet=True)
     gen.generate_job(tmp_path / "b", ranks=2, slow_rank=1, slow_module="transformer.h.1.mlp.c_fc",
                      slow_factor=3.0, steps=3, layers=2, quiet=True)
-    d = traceprof.diff_profile.diff_jobs(tmp_path / "a", tmp_path / "b")
+    d = traceprof.compare.diff.diff_jobs(tmp_path / "a", tmp_path / "b")
     assert "shown: rank 1, the largest step change" in d.warnings[0]
     assert d.ranked()[0].qualified_name == "transformer.h.1.mlp.c_fc"
     assert d.metric == "gpu_busy_us"
@@ -354,7 +354,7 @@ def test_per_step_times_agree_with_analyze_steps():
 
 
 def test_the_command_offers_every_diff_format():
-    from traceprof.diff_command import _FORMATS
+    from traceprof.cli.diff import _FORMATS
 
     assert sorted(_FORMATS) == sorted(DIFF_REGISTRY)
     r = CliRunner().invoke(main, ["diff", str(BASE_SAMPLE), str(BASE_SAMPLE), "-f", "parquet"])

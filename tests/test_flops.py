@@ -11,9 +11,9 @@ import pytest
 import traceprof
 from traceprof.flops import MATRIX_FAMILIES, REGISTRY, Family, OpArgs, Registry, count_ops
 from traceprof.flops.attention import attention_pairs
-from traceprof.flops.count import NOT_UNDERSTOOD
-from traceprof.hardware import PEAKS, find_peaks
-from traceprof.link import link
+from traceprof.analysis.op_costs import NOT_UNDERSTOOD
+from traceprof.trace.hardware import PEAKS, find_peaks
+from traceprof.analysis.link import link
 
 from .tracebuilder import TraceBuilder
 

@@ -11,7 +11,7 @@ import pytest
 
 import traceprof
 from traceprof.flops import count_ops
-from traceprof.link import link
+from traceprof.analysis.link import link
 from traceprof.render import render
 
 from .conftest import SHARED_TRACES

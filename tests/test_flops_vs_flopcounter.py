@@ -44,7 +44,7 @@ from torch.utils.flop_counter import (  # noqa: E402
 import traceprof  # noqa: E402
 from traceprof.capture import profile_once, sample_models  # noqa: E402
 from traceprof.flops import MATRIX_FAMILIES, REGISTRY  # noqa: E402
-from traceprof.profile import NodeKind  # noqa: E402
+from traceprof.result.model import NodeKind  # noqa: E402
 
 aten = torch.ops.aten
 TOLERANCE = 0.01

@@ -381,7 +381,7 @@ def test_chromium_shows_a_modules_kernels_the_timeline_and_the_memory_peak(repor
     viewer_checks.click_module_row(browser, encoder)
     title, names = viewer_checks.top_kernels(browser)
     assert title == f"Kernels of {encoder}"
-    from traceprof.records import op_records
+    from traceprof.result.records import op_records
 
     expected = sorted((r for r in op_records(profile, profile.find(encoder))
                        if r["kind"] == "kernel"), key=lambda r: -r["gpu_busy_us"])

@@ -23,8 +23,9 @@ hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from traceprof import TraceprofError, chunks, ingest, reader  # noqa: E402
-from traceprof.trace import load_trace  # noqa: E402
+from traceprof import TraceprofError  # noqa: E402
+from traceprof.read import chunks, ingest, reader  # noqa: E402
+from traceprof.read.build import load_trace  # noqa: E402
 
 from .conftest import SHARED_TRACES  # noqa: E402
 
@@ -510,7 +511,7 @@ def test_zlib_ng_inflates_like_zlib(tmp_path):
 
 _HELD_SHARED_DECODE = r"""
 import os, sys, time
-from traceprof import chunks, ingest
+from traceprof.read import chunks, ingest
 reading = os.getpid()
 trace, pid_file = sys.argv[1:]
 
@@ -600,7 +601,7 @@ def test_sharing_a_trace_does_not_import_multiprocessing(tmp_path):
     """Forking and two pipes are all a shared trace needs; multiprocessing takes 12 ms to
     import, a tenth of the start-up."""
     path = shared_text(tmp_path, 120)
-    code = ("import sys\nfrom traceprof import ingest\nfrom traceprof.trace import load_trace\n"
+    code = ("import sys\nfrom traceprof.read import ingest\nfrom traceprof.read.build import load_trace\n"
             "from unittest import mock\n"
             "with mock.patch.object(ingest, 'decode_shared', wraps=ingest.decode_shared) as s:\n"
             f"    load_trace(sys.argv[1], jobs=2, chunk_bytes={path.stat().st_size // 3})\n"

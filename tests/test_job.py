@@ -18,10 +18,10 @@ import pytest
 import traceprof
 from traceprof import render
 from traceprof.engine import LocalEngine
-from traceprof.job import analyze_job, spread_of
-from traceprof.trace_files import find_traces, is_job
-from traceprof.job_timeline import step_timelines, union_length
-from traceprof.trace import load_trace
+from traceprof.job.analyze import analyze_job, spread_of
+from traceprof.read.discovery import find_traces, is_job
+from traceprof.analysis.job_timeline import step_timelines, union_length
+from traceprof.read.build import load_trace
 
 from .browser import start_chromium
 from .conftest import REPO, SHARED_TRACES

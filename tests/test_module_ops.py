@@ -15,7 +15,7 @@ import sys
 import pytest
 
 import traceprof
-from traceprof.records import op_records
+from traceprof.result.records import op_records
 
 from .conftest import REPO, SAMPLE_TRACES, SHARED_TRACES
 

@@ -12,9 +12,9 @@ import msgspec
 import numpy as np
 import pytest
 
-from traceprof import attribution, hierarchy, link, module_ops
-from traceprof.trace import (PythonFrames, Trace, index_dtype, load_trace, narrowed,
-                             release_freed_memory)
+from traceprof.analysis import attribution, hierarchy, link, module_ops
+from traceprof.trace.model import PythonFrames, Trace, index_dtype, narrowed, release_freed_memory
+from traceprof.read.build import load_trace
 
 from .conftest import SAMPLE_TRACES, SHARED_TRACES
 from .tracebuilder import TraceBuilder

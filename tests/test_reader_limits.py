@@ -25,7 +25,8 @@ from pathlib import Path
 import pytest
 
 import traceprof
-from traceprof import TraceReadError, limits
+from traceprof import TraceReadError
+from traceprof.read import limits
 from traceprof.errors import MemoryLimitError, OptionError
 from traceprof.tensorboard.tb_profiler import tb_profiler_copy
 

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 import traceprof
-from traceprof.link import link
-from traceprof.schema import Kind
+from traceprof.analysis.link import link
+from traceprof.trace.schema import Kind
 
 from .conftest import SHARED_TRACES
 

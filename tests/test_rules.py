@@ -10,7 +10,7 @@ import pytest
 
 import traceprof
 from traceprof.errors import OptionError
-from traceprof.profile import NodeKind
+from traceprof.result.model import NodeKind
 
 from .tracebuilder import TraceBuilder
 
@@ -381,7 +381,7 @@ def training_step(b: TraceBuilder) -> TraceBuilder:
 
 
 def test_work_neither_forward_nor_backward_is_the_other_pass(analyze_built):
-    from traceprof.profile import PASSES, Pass
+    from traceprof.result.model import PASSES, Pass
     from traceprof.render import render
     from traceprof.render.tree import summarize
 
@@ -488,7 +488,7 @@ def test_gpu_work_without_a_launch_below_one_percent_is_no_warning(analyze_built
 
 
 def test_sort_by_time_on_a_cpu_only_trace_sorts_by_cpu_time(analyze_built):
-    from traceprof.transforms import sort_children
+    from traceprof.result.transforms import sort_children
 
     b = TraceBuilder()
     b.step(1, 0, 1000)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from traceprof import schema
+from traceprof.trace import schema
 from traceprof.tensorboard import events, layout, write_logdir
 from traceprof.tensorboard.tb_profiler import convert_document
 

@@ -1,18 +1,20 @@
 """traceprof: per-nn.Module GPU time, forward and backward, from PyTorch profiler traces."""
 
-from . import render
-from .api import analyze
-from .capture import profile, profile_once  # torch is imported only when a session starts
-from .errors import TraceprofError, TraceReadError
-from .hierarchy import Source
-from .profile import PASSES, ModuleNode, ModuleProfile, NodeKind, Pass, PhaseTimes, StepSelection, Times
-from .trace import Trace, load_trace
-from .transforms import SortKey, limit_depth, sort_children, top_children
+from traceprof import render  # noqa: F401 - traceprof.render.render(profile, fmt)
+from traceprof.api import analyze
+from traceprof.capture import profile, profile_once  # torch is imported only when a session starts
+from traceprof.errors import TraceprofError, TraceReadError
+from traceprof.analysis.hierarchy import Source
+from traceprof.result.model import PASSES, ModuleNode, ModuleProfile, NodeKind, Pass, PhaseTimes, StepSelection, Times
+from traceprof.trace.model import Trace
+from traceprof.read.build import load_trace
+from traceprof.result.transforms import SortKey, limit_depth, sort_children, top_children
 
-__version__ = "0.1.0"
+from traceprof.version import __version__  # noqa: E402
 
 #: names imported on first use: a single-trace analysis never needs the job or diff code
-_LAZY = {"Job": "job", "analyze_job": "job", "DiffProfile": "diff_profile", "diff": "diff_profile"}
+_LAZY = {"Job": "job.analyze", "analyze_job": "job.analyze", "DiffProfile": "compare.diff",
+         "diff": "compare.diff"}
 
 
 def __getattr__(name: str):

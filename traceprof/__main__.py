@@ -1,3 +1,3 @@
-from .cli import run
+from traceprof.cli import run
 
 run()

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import os
 
-from . import transforms
-from .attribution import analyze as _analyze
-from .attribution import analyze_steps  # noqa: F401 - one profile per step, shared work
-from .flops import Registry
-from .hierarchy import Source
-from .profile import ModuleProfile
-from .reader import Progress
-from .trace import Trace, load_trace
+from traceprof.result import transforms
+from traceprof.analysis.attribution import analyze as _analyze
+from traceprof.analysis.attribution import analyze_steps  # noqa: F401 - one profile per step, shared work
+from traceprof.flops import Registry
+from traceprof.analysis.hierarchy import Source
+from traceprof.result.model import ModuleProfile
+from traceprof.read.reader import Progress
+from traceprof.trace.model import Trace
+from traceprof.read.build import load_trace
 
 
 def analyze(

@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 from typing import Callable, Protocol, Sequence, TypeVar
 
-from .errors import MissingDependencyError, OptionError
+from traceprof.errors import MissingDependencyError, OptionError
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -66,7 +66,7 @@ class LocalEngine:
             # workers are forked from a server that has imported the analysis once: they start
             # at once and share its pages (libraries, module code)
             context = multiprocessing.get_context("forkserver")
-            context.set_forkserver_preload([getattr(fn, "__module__", "traceprof.job")])
+            context.set_forkserver_preload([getattr(fn, "__module__", "traceprof.job.analyze")])
         else:  # pragma: no cover
             context = multiprocessing.get_context("spawn")
         with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:

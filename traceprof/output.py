@@ -23,7 +23,7 @@ from typing import Iterable
 
 import msgspec
 
-from .errors import OptionError, OutputError
+from traceprof.errors import OptionError, OutputError
 
 #: the output path that means standard output (``-o -``)
 STDOUT = "-"

@@ -26,14 +26,14 @@ import msgspec
 from msgspec.structs import replace
 import numpy as np
 
-from . import hardware, schema
-from .errors import OptionError
-from .flops import FAMILIES, Family, OpCosts, Registry, count_ops
-from .hierarchy import Hierarchy, Source, build_hierarchy
-from .link import Links, link
-from . import module_ops, step_timeline
-from .memory import enclosing_slice, memory_by_node
-from .profile import (
+from traceprof.trace import hardware, schema
+from traceprof.errors import OptionError
+from traceprof.flops import FAMILIES, Family, OpCosts, Registry, count_ops
+from traceprof.analysis.hierarchy import Hierarchy, Source, build_hierarchy
+from traceprof.analysis.link import Links, link
+from traceprof.analysis import module_ops, step_timeline
+from traceprof.analysis.memory import enclosing_slice, memory_by_node
+from traceprof.result.model import (
     UNATTRIBUTED_NAME,
     FlopSummary,
     LinkStats,
@@ -48,8 +48,8 @@ from .profile import (
     Times,
     UnsupportedOp,
 )
-from .schema import Kind
-from .trace import BLOCK_EVENTS, Trace, release_freed_memory, unique
+from traceprof.trace.schema import Kind
+from traceprof.trace.model import BLOCK_EVENTS, Trace, release_freed_memory, unique
 
 _METRICS = Times.__struct_fields__
 FORWARD, BACKWARD, OTHER = range(3)  # pass codes, the order of profile.PASSES
@@ -773,7 +773,7 @@ def _unattributed_gpu_warnings(sel: StepSelection, n_before: int, n_missing: int
                                n_work: int) -> list[str]:
     """A warning for each kind of GPU work attributed to no CPU event, when its share of the
     step's GPU busy time is above UNATTRIBUTED_GPU_WARN_SHARE."""
-    from .render import units  # warnings are text: numbers formatted in the one place
+    from traceprof import units  # warnings are text: numbers formatted in the one place
 
     out = []
     if sel.gpu_busy_us <= 0:

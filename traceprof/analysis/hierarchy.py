@@ -15,10 +15,10 @@ import enum
 import msgspec
 import numpy as np
 
-from . import schema
-from .link import Links
-from .schema import Kind
-from .trace import Trace, index_dtype, unique
+from traceprof.trace import schema
+from traceprof.analysis.link import Links
+from traceprof.trace.schema import Kind
+from traceprof.trace.model import Trace, index_dtype, unique
 
 
 class Source(str, enum.Enum):

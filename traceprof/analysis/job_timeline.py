@@ -16,9 +16,9 @@ from __future__ import annotations
 import msgspec
 import numpy as np
 
-from . import schema
-from .schema import Kind
-from .trace import Trace, unique
+from traceprof.trace import schema
+from traceprof.trace.schema import Kind
+from traceprof.trace.model import Trace, unique
 
 
 class StepTimeline(msgspec.Struct, frozen=True):

@@ -21,9 +21,9 @@ from __future__ import annotations
 import msgspec
 import numpy as np
 
-from . import schema
-from .schema import Kind
-from .trace import Trace, index_dtype
+from traceprof.trace import schema
+from traceprof.trace.schema import Kind
+from traceprof.trace.model import Trace, index_dtype
 
 
 class Links(msgspec.Struct, frozen=True):

@@ -15,40 +15,12 @@ device's total while the module ran, as far as the module's own events show it.
 
 from __future__ import annotations
 
-import msgspec
 import numpy as np
 
-from .trace import Trace, unique
+from traceprof.result.memory import MemoryPhase, MemoryUse
+from traceprof.trace.model import Trace, unique
 
 N_PASSES = 3  # forward, backward, other: the order of profile.PASSES
-
-
-class MemoryPhase(msgspec.Struct, frozen=True):
-    allocated_bytes: float = 0.0  # per step, node and everything below it
-    freed_bytes: float = 0.0  # per step
-    peak_bytes: int | None = None  # highest allocator total at the node's events; None: unknown
-    events: float = 0.0  # [memory] events per step
-
-    @property
-    def net_bytes(self) -> float:
-        return self.allocated_bytes - self.freed_bytes
-
-
-class MemoryUse(msgspec.Struct, frozen=True):
-    """Memory one node allocated and freed on one device, per pass (profile.Pass)."""
-
-    device: str  # "cuda:0", "cpu"
-    forward: MemoryPhase
-    backward: MemoryPhase
-    other: MemoryPhase = MemoryPhase()
-
-    def phase(self, p) -> MemoryPhase:
-        """The pass ``p`` (a profile.Pass or its value)."""
-        return getattr(self, getattr(p, "value", p))
-
-    @property
-    def phases(self) -> tuple[MemoryPhase, MemoryPhase, MemoryPhase]:
-        return (self.forward, self.backward, self.other)
 
 
 def enclosing_slice(trace: Trace, nest_end: np.ndarray, parent: np.ndarray, cpu: np.ndarray,

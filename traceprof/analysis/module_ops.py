@@ -25,10 +25,10 @@ import json
 import msgspec
 import numpy as np
 
-from .link import Links
-from .profile import _OP_SUMMED as _SUMMED, OpKind, OpStat
-from .schema import Kind
-from .trace import BLOCK_EVENTS, Trace, unique
+from traceprof.analysis.link import Links
+from traceprof.result.model import _OP_SUMMED as _SUMMED, OpKind, OpStat, bounded
+from traceprof.trace.schema import Kind
+from traceprof.trace.model import BLOCK_EVENTS, Trace, unique
 
 #: label of a module's own CPU time outside every op (Python code of its forward)
 OUTSIDE_OPS = "(outside ops)"
@@ -36,8 +36,6 @@ OUTSIDE_OPS = "(outside ops)"
 BETWEEN_OPS_LABEL = "(between ops)"
 #: label of GPU work whose launch is not in the trace
 NO_LAUNCH = "(launch not in trace)"
-#: rows kept per node, kind and pass; the rest are folded into one "(N more)" row
-MAX_ROWS = 40
 _PASS_VALUES = ("forward", "backward", "other")  # profile.PASSES order (pass codes 0, 1, 2)
 
 
@@ -108,33 +106,6 @@ def ops_by_node(trace: Trace, links: Links, scope_mask: np.ndarray, is_step: np.
             out[node].append(OpStat(kind, labels[label], _PASS_VALUES[phase], text,
                                     *(v / n_steps for v in values)))
     return [bounded(rows) for rows in out]
-
-
-def bounded(rows: list[OpStat] | tuple[OpStat, ...], limit: int = MAX_ROWS) -> tuple[OpStat, ...]:
-    """Rows with equal keys summed, largest first (GPU busy time, then CPU time, FLOPs, calls);
-    past ``limit`` rows of a kind and pass, the rest folded into one ``(N more)`` row."""
-    merged: dict[tuple, OpStat] = {}
-    for r in rows:
-        k = r.key()
-        merged[k] = merged[k] + r if k in merged else r
-    ranked = sorted(merged.values(), key=lambda r: (-r.gpu_busy_us, -r.cpu_us, -r.flops,
-                                                    -r.calls, r.name))
-    kept: list[OpStat] = []
-    rest: dict[tuple, list[OpStat]] = {}
-    seen: dict[tuple, int] = {}
-    for r in ranked:
-        group = (r.kind, r.phase)
-        seen[group] = seen.get(group, 0) + 1
-        if seen[group] <= limit:
-            kept.append(r)
-        else:
-            rest.setdefault(group, []).append(r)
-    for (kind, phase), folded in rest.items():
-        total = OpStat(kind, f"({len(folded)} more)", phase)
-        for r in folded:
-            total = total + r
-        kept.append(total)
-    return tuple(kept)
 
 
 def _compact(raw: bytes) -> str:

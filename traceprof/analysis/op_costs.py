@@ -34,11 +34,11 @@ import re
 import msgspec
 import numpy as np
 
-from ..link import Links
-from ..schema import Kind
-from ..trace import Trace
-from .registry import FAMILIES, MATRIX_FAMILIES, REGISTRY, Registry
-from .shapes import FLOATING, UNKNOWN_DTYPE, ArgumentError, OpArgs, OpCost
+from traceprof.analysis.link import Links
+from traceprof.trace.schema import Kind
+from traceprof.trace.model import Trace
+from traceprof.flops.registry import FAMILIES, MATRIX_FAMILIES, REGISTRY, Registry
+from traceprof.flops.shapes import FLOATING, UNKNOWN_DTYPE, ArgumentError, OpArgs, OpCost
 
 #: dispatcher op names (``aten::mm``, ``c10d::allreduce_``), not autograd's own events
 _OP_NAME = re.compile(r"(?!autograd::|torch::)[A-Za-z_]\w*::\w+\Z")

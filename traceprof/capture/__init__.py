@@ -10,7 +10,7 @@ session starts: importing ``traceprof.capture`` does not import torch.
 
 from __future__ import annotations
 
-from .module_table import decode_table
-from .session import profile, profile_once
+from traceprof.capture.module_table import decode_table
+from traceprof.capture.session import profile, profile_once
 
 __all__ = ["profile", "profile_once", "decode_table"]

@@ -18,7 +18,7 @@ import base64
 import json
 from typing import Any, Iterable
 
-from ..schema import MODULE_TABLE_KEY as TABLE_KEY  # noqa: E402
+from traceprof.trace.schema import MODULE_TABLE_KEY as TABLE_KEY  # noqa: E402
 TABLE_FORMAT = "traceprof.modules"
 TABLE_VERSION = 1
 

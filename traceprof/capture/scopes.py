@@ -31,8 +31,8 @@ from typing import Any, Callable
 
 import torch
 
-from ..schema import traceprof_scope_name as scope_name  # the spelling lives in schema.py
-from .module_table import describe_call
+from traceprof.trace.schema import traceprof_scope_name as scope_name  # the spelling lives in schema.py
+from traceprof.capture.module_table import describe_call
 
 
 def _record_factory() -> tuple[str, Callable[[str], Any]]:

@@ -11,7 +11,7 @@ import sys
 import time
 from typing import Any, Callable, Iterable, Sequence
 
-from .module_table import TABLE_KEY, build_table, describe_modules, encode_table
+from traceprof.capture.module_table import TABLE_KEY, build_table, describe_modules, encode_table
 
 __all__ = ["profile", "profile_once", "write_trace"]
 
@@ -116,7 +116,7 @@ class profile:  # noqa: N801 - named like torch.profiler.profile, which it wraps
         import torch
         from torch.profiler import ProfilerActivity, schedule
 
-        from .scopes import ScopeHooks, ScopeState
+        from traceprof.capture.scopes import ScopeHooks, ScopeState
 
         self._torch_version = str(torch.__version__)
         self.rank, self.world_size, distributed = _distributed_info()

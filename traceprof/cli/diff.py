@@ -7,7 +7,8 @@ import sys
 
 import click
 
-from .errors import OptionError, TraceprofError
+from traceprof.cli.common import color_terminal, fail, interrupted
+from traceprof.errors import OptionError, TraceprofError
 
 _FORMATS = ["csv", "html", "json", "parquet", "tree"]
 
@@ -40,10 +41,9 @@ def diff_command(base, new, fmt, output, fail_pct, module, hierarchy, raw, tenso
                  max_memory):
     """Which module got slower between BASE and NEW (trace files, or two job directories), and
     what changed inside it. Exit 10 with --fail-if-slower when NEW is slower than allowed."""
-    from . import cli
-    from .output import STDOUT, check_binary_output, resolve_output, write_output
-    from .render import RenderOptions
-    from .render.diff import DIFF_REGISTRY, get_diff, render_diff
+    from traceprof.output import STDOUT, check_binary_output, resolve_output, write_output
+    from traceprof.render.registry import RenderOptions
+    from traceprof.render.diff import DIFF_REGISTRY, get_diff, render_diff
 
     inputs = [base, new]
     try:
@@ -66,16 +66,16 @@ def diff_command(base, new, fmt, output, fail_pct, module, hierarchy, raw, tenso
                 click.echo(f"traceprof: warning: {warning}", err=True)
         if isinstance(text, bytes) or (output and output != STDOUT):
             write_output(output, text, inputs=inputs)
-        elif fmt == "tree" and cli._color_terminal():
+        elif fmt == "tree" and color_terminal():
             from rich.console import Console
 
-            from .render.diff_terminal import styled
+            from traceprof.render.diff_terminal import styled
 
             Console(highlight=False, soft_wrap=True).print(styled(text), end="")
         else:
             click.echo(text, nl=False)
         if tensorboard_logdir:
-            from .tensorboard import write_logdir
+            from traceprof.tensorboard import write_logdir
 
             for label, path in (("base", base), ("new", new)):
                 for run in write_logdir([path], tensorboard_logdir, name=label,
@@ -86,19 +86,19 @@ def diff_command(base, new, fmt, output, fail_pct, module, hierarchy, raw, tenso
             reason = result.slower(fail_pct, module)
             if reason:
                 click.echo(f"traceprof: slower: {reason}", err=True)
-                from .diff_profile import SLOWER_EXIT_CODE
+                from traceprof.compare.diff import SLOWER_EXIT_CODE
 
                 sys.exit(SLOWER_EXIT_CODE)
     except TraceprofError as e:
-        cli._fail(e.message, e.exit_code)
+        fail(e.message, e.exit_code)
     except MemoryError:
-        cli._fail("out of memory while comparing", 5)
+        fail("out of memory while comparing", 5)
     except KeyboardInterrupt as e:
-        cli._interrupted(e)
+        interrupted(e)
 
 
 def _diff(base: str, new: str, hierarchy, max_memory):
-    from .diff_profile import diff, diff_jobs
+    from traceprof.compare.diff import diff, diff_jobs
 
     dirs = [os.path.isdir(p) for p in (base, new)]
     if all(dirs):

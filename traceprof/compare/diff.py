@@ -25,11 +25,11 @@ import os
 import msgspec
 from msgspec.structs import replace
 
-from . import schema
-from .diff_side import BUCKET_PATH, Side, side_of
-from .errors import OptionError
-from .profile import PASSES, ModuleNode, ModuleProfile, NodeKind, Pass
-from .trace import Trace
+from traceprof.trace import schema
+from traceprof.compare.side import BUCKET_PATH, Side, side_of
+from traceprof.errors import OptionError
+from traceprof.result.model import PASSES, ModuleNode, ModuleProfile, NodeKind, Pass
+from traceprof.trace.model import Trace
 
 #: exit code of ``traceprof diff --fail-if-slower`` when the new run is slower than allowed
 SLOWER_EXIT_CODE = 10
@@ -230,7 +230,7 @@ class DiffProfile(msgspec.Struct, frozen=True):
             except KeyError:
                 raise OptionError(f"module {module!r} is in neither trace") from None
             base, new, what = node.base_us, node.new_us, f"module {module}"
-        from .render import units
+        from traceprof import units
 
         if base <= 0:
             if new <= 0:
@@ -243,7 +243,7 @@ class DiffProfile(msgspec.Struct, frozen=True):
         return None
 
     def rows(self) -> list[dict]:
-        from .render.diff_records import diff_rows
+        from traceprof.compare.records import diff_rows
 
         return diff_rows(self)
 
@@ -274,7 +274,7 @@ def _sides(items, hierarchy, max_memory, parallel) -> list[Side]:
     out = list(items)
     paths = [i for i, x in enumerate(items) if not isinstance(x, (Side, Trace))]
     if parallel and len(paths) > 1 and _size(items[i] for i in paths) > PARALLEL_FROM_BYTES:
-        from .engine import LocalEngine, default_jobs
+        from traceprof.engine import LocalEngine, default_jobs
 
         engine = LocalEngine(min(len(paths), default_jobs()))
         got = engine.map(_side_task, [(str(items[i]), hierarchy, max_memory) for i in paths])
@@ -510,7 +510,7 @@ def diff_jobs(base_dir: str | os.PathLike, new_dir: str | os.PathLike, *, hierar
     """Compare two jobs (directories of one trace per rank, found as ``traceprof analyze`` finds
     them: :func:`traceprof.trace_files.find_traces`): rank by rank; the result is the diff of the rank
     whose step changed most, with every rank's step change in its warnings."""
-    from .trace_files import find_traces
+    from traceprof.read.discovery import find_traces
 
     hierarchy = None if hierarchy == "auto" else hierarchy
     sides = []
@@ -529,7 +529,7 @@ def diff_jobs(base_dir: str | os.PathLike, new_dir: str | os.PathLike, *, hierar
         raise OptionError(f"{base_dir} and {new_dir} have no rank in common")
     diffs = {r: compare(sides[0][r], sides[1][r]) for r in common}
     worst = max(common, key=lambda r: (abs(diffs[r].wall_delta_us), -r))
-    from .render import units
+    from traceprof import units
 
     notes = [f"jobs compared rank by rank ({len(common)} ranks in common); shown: rank {worst}, "
              "the largest step change; steps per rank: " + ", ".join(

@@ -7,7 +7,7 @@ import json
 
 from msgspec.structs import asdict
 
-from ..records import dataframe_parquet
+from traceprof.result.records import dataframe_parquet
 
 #: version of the JSON document written by ``traceprof diff --format json``
 DIFF_JSON_SCHEMA = "traceprof.diff/1"

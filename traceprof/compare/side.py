@@ -21,11 +21,12 @@ import os
 import msgspec
 import numpy as np
 
-from . import schema
-from .hierarchy import build_hierarchy
-from .link import link
-from .profile import UNATTRIBUTED_NAME, ModuleProfile
-from .trace import Trace, load_trace
+from traceprof.trace import schema
+from traceprof.analysis.hierarchy import build_hierarchy
+from traceprof.analysis.link import link
+from traceprof.result.model import UNATTRIBUTED_NAME, ModuleProfile
+from traceprof.trace.model import Trace
+from traceprof.read.build import load_trace
 
 #: label of a module's own CPU time outside every op (the Python code of its forward)
 MODULE_CODE = "(module code)"
@@ -56,7 +57,7 @@ class Side(msgspec.Struct, frozen=True):
 
 def side_of(source: Trace | str | os.PathLike, *, hierarchy=None, max_memory=None) -> Side:
     """Analyze ``source`` (a :class:`Trace` or a path) for a diff."""
-    from .api import analyze
+    from traceprof.api import analyze
 
     trace = source if isinstance(source, Trace) else load_trace(source, max_memory=max_memory)
     profile = analyze(trace, hierarchy=hierarchy)
@@ -64,7 +65,7 @@ def side_of(source: Trace | str | os.PathLike, *, hierarchy=None, max_memory=Non
 
 
 def _side(trace: Trace, profile: ModuleProfile) -> Side:
-    from . import attribution  # its helpers, looked up when used
+    from traceprof.analysis import attribution  # its helpers, looked up when used
 
     ev = trace.events
     links = link(trace)

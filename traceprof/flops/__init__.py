@@ -12,13 +12,13 @@ one per op or op family (docs/flops.md).
 - :mod:`.count`: which ops of a trace are counted, and which are unsupported.
 """
 
-from . import (  # noqa: F401  (importing them fills REGISTRY)
+from traceprof.flops import (  # noqa: F401  (importing them fills REGISTRY)
     attention, conv, data_movement, losses, matmul, norm, optim, pointwise, pooling, reduction,
     rnn,
 )
-from .count import OpCosts, count_ops
-from .registry import FAMILIES, MATRIX_FAMILIES, REGISTRY, Entry, Family, Registry
-from .shapes import ArgumentError, OpArgs, OpCost
+from traceprof.analysis.op_costs import OpCosts, count_ops
+from traceprof.flops.registry import FAMILIES, MATRIX_FAMILIES, REGISTRY, Entry, Family, Registry
+from traceprof.flops.shapes import ArgumentError, OpArgs, OpCost
 
 __all__ = [
     "FAMILIES",

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from .registry import REGISTRY, Family
-from .shapes import ArgumentError, OpArgs, OpCost, Shape
+from traceprof.flops.registry import REGISTRY, Family
+from traceprof.flops.shapes import ArgumentError, OpArgs, OpCost, Shape
 
 _R = REGISTRY
 

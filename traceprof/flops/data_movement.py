@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from math import prod
 
-from .registry import REGISTRY, Family
-from .shapes import LIST_DTYPE, ArgumentError, OpArgs, OpCost, nbytes
+from traceprof.flops.registry import REGISTRY, Family
+from traceprof.flops.shapes import LIST_DTYPE, ArgumentError, OpArgs, OpCost, nbytes
 
 _R = REGISTRY
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from math import prod
 
-from .registry import REGISTRY, Family
-from .shapes import OpArgs, OpCost
+from traceprof.flops.registry import REGISTRY, Family
+from traceprof.flops.shapes import OpArgs, OpCost
 
 _R = REGISTRY
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 from math import prod
 from typing import NamedTuple
 
-from .registry import REGISTRY, Family
-from .shapes import ArgumentError, OpArgs, OpCost, Shape
+from traceprof.flops.registry import REGISTRY, Family
+from traceprof.flops.shapes import ArgumentError, OpArgs, OpCost, Shape
 
 _R = REGISTRY
 

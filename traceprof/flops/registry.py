@@ -24,7 +24,7 @@ from typing import Callable, Iterable, Iterator
 
 import msgspec
 
-from .shapes import OpArgs, OpCost
+from traceprof.flops.shapes import OpArgs, OpCost
 
 Formula = Callable[[OpArgs], OpCost]
 

@@ -58,8 +58,8 @@ from math import prod
 
 import msgspec
 
-from .registry import REGISTRY, Family
-from .shapes import LIST_DTYPE, ArgumentError, OpArgs, OpCost, Shape, nbytes
+from traceprof.flops.registry import REGISTRY, Family
+from traceprof.flops.shapes import LIST_DTYPE, ArgumentError, OpArgs, OpCost, Shape, nbytes
 
 _R = REGISTRY
 

@@ -13,7 +13,7 @@ from typing import Iterable, Sequence
 
 import msgspec
 
-from .. import schema
+from traceprof.trace import schema
 
 Shape = tuple[int, ...]
 

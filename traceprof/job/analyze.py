@@ -20,11 +20,11 @@ import os
 import msgspec
 from msgspec.structs import replace
 
-from . import schema
-from .errors import JobError
-from .profile import PASSES, ModuleNode, ModuleProfile, NodeKind, Pass
-from .job_timeline import StepTimeline, step_timelines
-from .trace_files import find_traces
+from traceprof.trace import schema
+from traceprof.errors import JobError
+from traceprof.result.model import PASSES, ModuleNode, ModuleProfile, NodeKind, Pass
+from traceprof.analysis.job_timeline import StepTimeline, step_timelines
+from traceprof.read.discovery import find_traces
 
 #: a rank is a straggler when its step time is above the median by more than this fraction
 DEFAULT_STRAGGLER_THRESHOLD = 0.05
@@ -54,8 +54,8 @@ class RankResult(msgspec.Struct, frozen=True):
 
 def analyze_rank(task: tuple[str, RankOptions]) -> RankResult:
     """Load and analyze one trace (run by an engine's worker)."""
-    from .api import analyze
-    from .trace import load_trace
+    from traceprof.api import analyze
+    from traceprof.read.build import load_trace
 
     path, options = task
     # one process per trace: the engine's workers are the parallelism (--jobs), so the trace is
@@ -177,13 +177,13 @@ class Job(msgspec.Struct, frozen=True):
 
     def rows(self) -> list[dict]:
         """The tidy table: one row per module x rank x pass (docs/jobs.md)."""
-        from .render.job_records import job_rows
+        from traceprof.job.records import job_rows
 
         return job_rows(self)
 
     def to_dataframe(self):
         """:meth:`rows` as a pandas DataFrame with typed columns (needs pandas)."""
-        from .render.job_records import job_dataframe
+        from traceprof.job.records import job_dataframe
 
         return job_dataframe(self)
 
@@ -437,7 +437,7 @@ def analyze_job(
     >>> df = job.to_dataframe()  # doctest: +SKIP
     >>> df.pivot_table(index="module", columns="rank", values="gpu_busy_us")  # doctest: +SKIP
     """
-    from .engine import make_engine
+    from traceprof.engine import make_engine
 
     paths = find_traces(paths)
     if engine is None or isinstance(engine, str):

@@ -4,20 +4,15 @@ summary, the per-module statistics, and the JSON document that holds them all
 
 from __future__ import annotations
 
-import io
-import json
 from typing import TYPE_CHECKING
 
-import msgspec
 from msgspec.structs import asdict
 
-from ..records import dataframe_parquet
-from ..profile import PASSES
-from . import RenderOptions, register_job
-from .json_format import profile_document
+from traceprof.result.records import profile_document
+from traceprof.result.model import PASSES
 
 if TYPE_CHECKING:  # the job module is imported by whoever builds a Job
-    from ..job import Job, JobModule, Spread
+    from traceprof.job.analyze import Job, JobModule, Spread
 
 JOB_SCHEMA = "traceprof.job/1"
 #: the quantities of a node in the tidy rows, per pass
@@ -116,7 +111,7 @@ def module_id_of(job: Job, key) -> str | None:
 
 
 def step_spreads(job: Job) -> dict:
-    from ..job import spread_of
+    from traceprof.job.analyze import spread_of
 
     names = ("wall_us", "gpu_busy_us", "compute_us", "collective_us", "collective_exposed_us",
              "idle_us")
@@ -149,31 +144,3 @@ def job_document(job: Job, with_profiles: bool = False) -> dict:
     if with_profiles:
         doc["profiles"] = {str(r.rank): profile_document(r.profile) for r in job.ranks}
     return doc
-
-
-@register_job("json", (".json",), f"JSON document, schema {JOB_SCHEMA}")
-def render_job_json(job: Job, opts: RenderOptions) -> str:
-    doc = job_document(job)
-    doc["rows"] = job_rows(job)
-    return msgspec.json.format(msgspec.json.encode(doc), indent=1).decode() + "\n"
-
-
-@register_job("csv", (".csv",), "one row per module x rank x pass", shows_warnings=False)
-def render_job_csv(job: Job, opts: RenderOptions) -> str:
-    import csv
-
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=list(ROW_COLUMNS), lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(job_rows(job))
-    return buf.getvalue()
-
-
-@register_job("parquet", (".parquet", ".pq"), "one row per module x rank x pass, typed columns",
-              binary=True, shows_warnings=False)
-def render_job_parquet(job: Job, opts: RenderOptions) -> bytes:
-    return dataframe_parquet(job_dataframe(job), {
-        "schema": JOB_SCHEMA,
-        "traces": json.dumps([r.path for r in job.ranks]),
-        "warnings": json.dumps(list(job.warnings)),
-    })

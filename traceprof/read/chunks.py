@@ -24,7 +24,7 @@ from typing import Iterable, Iterator
 import msgspec
 import numpy as np
 
-from . import schema
+from traceprof.trace import schema
 
 #: bytes of events per run by default (a run is one task of a worker)
 DEFAULT_CHUNK_BYTES = 1 << 23

@@ -7,8 +7,8 @@ from __future__ import annotations
 import glob
 import os
 
-from . import schema
-from .errors import TraceReadError
+from traceprof.trace import schema
+from traceprof.errors import TraceReadError
 
 
 def _is_glob(path: str) -> bool:

@@ -32,9 +32,10 @@ from typing import TYPE_CHECKING, Any, Iterator
 import msgspec
 import numpy as np
 
-from . import chunks, reader, schema
-from .limits import MemoryBudget
-from .schema import Kind
+from traceprof.read import chunks, reader
+from traceprof.trace import schema
+from traceprof.read.limits import MemoryBudget
+from traceprof.trace.schema import Kind
 
 if TYPE_CHECKING:
     from concurrent.futures import Future, ProcessPoolExecutor

@@ -30,7 +30,7 @@ import re
 
 import numpy as np
 
-from .errors import MemoryLimitError, OptionError
+from traceprof.errors import MemoryLimitError, OptionError
 
 ENV_VAR = "TRACEPROF_MAX_MEMORY"
 #: share of the available memory one load may use by default
@@ -163,7 +163,7 @@ def resolve_max_memory(value: int | str | None = None) -> int:
 
 def describe_size(nbytes: float) -> str:
     """A limit as text: ``12 GB``, ``500 MB`` (decimal units, like ``--max-memory 12G``)."""
-    from .render import units  # numbers become text in one place
+    from traceprof import units  # numbers become text in one place
 
     return units.si(nbytes, "B")
 
@@ -208,7 +208,7 @@ class MemoryBudget:
             self._fail(self.json_bytes, self.objects)
 
     def _fail(self, json_bytes: int, objects: int) -> None:
-        from .render import units
+        from traceprof import units
 
         ratio_text = units.approximate(self.estimate(json_bytes, objects) / max(json_bytes, 1))
         raise MemoryLimitError(

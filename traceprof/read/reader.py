@@ -23,9 +23,10 @@ from typing import Any, BinaryIO, Callable, Iterator
 import msgspec
 import numpy as np
 
-from . import chunks, schema
-from .errors import TraceReadError
-from .limits import MemoryBudget
+from traceprof.read import chunks
+from traceprof.trace import schema
+from traceprof.errors import TraceReadError
+from traceprof.read.limits import MemoryBudget
 
 try:  # zlib-ng inflates a trace 3 to 5 times as fast as zlib; same interface, same messages
     from zlib_ng import zlib_ng as zlib
@@ -291,7 +292,7 @@ def load_raw(path: str | os.PathLike, progress: Progress | None = None,
     by ``jobs`` workers (None: one per CPU); see :mod:`traceprof.ingest`."""
     if progress:
         progress(f"reading {path}")
-    from . import ingest
+    from traceprof.read import ingest
 
     try:
         doc = _load_streamed(Path(path), max_memory, memory_scale,
@@ -312,7 +313,7 @@ def _load_streamed(p: Path, max_memory, memory_scale: float, jobs: int, chunk_by
     run of JSON (the whole-document path reads it, and says what is wrong with it). The runs
     are cut at likely event boundaries first, and by the scanner when one of those cuts was
     not a boundary (see :class:`traceprof.chunks.Cutter`)."""
-    from . import ingest
+    from traceprof.read import ingest
 
     for splitter in ingest.SPLITTERS:
         try:
@@ -338,7 +339,7 @@ def _stream(p: Path, max_memory, memory_scale: float, jobs: int, chunk_bytes: in
             splitter: type):
     """The outline and columns of a regular file of more than one run of JSON, cut into runs
     by ``splitter``; None when it is not one."""
-    from . import ingest
+    from traceprof.read import ingest
 
     try:
         if not stat.S_ISREG(os.stat(p).st_mode):
@@ -391,7 +392,7 @@ def _blocks(f: BinaryIO) -> Iterator[bytes]:
 
 def _streamed_top(outline) -> dict[str, Any]:
     """The top-level values of a document split into runs (its event array emptied)."""
-    from .ingest import Fallback
+    from traceprof.read.ingest import Fallback
 
     if outline.bare:  # the text is the array and whitespace
         if outline.top.strip(_WHITESPACE) != b"[]":

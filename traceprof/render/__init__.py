@@ -1,102 +1,54 @@
-"""Renderers: each turns a ModuleProfile into text. They register themselves by name and by the
-file extensions that select them for ``-o FILE``."""
+"""Renderers: each turns a result (a ModuleProfile, a job, a diff) into text or bytes. The tables
+below list them by format name, with the file extensions that select them for ``-o FILE``; a new
+output format is a function in its own module and one row here (docs/architecture.md)."""
 
 from __future__ import annotations
 
-import os
-from typing import Callable
-
-import msgspec
-
-from ..errors import OptionError
-from ..profile import ModuleProfile
-
-
-class RenderOptions(msgspec.Struct, frozen=True):
-    raw_numbers: bool = False  # microseconds as plain numbers instead of "1.23 ms"
-    unsupported_ops: bool = False  # list the ops without a FLOP formula (tree and table)
-    batch_size: int | None = None  # tree: samples per step per rank [default: module table]
-    top_modules: int = 3  # tree: modules per depth in the aggregated profile (DeepSpeed: 1)
-    columns: tuple[str, ...] | None = None  # table: columns shown [default: table.DEFAULT_COLUMNS]
-    ranks: str = "summary"  # job tree and table: "summary" columns, or "all" (one per rank too)
-    depth: int | None = None  # job reports: modules down to this depth
-
-
-class Renderer(msgspec.Struct, frozen=True):
-    name: str
-    extensions: tuple[str, ...]
-    description: str
-    render: Callable[[ModuleProfile, RenderOptions], str | bytes]
-    binary: bool = False  # returns bytes, written to a file only
-    #: the output has a place for the profile's warnings; else the command line prints them
-    shows_warnings: bool = True
-
-
-class Registry(dict):
-    """Renderers of one kind of result (a profile, a job, a diff) by format name, each
-    registering itself with :meth:`register`; -o FILE chooses one by the file's extension."""
-
-    def __init__(self, unknown: str) -> None:
-        super().__init__()
-        self.unknown = unknown  # the error for an unknown format name: {name!r}, {known}
-
-    def register(self, name: str, extensions: tuple[str, ...], description: str,
-                 binary: bool = False, shows_warnings: bool = True):
-        def wrap(fn: Callable[..., str | bytes]):
-            self[name] = Renderer(name, extensions, description, fn, binary, shows_warnings)
-            return fn
-
-        return wrap
-
-    def renderer(self, name: str) -> Renderer:
-        try:
-            return self[name]
-        except KeyError:
-            raise OptionError(self.unknown.format(name=name, known=", ".join(self))) from None
-
-    def for_path(self, path: str) -> Renderer | None:
-        """The renderer an output file name asks for, by its extension (the longest that
-        matches)."""
-        lower = path.lower()
-        best = None
-        for r in self.values():
-            for ext in r.extensions:
-                if lower.endswith(ext) and (best is None or len(ext) > len(best[1])):
-                    best = (r, ext)
-        return best[0] if best else None
-
-    def for_output(self, path: str) -> Renderer | None:
-        """The renderer ``-o PATH`` asks for when no format is given: by the extension of the
-        file name; None when the name has no extension (``-``, ``/dev/stdout``, ``report``);
-        an OptionError for an extension no renderer writes (``out.xlsx``), rather than the
-        default format under a name that promises another."""
-        chosen = self.for_path(path)
-        extension = os.path.splitext(os.path.basename(path))[1]
-        if chosen is None and extension:
-            known = ", ".join(ext for r in self.values() for ext in r.extensions)
-            raise OptionError(f"{path}: unknown output extension {extension!r} (known: {known}); "
-                              "give --format to write this file in one of the formats anyway")
-        return chosen
-
-    def render(self, result, fmt: str, options: RenderOptions | None = None) -> str | bytes:
-        return self.renderer(fmt).render(result, options or RenderOptions())
-
+from traceprof.result.model import ModuleProfile
+from traceprof.result.records import JSON_SCHEMA
+from traceprof.render import (csv_format, html, job_formats, job_html, job_text, json_format,
+                              parquet_format, table, tree)
+from traceprof.render.registry import Registry, Renderer, RenderOptions
 
 #: renderers of one trace's ModuleProfile
-REGISTRY = Registry("unknown format {name!r} (known: {known})")
-register, get, for_path, for_output = (REGISTRY.register, REGISTRY.renderer, REGISTRY.for_path,
-                                       REGISTRY.for_output)
+REGISTRY = Registry("unknown format {name!r} (known: {known})", (
+    Renderer("csv", (".csv",), "one row per node, numbers in microseconds", csv_format.render_csv,
+             shows_warnings=False),
+    Renderer("json", (".json",), f"JSON document, schema {JSON_SCHEMA}",
+             json_format.render_json),
+    Renderer("html", (".html", ".htm"), "self-contained HTML report: icicle chart (forward | "
+             "backward | other) and module table", html.render_html),
+    Renderer("parquet", (".parquet", ".pq"), "one row per node, typed columns (needs pyarrow)",
+             parquet_format.render_parquet, binary=True, shows_warnings=False),
+    Renderer("table", (".table",), "one row per module (torchinfo style)", table.render_table),
+    Renderer("tree", (".txt", ".tree"), "DeepSpeed-flops-profiler-style report: summary, "
+             "aggregated profile, detailed module tree", tree.render_tree),
+))
+get, for_path, for_output = REGISTRY.renderer, REGISTRY.for_path, REGISTRY.for_output
 
 
 def render(profile: ModuleProfile, fmt: str, options: RenderOptions | None = None) -> str | bytes:
     return REGISTRY.render(profile, fmt, options)
 
 
-#: renderers of a job (traceprof.job.Job), by format name; the same names and extensions as the
-#: single-trace ones, so -o and --format choose them alike
+#: renderers of a job (traceprof.job.analyze.Job), by format name; the same names and extensions
+#: as the single-trace ones, so -o and --format choose them alike
 JOB_REGISTRY = Registry("format {name!r} is not written for a job of several traces "
-                        "(job formats: {known})")
-register_job, get_job = JOB_REGISTRY.register, JOB_REGISTRY.renderer
+                        "(job formats: {known})", (
+    Renderer("json", (".json",), f"JSON document, schema {job_formats.JOB_SCHEMA}",
+             job_formats.render_job_json),
+    Renderer("csv", (".csv",), "one row per module x rank x pass", job_formats.render_job_csv,
+             shows_warnings=False),
+    Renderer("parquet", (".parquet", ".pq"), "one row per module x rank x pass, typed columns",
+             job_formats.render_job_parquet, binary=True, shows_warnings=False),
+    Renderer("html", (".html", ".htm"), "self-contained HTML: rank x module heat map, click a cell "
+             "for the rank's tree", job_html.render_job_html),
+    Renderer("tree", (".txt",), "job report: ranks, stragglers, module tree across ranks",
+             job_text.render_job_tree),
+    Renderer("table", (".table",), "job report with a flat table of qualified module names",
+             job_text.render_job_table),
+))
+get_job = JOB_REGISTRY.renderer
 
 
 def render_job(job, fmt: str, options: RenderOptions | None = None) -> str | bytes:
@@ -104,6 +56,5 @@ def render_job(job, fmt: str, options: RenderOptions | None = None) -> str | byt
     return JOB_REGISTRY.render(job, fmt, options)
 
 
-# registration happens on import
-from . import csv_format, html, json_format, parquet_format, table, tree  # noqa: E402,F401
-from . import job_html, job_records, job_text  # noqa: E402,F401
+__all__ = ["JOB_REGISTRY", "REGISTRY", "Registry", "RenderOptions", "Renderer", "for_output",
+           "for_path", "get", "get_job", "render", "render_job"]

@@ -5,12 +5,11 @@ from __future__ import annotations
 import csv
 import io
 
-from ..profile import ModuleProfile
-from . import RenderOptions, register
-from ..records import profile_rows
+from traceprof.result.model import ModuleProfile
+from traceprof.render.registry import RenderOptions
+from traceprof.result.records import profile_rows
 
 
-@register("csv", (".csv",), "one row per node, numbers in microseconds", shows_warnings=False)
 def render_csv(profile: ModuleProfile, opts: RenderOptions) -> str:
     rows = profile_rows(profile)
     buf = io.StringIO()

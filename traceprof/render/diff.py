@@ -6,17 +6,10 @@ from __future__ import annotations
 import csv
 import io
 
-from . import Registry, RenderOptions, units
-from .diff_records import diff_json, diff_parquet, diff_rows
-
-#: diff renderers by format name
-DIFF_REGISTRY = Registry("format {name!r} is not written for a diff (diff formats: {known})")
-register_diff, get_diff = DIFF_REGISTRY.register, DIFF_REGISTRY.renderer
-
-
-def render_diff(diff, fmt: str, options: RenderOptions | None = None) -> str | bytes:
-    return DIFF_REGISTRY.render(diff, fmt, options)
-
+from traceprof import units
+from traceprof.render import diff_html
+from traceprof.render.registry import Registry, Renderer, RenderOptions
+from traceprof.compare.records import diff_json, diff_parquet, diff_rows
 
 # --- text tree
 
@@ -35,8 +28,6 @@ def _spread(spread, raw: bool) -> str:
     return f" ±{units.duration(spread, raw)}" if spread is not None else ""
 
 
-@register_diff("tree", (".txt",), "text tree: per node base -> new, Δ, the kernels or ops that "
-               "changed most inside")
 def render_tree(diff, opts: RenderOptions) -> str:
     raw = opts.raw_numbers
     b, n = diff.base, diff.new
@@ -103,13 +94,10 @@ def _ratio(base: float, new: float):
     return (new - base) / base if base > 0 else None
 
 
-@register_diff("json", (".json",), "JSON document, schema traceprof.diff/1")
 def render_json(diff, opts: RenderOptions) -> str:
     return diff_json(diff)
 
 
-@register_diff("csv", (".csv",), "one row per node x pass, largest |Δ| first",
-               shows_warnings=False)
 def render_csv(diff, opts: RenderOptions) -> str:
     rows = diff_rows(diff)
     buf = io.StringIO()
@@ -120,10 +108,24 @@ def render_csv(diff, opts: RenderOptions) -> str:
     return buf.getvalue()
 
 
-@register_diff("parquet", (".parquet", ".pq"), "one row per node x pass, typed (needs pyarrow)",
-               binary=True, shows_warnings=False)
 def render_parquet(diff, opts: RenderOptions) -> bytes:
     return diff_parquet(diff)
 
 
-from . import diff_html  # noqa: E402,F401  registers "html"
+#: diff renderers by format name
+DIFF_REGISTRY = Registry("format {name!r} is not written for a diff (diff formats: {known})", (
+    Renderer("tree", (".txt",), "text tree: per node base -> new, Δ, the kernels or ops that "
+             "changed most inside", render_tree),
+    Renderer("json", (".json",), "JSON document, schema traceprof.diff/1", render_json),
+    Renderer("csv", (".csv",), "one row per node x pass, largest |Δ| first", render_csv,
+             shows_warnings=False),
+    Renderer("parquet", (".parquet", ".pq"), "one row per node x pass, typed (needs pyarrow)",
+             render_parquet, binary=True, shows_warnings=False),
+    Renderer("html", (".html", ".htm"), "self-contained HTML page: base and new icicles on one "
+             "scale, a Δ-coloured icicle", diff_html.render_html),
+))
+get_diff = DIFF_REGISTRY.renderer
+
+
+def render_diff(diff, fmt: str, options: RenderOptions | None = None) -> str | bytes:
+    return DIFF_REGISTRY.render(diff, fmt, options)

@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import os
 
-from .diff import register_diff
-from .diff_records import DIFF_JSON_SCHEMA, _clean, diff_document
-from .html import frontend_script, html_page
+from traceprof.compare.records import DIFF_JSON_SCHEMA, _clean, diff_document
+from traceprof.render.html import frontend_script, html_page
 
 _DIFF_STYLE = """
 .tp-diff-icicle { position: relative; margin-bottom: 12px; }
@@ -35,7 +34,7 @@ def diff_script() -> str:
 
 
 def diff_html(diff) -> str:
-    from .. import __version__
+    from traceprof.version import __version__
 
     doc = _clean(diff_document(diff))
     names = f"{os.path.basename(diff.base.path)} → {os.path.basename(diff.new.path)}"
@@ -48,7 +47,5 @@ def diff_html(diff) -> str:
                      {"traceprof-diff": doc, "traceprof-report": page}, extra_style=_DIFF_STYLE)
 
 
-@register_diff("html", (".html", ".htm"),
-               "self-contained HTML page: base and new icicles on one scale, a Δ-coloured icicle")
 def render_html(diff, opts) -> str:
     return diff_html(diff)

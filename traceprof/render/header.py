@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from ..profile import PASSES, ModuleProfile
-from . import RenderOptions, units
+from traceprof.result.model import PASSES, ModuleProfile
+from traceprof import units
+from traceprof.render.registry import RenderOptions
 
 
 def header_lines(profile: ModuleProfile, opts: RenderOptions | None = None) -> list[str]:

@@ -18,9 +18,9 @@ import os
 
 import msgspec
 
-from ..profile import ModuleProfile
-from . import RenderOptions, register
-from .json_format import profile_document
+from traceprof.result.model import ModuleProfile
+from traceprof.render.registry import RenderOptions
+from traceprof.render.json_format import profile_document
 
 _STATIC = ("tensorboard", "static")
 # text that would end or disturb a <script> element if it appeared in the inlined frontend
@@ -79,7 +79,7 @@ def _content_security_policy(script: str) -> str:
 
 
 def report_html(profile: ModuleProfile) -> str:
-    from .. import __version__
+    from traceprof.version import __version__
 
     doc = profile_document(profile)
     timeline = profile.timeline.document() if profile.timeline else None
@@ -100,7 +100,7 @@ def html_page(title: str, noscript: str, script: str, documents: dict,
     """A self-contained page: the shared style sheet, the JSON ``documents`` (element id ->
     value) and one module ``script``; a Content-Security-Policy lets only that script run and
     nothing load from the network."""
-    from .. import __version__
+    from traceprof.version import __version__
 
     data = "".join(f'<script type="application/json" id="{html.escape(key)}">'
                    f"{script_json(value)}</script>\n" for key, value in documents.items())
@@ -123,7 +123,5 @@ def html_page(title: str, noscript: str, script: str, documents: dict,
 """
 
 
-@register("html", (".html", ".htm"),
-          "self-contained HTML report: icicle chart (forward | backward | other) and module table")
 def render_html(profile: ModuleProfile, opts: RenderOptions) -> str:
     return report_html(profile)

@@ -8,12 +8,12 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from . import RenderOptions, register_job
-from .html import frontend_script, html_page
-from .job_records import JOB_SCHEMA, job_document
+from traceprof.render.registry import RenderOptions
+from traceprof.render.html import frontend_script, html_page
+from traceprof.job.records import JOB_SCHEMA, job_document
 
 if TYPE_CHECKING:  # the job module is imported by whoever builds a Job
-    from ..job import Job
+    from traceprof.job.analyze import Job
 
 def job_script() -> str:
     return frontend_script(("index.js", "job.js"),
@@ -23,7 +23,7 @@ def job_script() -> str:
 
 
 def job_html(job: Job) -> str:
-    from .. import __version__
+    from traceprof.version import __version__
 
     doc = job_document(job, with_profiles=True)
     where = os.path.dirname(job.ranks[0].path) or "."
@@ -36,7 +36,5 @@ def job_html(job: Job) -> str:
                      {"traceprof-job": doc, "traceprof-report": page})
 
 
-@register_job("html", (".html", ".htm"),
-              "self-contained HTML: rank x module heat map, click a cell for the rank's tree")
 def render_job_html(job: Job, opts: RenderOptions) -> str:
     return job_html(job)

@@ -9,12 +9,13 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from ..profile import NodeKind
-from . import RenderOptions, register_job, units
-from .job_records import step_spreads
+from traceprof.result.model import NodeKind
+from traceprof import units
+from traceprof.render.registry import RenderOptions
+from traceprof.job.records import step_spreads
 
 if TYPE_CHECKING:  # the job module is imported by whoever builds a Job
-    from ..job import Job, JobModule
+    from traceprof.job.analyze import Job, JobModule
 
 _STEP_COLUMNS = (("wall_us", "step wall"), ("gpu_busy_us", "GPU busy"), ("compute_us", "compute"),
                  ("collective_us", "collectives"),
@@ -150,11 +151,9 @@ def job_report(job: Job, opts: RenderOptions, tree: bool = True) -> str:
     return "\n".join(lines) + "\n"
 
 
-@register_job("tree", (".txt",), "job report: ranks, stragglers, module tree across ranks")
 def render_job_tree(job: Job, opts: RenderOptions) -> str:
     return job_report(job, opts, tree=True)
 
 
-@register_job("table", (".table",), "job report with a flat table of qualified module names")
 def render_job_table(job: Job, opts: RenderOptions) -> str:
     return job_report(job, opts, tree=False)

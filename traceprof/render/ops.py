@@ -11,10 +11,10 @@ import csv
 import io
 import json
 
-from ..errors import OptionError
-from ..profile import ModuleNode, ModuleProfile
-from . import units
-from ..records import OP_FIELDS, op_records
+from traceprof.errors import OptionError
+from traceprof.result.model import ModuleNode, ModuleProfile
+from traceprof import units
+from traceprof.result.records import OP_FIELDS, op_records
 
 EVERY_NODE = "*"
 FORMATS = ("tree", "table", "csv", "json", "parquet")
@@ -53,7 +53,7 @@ def render_ops(profile: ModuleProfile, module: str, fmt: str, raw: bool = False)
 
 
 def _parquet(profile: ModuleProfile, rows: list[dict], module: str) -> bytes:
-    from ..errors import MissingDependencyError
+    from traceprof.errors import MissingDependencyError
 
     try:
         import pandas as pd

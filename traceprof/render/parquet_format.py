@@ -5,12 +5,10 @@ Needs pyarrow (``pip install 'traceprof[parquet]'``); without it, a one-line err
 
 from __future__ import annotations
 
-from ..profile import ModuleProfile
-from ..records import parquet_bytes
-from . import RenderOptions, register
+from traceprof.result.model import ModuleProfile
+from traceprof.result.records import parquet_bytes
+from traceprof.render.registry import RenderOptions
 
 
-@register("parquet", (".parquet", ".pq"), "one row per node, typed columns (needs pyarrow)",
-          binary=True, shows_warnings=False)
 def render_parquet(profile: ModuleProfile, opts: RenderOptions) -> bytes:
     return parquet_bytes(profile)

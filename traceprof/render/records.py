@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..records import (  # noqa: F401
+from traceprof.result.records import (  # noqa: F401
     JSON_SCHEMA,
     MEMORY_FIELDS,
     RATE_FIELDS,

@@ -15,11 +15,12 @@ from typing import Any, Callable
 
 import msgspec
 
-from ..errors import OptionError
-from ..profile import PASSES, ModuleNode, ModuleProfile, NodeKind, Pass
-from ..trace import ModuleInfo
-from . import RenderOptions, register, units
-from .header import header_lines
+from traceprof.errors import OptionError
+from traceprof.result.model import PASSES, ModuleNode, ModuleProfile, NodeKind, Pass
+from traceprof.trace.model import ModuleInfo
+from traceprof import units
+from traceprof.render.registry import RenderOptions
+from traceprof.render.header import header_lines
 
 
 
@@ -409,7 +410,6 @@ def parse_columns(text: str) -> tuple[str, ...]:
     return names
 
 
-@register("table", (".table",), "one row per module (torchinfo style)")
 def render_table(profile: ModuleProfile, opts: RenderOptions) -> str:
     chosen = opts.columns
     if chosen is None:

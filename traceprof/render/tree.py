@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import msgspec
 
-from ..profile import PASSES, ZERO, ModuleNode, ModuleProfile, NodeKind, Times
-from ..schema import DATA_PARALLEL_WRAPPERS, OPTIMIZER_STEP_PREFIXES
-from . import RenderOptions, register, units
-from .header import header_lines
+from traceprof.result.model import PASSES, ZERO, ModuleNode, ModuleProfile, NodeKind, Times
+from traceprof.trace.schema import DATA_PARALLEL_WRAPPERS, OPTIMIZER_STEP_PREFIXES
+from traceprof import units
+from traceprof.render.registry import RenderOptions
+from traceprof.render.header import header_lines
 
 
 def flop_fields(profile: ModuleProfile, node: ModuleNode, opts: RenderOptions) -> list[str]:
@@ -375,8 +376,6 @@ def detailed_lines(profile: ModuleProfile, opts: RenderOptions) -> list[str]:
     return out
 
 
-@register("tree", (".txt", ".tree"), "DeepSpeed-flops-profiler-style report: summary, "
-          "aggregated profile, detailed module tree")
 def render_tree(profile: ModuleProfile, opts: RenderOptions) -> str:
     out = ["traceprof module profile"] + header_lines(profile, opts)
     out.append("")

@@ -22,9 +22,9 @@ from typing import Iterator
 
 import msgspec
 
-from .memory import MemoryUse
-from .step_timeline import Timeline
-from .trace import ModuleInfo, TraceMetadata
+from traceprof.result.memory import MemoryUse
+from traceprof.result.timeline import Timeline
+from traceprof.trace.model import ModuleInfo, TraceMetadata
 
 
 class Times(msgspec.Struct, frozen=True):
@@ -390,13 +390,44 @@ class ModuleProfile(msgspec.Struct, frozen=True):
 
     def to_parquet(self, path: str) -> None:
         """Write :meth:`to_dataframe` as a Parquet file, atomically (needs pyarrow)."""
-        from .output import write_atomic_bytes
-        from .records import parquet_bytes
+        from traceprof.output import write_atomic_bytes
+        from traceprof.result.records import parquet_bytes
 
         write_atomic_bytes(path, parquet_bytes(self))
 
     def to_dataframe(self):
         """One row per node, in pre-order, with typed columns (needs pandas)."""
-        from .records import profile_dataframe
+        from traceprof.result.records import profile_dataframe
 
         return profile_dataframe(self)
+
+
+#: rows kept per node, kind and pass; the rest are folded into one "(N more)" row
+MAX_ROWS = 40
+
+
+def bounded(rows: list[OpStat] | tuple[OpStat, ...], limit: int = MAX_ROWS) -> tuple[OpStat, ...]:
+    """Rows with equal keys summed, largest first (GPU busy time, then CPU time, FLOPs, calls);
+    past ``limit`` rows of a kind and pass, the rest folded into one ``(N more)`` row."""
+    merged: dict[tuple, OpStat] = {}
+    for r in rows:
+        k = r.key()
+        merged[k] = merged[k] + r if k in merged else r
+    ranked = sorted(merged.values(), key=lambda r: (-r.gpu_busy_us, -r.cpu_us, -r.flops,
+                                                    -r.calls, r.name))
+    kept: list[OpStat] = []
+    rest: dict[tuple, list[OpStat]] = {}
+    seen: dict[tuple, int] = {}
+    for r in ranked:
+        group = (r.kind, r.phase)
+        seen[group] = seen.get(group, 0) + 1
+        if seen[group] <= limit:
+            kept.append(r)
+        else:
+            rest.setdefault(group, []).append(r)
+    for (kind, phase), folded in rest.items():
+        total = OpStat(kind, f"({len(folded)} more)", phase)
+        for r in folded:
+            total = total + r
+        kept.append(total)
+    return tuple(kept)

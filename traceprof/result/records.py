@@ -1,5 +1,5 @@
 """A profile as flat records: one dict per node with typed, unit-named fields, and the same
-rows as a typed DataFrame or Parquet table.
+rows as a typed DataFrame or Parquet table; the JSON document of a profile.
 
 Shared by the JSON, CSV and Parquet renderers and by ModuleProfile.to_dataframe/to_parquet, so
 that all of them agree. Depends on the profile only: the profile never imports the renderers.
@@ -10,8 +10,11 @@ from __future__ import annotations
 import io
 import json
 
-from .errors import MissingDependencyError
-from .profile import PASSES, ModuleNode, ModuleProfile, Times
+import msgspec
+from msgspec.structs import asdict
+
+from traceprof.errors import MissingDependencyError
+from traceprof.result.model import PASSES, ModuleNode, ModuleProfile, Times
 
 #: version of the JSON document written by ``--format json`` (docs/output-formats.md)
 JSON_SCHEMA = "traceprof.profile/3"
@@ -128,7 +131,7 @@ def op_records(profile: ModuleProfile, node: ModuleNode | None = None) -> list[d
     and kernels of its whole subtree, merged by name, shapes and pass. ``share_of_node``: the
     row's time (GPU busy time; CPU time on CPU-only traces) over the node's total, all passes;
     ``flop_per_s``: its FLOPs over that time."""
-    from .module_ops import bounded
+    from traceprof.result.model import bounded
 
     shown = (lambda t: t.gpu_busy_us) if profile.has_gpu else (lambda t: t.cpu_us)
     if node is None:
@@ -150,3 +153,48 @@ def op_records(profile: ModuleProfile, node: ModuleNode | None = None) -> list[d
                 "flop_per_s": o.flops / (time * 1e-6) if o.flops and time > 0 else None,
             })
     return out
+
+
+def profile_document(profile: ModuleProfile, timeline: bool = False) -> dict:
+    """The JSON document; ``timeline``: with the profile's timeline of a step (``timeline``,
+    schema ``traceprof.timeline/1``), as the TensorBoard tab reads it."""
+    md = profile.metadata
+    doc = {
+        "schema": JSON_SCHEMA,
+        "trace": {
+            "path": md.path,
+            "size_bytes": md.size_bytes,
+            "schema_version": md.schema_version,
+            "devices": [asdict(d) for d in md.devices],
+            "rank": md.rank,
+            "world_size": md.world_size,
+            "flags": md.flags,
+        },
+        "hierarchy": {"source": profile.source, "description": profile.source_description},
+        "steps": {**asdict(profile.selection),
+                  "cpu_in_ops_us": profile.selection.cpu_in_ops_us},
+        "stats": asdict(profile.stats),
+        "flops": flops_section(profile),
+        "warnings": list(profile.warnings),
+        "roots": list(profile.roots),
+        "nodes": [  # memory: its passes as dicts too
+            {**node_record(profile, n), "children": list(n.children), "path": list(n.path),
+             "memory": [msgspec.to_builtins(m) for m in n.memory]}
+            for n in profile.walk()
+        ],
+        "ops": op_records(profile),
+    }
+    if timeline:
+        doc["timeline"] = profile.timeline.document() if profile.timeline else None
+    return doc
+
+
+def flops_section(profile: ModuleProfile) -> dict:
+    summary = profile.flops
+    return {
+        "has_shapes": summary.has_shapes,
+        "flops_by_precision": dict(summary.flops_by_precision),
+        "peak": asdict(summary.peak) if summary.peak else None,
+        "achieved": asdict(profile.throughput(profile.selection)),
+        "unsupported": [asdict(u) for u in summary.unsupported],
+    }

@@ -9,9 +9,9 @@ from typing import Callable
 
 from msgspec.structs import replace
 
-from .errors import OptionError
-from .module_ops import bounded
-from .profile import PASSES, ZERO, ModuleNode, ModuleProfile, NodeKind, Pass, PhaseTimes, Times
+from traceprof.errors import OptionError
+from traceprof.result.model import bounded
+from traceprof.result.model import PASSES, ZERO, ModuleNode, ModuleProfile, NodeKind, Pass, PhaseTimes, Times
 
 
 class SortKey(str, enum.Enum):

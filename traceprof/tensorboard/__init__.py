@@ -5,8 +5,8 @@ the event files; this package imports it lazily. The plugin (``plugin.py``) is l
 TensorBoard through the ``tensorboard_plugins`` entry point. See docs/tensorboard.md.
 """
 
-from .logdir import MAX_STEP_PROFILES, RunInfo, collect_traces, write_logdir, write_run
-from .serve import serve, tensorboard_argv
+from traceprof.tensorboard.logdir import MAX_STEP_PROFILES, RunInfo, collect_traces, write_logdir, write_run
+from traceprof.tensorboard.serve import serve, tensorboard_argv
 
 __all__ = [
     "MAX_STEP_PROFILES",

@@ -21,8 +21,8 @@ import time
 
 import msgspec
 
-from ..errors import MissingDependencyError, OutputError
-from ..profile import PASSES
+from traceprof.errors import MissingDependencyError, OutputError
+from traceprof.result.model import PASSES
 
 #: modules with a scalar of their own: the largest ones, at most this many, down to this depth
 TOP_MODULES = 8

@@ -19,15 +19,16 @@ from typing import Sequence
 import msgspec
 from msgspec.structs import asdict
 
-from .. import render, schema
-from ..render.json_format import profile_json
-from ..api import analyze_steps
-from ..errors import OutputError, TraceReadError
-from ..output import write_atomic, write_atomic_bytes
-from ..reader import Progress
-from ..trace import load_trace
-from . import events, layout
-from .tb_profiler import MEMORY_SCALE, CopyStats, tb_profiler_copy
+from traceprof import render
+from traceprof.trace import schema
+from traceprof.render.json_format import profile_json
+from traceprof.api import analyze_steps
+from traceprof.errors import OutputError, TraceReadError
+from traceprof.output import write_atomic, write_atomic_bytes
+from traceprof.read.reader import Progress
+from traceprof.read.build import load_trace
+from traceprof.tensorboard import events, layout
+from traceprof.tensorboard.tb_profiler import MEMORY_SCALE, CopyStats, tb_profiler_copy
 
 #: per-step profiles written per run (the first complete steps); the mean covers all of them
 MAX_STEP_PROFILES = 32
@@ -190,9 +191,9 @@ def write_logdir(
 def _write_job(runs: list[RunInfo], results: list) -> None:
     """When the runs are the ranks of one job: the job's document in every run (layout.JOB_FILE),
     for the tab's rank x module heat map. Traces that are not one job get none."""
-    from ..errors import JobError
-    from ..job import reduce_job
-    from ..render.job_records import job_document
+    from traceprof.errors import JobError
+    from traceprof.job.analyze import reduce_job
+    from traceprof.job.records import job_document
 
     try:
         job = reduce_job(results)
@@ -270,7 +271,7 @@ def write_run(
     points = events.scalars(mean_doc, step_docs, peak_flops)
     events.write_event_file(run_dir, points, step_docs[0][0], render.render(profile, "tree"))
 
-    from .. import __version__
+    from traceprof.version import __version__
 
     index = {
         "schema": layout.RUN_SCHEMA,
@@ -296,8 +297,8 @@ def write_run(
     }
     write_atomic_bytes(layout.run_index_path(run_dir), _json_bytes(index))
     if results is not None:
-        from ..job import RankResult
-        from ..job_timeline import step_timelines
+        from traceprof.job.analyze import RankResult
+        from traceprof.analysis.job_timeline import step_timelines
 
         results.append(RankResult(os.fspath(trace_path), profile, step_timelines(trace)))
     return RunInfo(run_name, run_dir, os.fspath(trace_path), tuple(numbers),

@@ -28,7 +28,7 @@ import time
 from tensorboard.plugins import base_plugin
 from werkzeug import exceptions, wrappers
 
-from . import layout
+from traceprof.tensorboard import layout
 
 _STATIC_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static")
 _STATIC_FILES = {

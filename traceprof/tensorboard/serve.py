@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 
-from .events import require_tensorboard
+from traceprof.tensorboard.events import require_tensorboard
 
 HOST = "127.0.0.1"
 

@@ -30,9 +30,9 @@ from typing import Any
 
 import msgspec
 
-from .. import schema
-from ..errors import TraceReadError
-from ..reader import read_trace_bytes, without_deep_values
+from traceprof.trace import schema
+from traceprof.errors import TraceReadError
+from traceprof.read.reader import read_trace_bytes, without_deep_values
 
 #: a run holds the analyzed trace and this copy's decoded document at once: about twice the
 #: memory of loading the trace (measured: 880 MB peak for 100 MB of JSON, analyze 470 MB)

@@ -1,0 +1,167 @@
+"""What the commands share: option types, progress bars, the one-line errors and exit codes,
+signals, and writing a TensorBoard run. No command imports another; each imports this."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+
+import click
+
+from traceprof.analysis.hierarchy import Source
+from traceprof.read.limits import ENV_VAR as MAX_MEMORY_ENV, parse_size
+
+#: values of --hierarchy
+SOURCES = ["auto"] + [s.value for s in Source if s is not Source.NONE]
+
+
+class Size(click.ParamType):
+    """A memory size: 8G, 500M, 1.5GB, 12GiB or a number of bytes."""
+
+    name = "size"
+
+    def convert(self, value, param, ctx):
+        try:
+            return parse_size(value)
+        except ValueError as e:
+            self.fail(str(e), param, ctx)
+
+
+MAX_MEMORY_HELP = (
+    "Stop with an error when loading a trace would need more memory than SIZE (e.g. 8G, 500M), "
+    f"estimated from its JSON as it is read [default: ${MAX_MEMORY_ENV}, else 80% of the "
+    "available memory]."
+)
+
+
+class ProgressBar:
+    """A bar on stderr through the stages of loading a big trace (reading, decoding, indexing,
+    attributing), with the current stage and the time elapsed; cleared when done."""
+
+    STAGES = 4  # per trace
+
+    def __init__(self, traces: int = 1) -> None:
+        from rich.console import Console
+        from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+        self._progress = Progress(
+            SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
+            console=Console(stderr=True), transient=True,
+        )
+        self._task = self._progress.add_task("loading", total=self.STAGES * traces)
+        self._stages = 0
+        self._progress.start()
+
+    def __call__(self, message: str) -> None:
+        if self._stages:
+            self._progress.advance(self._task)
+        self._stages += 1
+        self._progress.update(self._task, description=message)
+        self._progress.refresh()  # each stage shows at once, not at the next tick
+
+    def close(self) -> None:
+        self._progress.stop()
+
+
+def progress_reporter(path: str, traces: int = 1) -> ProgressBar | None:
+    """A progress bar when a person is watching stderr and the file is over 5 MB (the load
+    takes a second or more); ``TRACEPROF_PROGRESS=always`` or ``never`` overrides that."""
+    mode = os.environ.get("TRACEPROF_PROGRESS", "auto").lower()
+    if mode == "never" or not sys.stderr.isatty():
+        return None
+    if mode != "always":
+        try:
+            if os.path.getsize(path) <= 5_000_000:
+                return None
+        except OSError:
+            return None
+    return ProgressBar(traces)
+
+
+def color_terminal() -> bool:
+    """Colors and tree guides: standard output is a terminal and NO_COLOR is not set."""
+    return sys.stdout.isatty() and not os.environ.get("NO_COLOR") and \
+        os.environ.get("TERM") != "dumb"
+
+
+def close(reporter: ProgressBar | None) -> None:
+    if reporter is not None:
+        reporter.close()
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM arrived. Raised like Ctrl-C's KeyboardInterrupt, so that finally blocks run (a
+    temporary output file is removed) before the process ends."""
+
+
+def _raise_terminated(signum, frame) -> None:
+    raise Terminated()
+
+
+def stop_cleanly_on_sigterm() -> None:
+    """While a command runs, SIGTERM raises :class:`Terminated` instead of ending the process
+    at once; the previous handler is back when the command ends."""
+    if threading.current_thread() is not threading.main_thread():
+        return  # signal handlers can only be set from the main thread
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    click.get_current_context().call_on_close(lambda: signal.signal(signal.SIGTERM, previous))
+
+
+def interrupted(e: KeyboardInterrupt) -> None:
+    """Ctrl-C exits 130 and SIGTERM 143 (128 + the signal), as shells report them."""
+    if isinstance(e, Terminated):
+        fail("terminated", 128 + signal.SIGTERM)
+    fail("interrupted", 130)
+
+
+class JobProgressBar:
+    """A bar on stderr over a job's traces: one advance per trace analyzed, with its name."""
+
+    def __init__(self, total: int) -> None:
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+        from rich.progress import TimeElapsedColumn
+
+        self._progress = Progress(
+            TextColumn("analyzing traces"), BarColumn(), MofNCompleteColumn(),
+            TimeElapsedColumn(), TextColumn("{task.description}"),
+            console=Console(stderr=True), transient=True,
+        )
+        self._task = self._progress.add_task("", total=total)
+        self._progress.start()
+
+    def __call__(self, done: int, total: int, item) -> None:
+        path = item[0] if isinstance(item, tuple) else item
+        self._progress.update(self._task, completed=done, description=os.path.basename(path))
+        self._progress.refresh()
+
+    def close(self) -> None:
+        self._progress.stop()
+
+
+def job_progress(total: int) -> JobProgressBar | None:
+    """A bar per trace when a person is watching stderr (``TRACEPROF_PROGRESS`` overrides)."""
+    mode = os.environ.get("TRACEPROF_PROGRESS", "auto").lower()
+    if mode == "never" or (mode != "always" and not sys.stderr.isatty()):
+        return None
+    return JobProgressBar(total)
+
+
+def write_tensorboard(traces, logdir: str, err: bool = False, **options):
+    from traceprof.tensorboard import write_logdir
+
+    reporter = progress_reporter(traces[0], len(traces))
+    try:
+        runs = list(write_logdir(traces, logdir, progress=reporter, **options))
+    finally:
+        close(reporter)
+    for run in runs:
+        click.echo(f"traceprof: wrote TensorBoard run {run.name} ({run.trace_path}) to {logdir}",
+                   err=err)
+
+
+def fail(message: str, code: int) -> None:
+    click.echo(f"traceprof: error: {message}", err=True)
+    sys.exit(code)

@@ -1,0 +1,387 @@
+"""Build the columnar :class:`~traceprof.trace.model.Trace` from decoded events: timestamps checked
+and repaired, strings coded, threads named, the trace's metadata and module table parsed.
+:func:`load_trace` reads a file and builds its Trace in one call."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import os
+from typing import Any
+
+import numpy as np
+
+from traceprof.errors import TraceReadError
+from traceprof.read.ingest import Columns, StreamedDocument, columns_from_events, select
+from traceprof.read.reader import DROP_REASONS, Progress, RawDocument, load_raw
+from traceprof.trace import schema
+from traceprof.trace.model import (DeviceInfo, EventTable, MemoryEvents, ModuleInfo,
+                                   ModuleTable, PythonFrames, ThreadInfo, Trace, TraceMetadata,
+                                   narrowed, release_freed_memory, unique)
+from traceprof.trace.schema import Kind
+
+
+def load_trace(path: str | os.PathLike, progress: Progress | None = None,
+               max_memory: int | str | None = None, *, memory_scale: float = 1.0,
+               jobs: int | None = None, chunk_bytes: int | None = None) -> Trace:
+    """Read a trace file (.json or .json.gz) into a :class:`Trace`. ``max_memory``: the memory
+    the load may take (bytes or a size such as ``"8G"``; default: the ``TRACEPROF_MAX_MEMORY``
+    environment variable, else 80% of the available memory, see :mod:`traceprof.limits`);
+    ``memory_scale``: times the memory a load usually needs that the caller will use (2 when it
+    keeps a second copy of the trace). ``jobs``: processes decoding a large trace (default: one
+    per CPU); ``chunk_bytes``: the JSON each of them decodes at a time (see
+    :mod:`traceprof.ingest`). The Trace is the same whatever ``jobs`` and ``chunk_bytes``."""
+    doc = load_raw(path, progress, max_memory, memory_scale, jobs=jobs, chunk_bytes=chunk_bytes)
+    if progress:
+        n = len(doc.events) if isinstance(doc, RawDocument) else len(doc.columns)
+        progress(f"indexing {n:,} events")
+    trace = build_trace(doc)
+    del doc
+    release_freed_memory()
+    return trace
+
+
+def _scattered(n: int, index: np.ndarray, values) -> np.ndarray:
+    """A column of ``n`` events: ``values`` at ``index``, -1 elsewhere, narrowed (built in
+    its final dtype, without an int64 copy of the whole column)."""
+    values = narrowed(np.array(values, np.int64))
+    out = np.full(n, -1, values.dtype)
+    out[index] = values
+    return out
+
+
+def build_trace(doc: RawDocument | StreamedDocument) -> Trace:
+    """The Trace of a decoded document (whole, or run by run)."""
+    if isinstance(doc, RawDocument):
+        evs = doc.events
+        if not isinstance(evs, list):
+            raise TraceReadError(doc.path, "wrong schema: the events are not an array")
+        if any(ph == "B" for ph in {e.ph for e in evs}):
+            evs = _pair_begin_end(evs, doc.warnings)
+        cols = columns_from_events(evs)
+        del evs
+    else:
+        cols = doc.columns
+    return _build(doc, cols)
+
+
+def _build(doc: RawDocument | StreamedDocument, cols: Columns) -> Trace:
+    phs = cols.phs
+    dropped = doc.dropped.copy()
+    keep = _plausible_times(cols.ts, cols.dur, cols.ph, phs, dropped)
+    if keep is not None:
+        cols = select(cols, keep)
+        phs = cols.phs
+    if dropped:
+        doc.warnings.append(_dropped_warning(dropped))
+    ph_codes = cols.ph
+    n = len(cols)
+    if not np.isin(ph_codes, [i for i, p in enumerate(phs) if p in schema.USABLE_PHASES]).any():
+        problem = ("no usable event (a complete, instant or flow event with a valid timestamp)"
+                   if n or dropped else "no events (the event array is empty)")
+        raise TraceReadError(doc.path, problem + (f"; {_dropped_warning(dropped)}" if dropped
+                                                  else ""))
+    # The Trace takes the decoded columns over: each is taken out of ``cols`` as its final
+    # version is built, so that the two versions of every column are never held at once.
+    dur = _repaired_durations(_take(cols, "dur"), ph_codes, phs, doc.warnings)
+    kind = cols.kind
+    text_index: dict[bytes, int] = {}
+    input_dims = _text_codes(_take(cols, "input_dims"), cols.input_dims_texts, text_index)
+    input_types = _text_codes(_take(cols, "input_types"), cols.input_types_texts, text_index)
+    concrete_inputs = _text_codes(_take(cols, "concrete_inputs"), cols.concrete_inputs_texts,
+                                  text_index)
+
+    flow_id = _scattered(n, cols.flow_index, [
+        fid if isinstance(fid, int) else hash(fid) & 0x7FFFFFFFFFFF for fid in cols.flow_ids])
+    python = PythonFrames(narrowed(cols.python_index), narrowed(cols.python_id),
+                          narrowed(cols.python_parent_id))
+
+    thread, threads = _threads(cols, kind)
+    events = EventTable(
+        kind=kind,
+        name=cols.name,
+        category=cols.cat,
+        thread=thread,
+        ts=cols.ts,
+        dur=dur,
+        correlation=narrowed(_take(cols, "correlation")),
+        external_id=narrowed(_take(cols, "external_id")),
+        sequence_number=narrowed(_take(cols, "sequence_number")),
+        fwd_thread_id=narrowed(_take(cols, "fwd_thread_id")),
+        stream=narrowed(_take(cols, "stream")),
+        flow_id=flow_id,
+        input_dims=input_dims,
+        input_types=input_types,
+        concrete_inputs=concrete_inputs,
+        names=tuple(cols.names),
+        categories=tuple(cols.cats),
+        threads=threads,
+        texts=tuple(text_index),
+    )
+    metadata = _metadata(doc)
+    memory = _memory_events(cols)
+    return Trace(metadata, events, python, memory)
+
+
+#: how far (us) an event's timestamp may lie from the trace's median timestamp: traces span
+#: seconds to minutes (the longest real one measured: 43 s), so a day is far beyond any of them
+MAX_DISTANCE_FROM_MEDIAN_US = 1e11
+
+
+#: the largest timestamp (us) float64 holds to the microsecond (2**53 us: the year 2255)
+MAX_TIMESTAMP_US = float(2**53)
+
+
+#: the longest duration (us) kept, as long as the span of timestamps allowed
+MAX_DURATION_US = MAX_DISTANCE_FROM_MEDIAN_US
+
+
+def _take(cols: Columns, name: str) -> np.ndarray:
+    """The column ``name`` of ``cols``, taken out of it (left None): freed once the caller's
+    version of it is built, if nothing else holds it."""
+    values = getattr(cols, name)
+    setattr(cols, name, None)
+    return values
+
+
+def _plausible_times(ts, dur, ph_codes, phs, dropped) -> np.ndarray | None:
+    """Which events to keep (None: all): events other than metadata need a finite timestamp
+    within MAX_DISTANCE_FROM_MEDIAN_US of the median and below MAX_TIMESTAMP_US, and a duration
+    below MAX_DURATION_US. Counts the others in ``dropped``."""
+    finite = np.isfinite(ts)
+    lo, hi = (float(ts[finite].min()), float(ts[finite].max())) if finite.any() else (0.0, 0.0)
+    bad_dur = dur > MAX_DURATION_US  # NaN (absent) compares False; +inf is out of range
+    if (finite.all() and hi - lo <= MAX_DISTANCE_FROM_MEDIAN_US and max(-lo, hi) <= MAX_TIMESTAMP_US
+            and not bad_dur.any()):
+        return None  # the usual case, found with three reductions
+    is_meta = ph_codes == (phs.index(schema.METADATA_PHASE) if schema.METADATA_PHASE in phs else -1)
+    no_ts = ~finite & ~is_meta
+    far = finite & ~is_meta & (np.abs(ts) > MAX_TIMESTAMP_US)
+    timed = finite & ~is_meta & ~far
+    if timed.any():
+        median = float(np.median(ts[timed]))
+        far |= timed & (np.abs(ts - median) > MAX_DISTANCE_FROM_MEDIAN_US)
+    bad_dur &= ~no_ts & ~far
+    for reason, mask in (("no_ts", no_ts), ("far_ts", far), ("bad_dur", bad_dur)):
+        if mask.any():
+            dropped[reason] += int(np.count_nonzero(mask))
+    drop = no_ts | far | bad_dur
+    return ~drop if drop.any() else None
+
+
+def _dropped_warning(dropped) -> str:
+    """``3 events dropped: 2 without a valid timestamp, 1 with a name that is not a string``"""
+    total = sum(dropped.values())
+    order = list(DROP_REASONS)
+    counts = sorted(dropped.items(), key=lambda item: (-item[1], order.index(item[0])))
+    parts = [f"{n:,} {DROP_REASONS[r]}" for r, n in counts if n]
+    return f"{total:,} event{'s' if total != 1 else ''} dropped: " + ", ".join(parts)
+
+
+def _repaired_durations(dur, ph_codes, phs, warnings: list[str]) -> np.ndarray:
+    """Durations with those absent, invalid or negative set to 0, and said (an absent one only
+    on complete events: instants, flows and metadata have none)."""
+    valid = np.isfinite(dur)
+    missing = ~valid & (ph_codes == (phs.index("X") if "X" in phs else -1))
+    negative = valid & (dur < 0)
+    if missing.any():
+        n = int(np.count_nonzero(missing))
+        warnings.append(f"{n:,} complete event{'s' if n != 1 else ''} without a valid duration "
+                        "taken as 0")
+    if negative.any():
+        from traceprof import units  # warnings are text: numbers formatted in the one place
+
+        n = int(np.count_nonzero(negative))
+        warnings.append(f"{n:,} event{'s' if n != 1 else ''} with a negative duration set to 0 "
+                        f"(their total {units.duration(float(dur[negative].sum()))})")
+    return np.where(valid & (dur > 0), dur, 0.0)
+
+
+def _memory_events(cols: Columns) -> MemoryEvents:
+    """Columns of the ``[memory]`` instants."""
+    pairs = list(zip(cols.memory_device_type.tolist(), cols.memory_device_id.tolist()))
+    label_of = {pair: _device_label(*pair) for pair in dict.fromkeys(pairs)}
+    device, devices = _factorize([label_of[pair] for pair in pairs])
+    return MemoryEvents(narrowed(cols.memory_index), narrowed(cols.memory_bytes),
+                        narrowed(cols.memory_total), device, tuple(devices))
+
+
+def _device_label(device_type: int, device_id: int) -> str:
+    name = schema.DEVICE_TYPE_NAMES.get(device_type, f"device{device_type}")
+    return f"{name}:{device_id}" if device_id >= 0 and device_type != 0 else name
+
+
+def _factorize(values: list) -> tuple[np.ndarray, list]:
+    """Codes (int32) and the unique values in first-seen order, at C speed."""
+    uniques = list(dict.fromkeys(values))
+    position = {v: i for i, v in enumerate(uniques)}
+    return np.fromiter(map(position.__getitem__, values), np.int32, len(values)), uniques
+
+
+def _text_codes(codes: np.ndarray, uniques: list, index: dict[bytes, int]) -> np.ndarray:
+    """Codes into a shared table of raw JSON texts (-1 for absent), in first-seen order."""
+    table = np.array([-1 if u == b"" else index.setdefault(u, len(index)) for u in uniques] or [-1],
+                     dtype=np.int32)
+    return table[codes] if len(codes) else codes.astype(np.int32)
+
+
+def _threads(cols: Columns, kind: np.ndarray):
+    """Merge (pid, tid) spellings that differ only by type ("25738" vs 25738) and name them."""
+    raw_thread = _take(cols, "thread")
+    keys = [(str(p), str(t)) for p, t in cols.threads]
+    uniq = list(dict.fromkeys(keys))
+    pos = {k: i for i, k in enumerate(uniq)}
+    remap = np.array([pos[k] for k in keys] or [0], dtype=np.int32)
+    thread = remap[raw_thread] if len(raw_thread) else raw_thread
+    thread_names: dict[tuple[str, str], str] = {}
+    process_labels: dict[str, str] = {}
+    for _, name, pid, tid, label, labels in cols.meta:
+        if name == schema.META_THREAD_NAME and label:
+            thread_names[(str(pid), str(tid))] = label
+        elif name == schema.META_PROCESS_LABELS and labels:
+            process_labels[str(pid)] = labels
+    gpu_kinds = np.isin(kind, [*schema.GPU_WORK_KINDS, Kind.GPU_ANNOTATION])
+    gpu_threads = set(unique(thread[gpu_kinds]).tolist()) if len(thread) else set()
+    infos = []
+    for i, (pid, tid) in enumerate(uniq):
+        name = thread_names.get((pid, tid)) or process_labels.get(pid, "")
+        infos.append(ThreadInfo(pid, tid, name, i in gpu_threads))
+    return thread, tuple(infos)
+
+
+def _pair_begin_end(evs: list, warnings: list[str]) -> list:
+    """Turn Chrome ``B``/``E`` pairs into complete (``X``) events, matched per thread."""
+    out = []
+    stacks: dict[tuple, list] = {}
+    unmatched = 0
+    for e in evs:
+        if e.ph == "B":
+            stacks.setdefault((e.pid, e.tid), []).append(e)
+        elif e.ph == "E":
+            stack = stacks.get((e.pid, e.tid))
+            if not stack:
+                unmatched += 1
+                continue
+            b = stack.pop()
+            out.append(
+                schema.RawEvent(
+                    ph="X", cat=b.cat, name=b.name, pid=b.pid, tid=b.tid,
+                    ts=b.ts, dur=max(e.ts - b.ts, 0.0), id=b.id, args=b.args,
+                )
+            )
+        else:
+            out.append(e)
+    unmatched += sum(len(s) for s in stacks.values())
+    if unmatched:
+        warnings.append(f"{unmatched} unmatched B/E events ignored")
+    return out
+
+
+def _metadata(doc: RawDocument | StreamedDocument) -> TraceMetadata:
+    top = doc.top
+    devices = []
+    props = top.get(schema.DEVICE_PROPERTIES_KEY)
+    if isinstance(props, list):
+        for i, d in enumerate(props):
+            if not isinstance(d, dict):
+                continue
+            major, minor = d.get(schema.DEVICE_CC_MAJOR), d.get(schema.DEVICE_CC_MINOR)
+            devices.append(
+                DeviceInfo(
+                    index=_int(d.get("id"), i),
+                    name=str(d.get(schema.DEVICE_NAME) or ""),
+                    memory_bytes=_int(d.get(schema.DEVICE_MEMORY), None),
+                    sm_count=_int(d.get(schema.DEVICE_SMS), None),
+                    compute_capability=f"{major}.{minor}" if major is not None else None,
+                )
+            )
+    dist = top.get(schema.DISTRIBUTED_INFO_KEY)
+    dist = dist if isinstance(dist, dict) else {}
+    table = _module_table(top.get(schema.MODULE_TABLE_KEY), doc.warnings)
+    rank = _int(dist.get(schema.DIST_RANK), None)
+    world = _int(dist.get(schema.DIST_WORLD_SIZE), None)
+    if table is not None:
+        rank = table.rank if rank is None else rank
+        world = table.world_size if world is None else world
+    return TraceMetadata(
+        path=doc.path,
+        size_bytes=doc.size_bytes,
+        schema_version=_int(top.get(schema.SCHEMA_VERSION_KEY), None),
+        devices=tuple(devices),
+        rank=rank,
+        world_size=world,
+        distributed_backend=dist.get(schema.DIST_BACKEND) if dist else None,
+        base_time_ns=_int(top.get(schema.BASE_TIME_NS_KEY), None),
+        flags={k: bool(top[k]) for k in schema.FLAG_KEYS if k in top},
+        module_table=table,
+        warnings=tuple(doc.warnings),
+    )
+
+
+def _int(v: Any, default):
+    if isinstance(v, bool):
+        return default
+    if isinstance(v, int):
+        return v
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        return default
+
+
+def _param_counts(v: Any) -> dict[str, int] | None:
+    if not isinstance(v, dict):
+        return None
+    out = {str(k): _int(n, None) for k, n in v.items()}
+    return None if any(n is None for n in out.values()) else out
+
+
+def _shape(v: Any) -> tuple[int, ...] | None:
+    if not isinstance(v, list):
+        return None
+    dims = tuple(_int(d, None) for d in v)
+    return None if any(d is None for d in dims) else dims
+
+
+def _module_table(payload: Any, warnings: list[str]) -> ModuleTable | None:
+    if payload is None:
+        return None
+    try:
+        doc = payload if isinstance(payload, dict) else json.loads(base64.b64decode(payload))
+        if doc.get("format") != "traceprof.modules":
+            raise ValueError("unknown format")
+        modules = {}
+        for m in doc["modules"]:
+            info = ModuleInfo(
+                name=str(m["name"]),
+                class_name=str(m["class"]),
+                params=_int(m.get("params"), None),
+                params_total=_int(m.get("params_total"), None),
+                trainable_total=_int(m.get("trainable_total"), None),
+                frozen_total=_int(m.get("frozen_total"), None),
+                buffers_total=_int(m.get("buffers_total"), None),
+                extra_repr=str(m.get("extra_repr") or ""),
+                inputs=m.get("inputs"),
+                outputs=m.get("outputs"),
+                param_bytes=_int(m.get("param_bytes"), None),
+                param_bytes_total=_int(m.get("param_bytes_total"), None),
+                param_counts=_param_counts(m.get("param_counts")),
+                leaf=m["leaf"] if isinstance(m.get("leaf"), bool) else None,
+                weight_shape=_shape(m.get("weight_shape")),
+                kernel_size=m.get("kernel_size"),
+                tied=({str(k): str(v) for k, v in m["tied"].items()}
+                      if isinstance(m.get("tied"), dict) else None),
+            )
+            modules[info.name] = info
+        return ModuleTable(
+            version=int(doc.get("version", 1)),
+            modules=modules,
+            torch_version=doc.get("torch_version"),
+            rank=_int(doc.get("rank"), None),
+            world_size=_int(doc.get("world_size"), None),
+        )
+    except (ValueError, KeyError, TypeError, AttributeError, binascii.Error,
+            RecursionError) as e:
+        warnings.append(f"module table unreadable ({e.__class__.__name__}); ignored")
+        return None

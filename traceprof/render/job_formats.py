@@ -1,0 +1,40 @@
+"""A job as JSON, CSV and Parquet: the records of :mod:`traceprof.job.records`, written out."""
+
+from __future__ import annotations
+
+import io
+import json
+from typing import TYPE_CHECKING
+
+import msgspec
+
+from traceprof.job.records import JOB_SCHEMA, ROW_COLUMNS, job_dataframe, job_document, job_rows
+from traceprof.result.records import dataframe_parquet
+from traceprof.render.registry import RenderOptions
+
+if TYPE_CHECKING:
+    from traceprof.job.analyze import Job
+
+
+def render_job_json(job: Job, opts: RenderOptions) -> str:
+    doc = job_document(job)
+    doc["rows"] = job_rows(job)
+    return msgspec.json.format(msgspec.json.encode(doc), indent=1).decode() + "\n"
+
+
+def render_job_csv(job: Job, opts: RenderOptions) -> str:
+    import csv
+
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=list(ROW_COLUMNS), lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(job_rows(job))
+    return buf.getvalue()
+
+
+def render_job_parquet(job: Job, opts: RenderOptions) -> bytes:
+    return dataframe_parquet(job_dataframe(job), {
+        "schema": JOB_SCHEMA,
+        "traces": json.dumps([r.path for r in job.ranks]),
+        "warnings": json.dumps(list(job.warnings)),
+    })

@@ -1,0 +1,74 @@
+"""What a renderer is, and the table of renderers of one kind of result: chosen by format name,
+or by the extension of the file ``-o`` writes."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Callable
+
+import msgspec
+
+from traceprof.errors import OptionError
+
+
+class RenderOptions(msgspec.Struct, frozen=True):
+    raw_numbers: bool = False  # microseconds as plain numbers instead of "1.23 ms"
+    unsupported_ops: bool = False  # list the ops without a FLOP formula (tree and table)
+    batch_size: int | None = None  # tree: samples per step per rank [default: module table]
+    top_modules: int = 3  # tree: modules per depth in the aggregated profile (DeepSpeed: 1)
+    columns: tuple[str, ...] | None = None  # table: columns shown [default: table.DEFAULT_COLUMNS]
+    ranks: str = "summary"  # job tree and table: "summary" columns, or "all" (one per rank too)
+    depth: int | None = None  # job reports: modules down to this depth
+
+
+class Renderer(msgspec.Struct, frozen=True):
+    name: str
+    extensions: tuple[str, ...]
+    description: str
+    render: Callable[[Any, RenderOptions], str | bytes]  # (a profile, a job or a diff, options)
+    binary: bool = False  # returns bytes, written to a file only
+    #: the output has a place for the profile's warnings; else the command line prints them
+    shows_warnings: bool = True
+
+
+class Registry(dict):
+    """Renderers of one kind of result (a profile, a job, a diff) by format name, in the order
+    given (the order of help texts and error messages); -o FILE chooses one by the file's
+    extension."""
+
+    def __init__(self, unknown: str, renderers: tuple[Renderer, ...]) -> None:
+        super().__init__((r.name, r) for r in renderers)
+        self.unknown = unknown  # the error for an unknown format name: {name!r}, {known}
+
+    def renderer(self, name: str) -> Renderer:
+        try:
+            return self[name]
+        except KeyError:
+            raise OptionError(self.unknown.format(name=name, known=", ".join(self))) from None
+
+    def for_path(self, path: str) -> Renderer | None:
+        """The renderer an output file name asks for, by its extension (the longest that
+        matches)."""
+        lower = path.lower()
+        best = None
+        for r in self.values():
+            for ext in r.extensions:
+                if lower.endswith(ext) and (best is None or len(ext) > len(best[1])):
+                    best = (r, ext)
+        return best[0] if best else None
+
+    def for_output(self, path: str) -> Renderer | None:
+        """The renderer ``-o PATH`` asks for when no format is given: by the extension of the
+        file name; None when the name has no extension (``-``, ``/dev/stdout``, ``report``);
+        an OptionError for an extension no renderer writes (``out.xlsx``), rather than the
+        default format under a name that promises another."""
+        chosen = self.for_path(path)
+        extension = os.path.splitext(os.path.basename(path))[1]
+        if chosen is None and extension:
+            known = ", ".join(ext for r in self.values() for ext in r.extensions)
+            raise OptionError(f"{path}: unknown output extension {extension!r} (known: {known}); "
+                              "give --format to write this file in one of the formats anyway")
+        return chosen
+
+    def render(self, result, fmt: str, options: RenderOptions | None = None) -> str | bytes:
+        return self.renderer(fmt).render(result, options or RenderOptions())

@@ -1,0 +1,86 @@
+"""The timeline of one step, as a profile carries it: lanes, events as columns, the memory curve
+(built by :mod:`traceprof.analysis.step_timeline`)."""
+
+from __future__ import annotations
+
+import msgspec
+import numpy as np
+
+#: events a timeline keeps at most (the rest merged or left out, and counted)
+MAX_EVENTS = 40_000
+TIMELINE_SCHEMA = "traceprof.timeline/1"
+
+
+class LaneKind:
+    MODULES_FORWARD = "modules_forward"
+    MODULES_BACKWARD = "modules_backward"
+    CPU = "cpu"
+    GPU = "gpu"
+
+
+class Lane(msgspec.Struct, frozen=True):
+    kind: str
+    name: str
+    rows: int
+
+
+class MemoryCurve(msgspec.Struct, frozen=True):
+    device: str
+    time_us: tuple[float, ...]  # from the step's start
+    allocated_bytes: tuple[float, ...]  # the allocator's total after each point's event
+    peak_time_us: float
+    peak_bytes: float
+    peak_module: int  # index into Timeline.modules, -1: none
+    peak_phase: str  # the pass of the event at the peak
+    exact_total: bool  # False: the trace lacks totals; bytes are relative to the step's start
+
+
+class Timeline(msgspec.Struct, frozen=True):
+    step: int | None  # the ProfilerStep shown; None: the whole trace
+    start_us: float  # trace time of the step's start; event times are relative to it
+    span_us: float
+    modules: tuple[tuple[str, ...], ...]  # module paths events refer to
+    names: tuple[str, ...]
+    lanes: tuple[Lane, ...]
+    # one entry per event (columns)
+    lane: np.ndarray
+    row: np.ndarray
+    start: np.ndarray  # µs from start_us
+    dur: np.ndarray
+    name: np.ndarray  # index into names
+    module: np.ndarray  # index into modules, -1: none
+    phase: np.ndarray  # 0 forward, 1 backward, 2 other
+    count: np.ndarray  # events merged into this one (1: a single event)
+    events_in_step: int  # before merging and leaving out
+    merged_below_us: float
+    dropped: int
+    memory: MemoryCurve | None = None
+
+    def document(self) -> dict:
+        """The timeline as JSON-ready columns (the HTML report and TensorBoard tab read it)."""
+        r = lambda a: np.round(a, 3).tolist()  # noqa: E731 - ns precision
+        mem = self.memory
+        return {
+            "schema": TIMELINE_SCHEMA,
+            "step": self.step,
+            "start_us": self.start_us,
+            "span_us": self.span_us,
+            "modules": [list(p) for p in self.modules],
+            "names": list(self.names),
+            "lanes": [{"kind": ln.kind, "name": ln.name, "rows": ln.rows} for ln in self.lanes],
+            "events": {"lane": self.lane.tolist(), "row": self.row.tolist(),
+                       "start": r(self.start), "dur": r(self.dur), "name": self.name.tolist(),
+                       "module": self.module.tolist(), "phase": self.phase.tolist(),
+                       "count": self.count.tolist()},
+            "bounds": {"events_in_step": self.events_in_step,
+                       "events_shown": int(len(self.lane)),
+                       "merged_below_us": self.merged_below_us, "dropped": self.dropped,
+                       "max_events": MAX_EVENTS},
+            "memory": None if mem is None else {
+                "device": mem.device, "time_us": list(mem.time_us),
+                "allocated_bytes": list(mem.allocated_bytes),
+                "peak": {"time_us": mem.peak_time_us, "bytes": mem.peak_bytes,
+                         "module": mem.peak_module, "phase": mem.peak_phase},
+                "exact_total": mem.exact_total,
+            },
+        }
