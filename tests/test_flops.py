@@ -9,7 +9,8 @@ import sys
 import pytest
 
 import traceprof
-from traceprof.flops import MATRIX_FAMILIES, REGISTRY, Family, OpArgs, Registry, count_ops
+from traceprof.analysis.op_costs import count_ops
+from traceprof.flops import MATRIX_FAMILIES, REGISTRY, Family, OpArgs, Registry
 from traceprof.flops.attention import attention_pairs
 from traceprof.analysis.op_costs import NOT_UNDERSTOOD
 from traceprof.trace.hardware import PEAKS, find_peaks
@@ -675,3 +676,22 @@ def test_cli_lists_unsupported_ops_and_sorts_by_flops(tmp_path):
     assert "unsupported: 1 kind of op without a FLOP formula" in out
     assert "  mylib::op" in out and "20.0%" in out
     assert out.index("(b): B(") < out.index("(a): A(")
+
+
+def test_registry_is_the_formula_modules_tables_combined():
+    """REGISTRY is built from each formula module's own table; importing a module changes no
+    other table, and an op in two tables is refused."""
+    import importlib
+
+    import traceprof.flops as flops
+
+    modules = [importlib.import_module(f"traceprof.flops.{m}") for m in (
+        "attention", "conv", "data_movement", "losses", "matmul", "norm", "optim", "pointwise",
+        "pooling", "reduction", "rnn")]
+    names = [e.name for m in modules for e in m.FORMULAS]
+    assert [e.name for e in flops.REGISTRY] == names and len(set(names)) == len(names)
+    assert "aten::mm" in flops.matmul.FORMULAS and "aten::mm" not in flops.conv.FORMULAS
+    extra = Registry()
+    extra.no_cost("aten::mm")
+    with pytest.raises(ValueError, match="aten::mm is registered twice"):
+        Registry.combined(flops.REGISTRY, extra)

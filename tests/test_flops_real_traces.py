@@ -10,7 +10,7 @@ from functools import lru_cache
 import pytest
 
 import traceprof
-from traceprof.flops import count_ops
+from traceprof.analysis.op_costs import count_ops
 from traceprof.analysis.link import link
 from traceprof.render import render
 

@@ -21,7 +21,8 @@ from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
 import traceprof  # noqa: E402
 from traceprof.capture import profile_once  # noqa: E402
-from traceprof.flops import REGISTRY, Family, count_ops  # noqa: E402
+from traceprof.analysis.op_costs import count_ops  # noqa: E402
+from traceprof.flops import REGISTRY, Family  # noqa: E402
 from traceprof.analysis.link import link  # noqa: E402
 
 I, H, T, B = 32, 64, 6, 4  # input size, hidden size, time steps, batch

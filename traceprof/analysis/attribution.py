@@ -28,7 +28,8 @@ import numpy as np
 
 from traceprof.trace import hardware, schema
 from traceprof.errors import OptionError
-from traceprof.flops import FAMILIES, Family, OpCosts, Registry, count_ops
+from traceprof.analysis.op_costs import OpCosts, count_ops
+from traceprof.flops import FAMILIES, Family, Registry
 from traceprof.analysis.hierarchy import Hierarchy, Source, build_hierarchy
 from traceprof.analysis.link import Links, link
 from traceprof.analysis import module_ops, step_timeline

@@ -37,7 +37,8 @@ import numpy as np
 from traceprof.analysis.link import Links
 from traceprof.trace.schema import Kind
 from traceprof.trace.model import Trace
-from traceprof.flops.registry import FAMILIES, MATRIX_FAMILIES, REGISTRY, Registry
+from traceprof.flops import REGISTRY
+from traceprof.flops.registry import FAMILIES, MATRIX_FAMILIES, Registry
 from traceprof.flops.shapes import FLOATING, UNKNOWN_DTYPE, ArgumentError, OpArgs, OpCost
 
 #: dispatcher op names (``aten::mm``, ``c10d::allreduce_``), not autograd's own events

@@ -22,10 +22,12 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from traceprof.flops.registry import REGISTRY, Family
+from traceprof.flops.registry import Family, Registry
 from traceprof.flops.shapes import ArgumentError, OpArgs, OpCost, Shape
 
-_R = REGISTRY
+#: this module's formulas: one of the tables traceprof.flops.REGISTRY is made of
+FORMULAS = Registry()
+_R = FORMULAS
 
 NO_MASK, TOP_LEFT, BOTTOM_RIGHT = 0, 1, 2
 

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 from math import prod
 
-from traceprof.flops.registry import REGISTRY, Family
+from traceprof.flops.registry import Family, Registry
 from traceprof.flops.shapes import LIST_DTYPE, ArgumentError, OpArgs, OpCost, nbytes
 
-_R = REGISTRY
+#: this module's formulas: one of the tables traceprof.flops.REGISTRY is made of
+FORMULAS = Registry()
+_R = FORMULAS
 
 
 @_R.formula("aten::copy_", "aten::_copy_from", "aten::_copy_from_and_resize", family=Family.MEMORY)

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 from math import prod
 
-from traceprof.flops.registry import REGISTRY, Family
+from traceprof.flops.registry import Family, Registry
 from traceprof.flops.shapes import OpArgs, OpCost
 
-_R = REGISTRY
+#: this module's formulas: one of the tables traceprof.flops.REGISTRY is made of
+FORMULAS = Registry()
+_R = FORMULAS
 
 
 def _norm_cost(a: OpArgs, x_pos: int, per_element: int, writes_pos: tuple[int, ...] = ()) -> OpCost:

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 from math import prod
 
-from traceprof.flops.registry import REGISTRY, Family
+from traceprof.flops.registry import Family, Registry
 from traceprof.flops.shapes import LIST_DTYPE, OpArgs, OpCost, nbytes
 
-_R = REGISTRY
+#: this module's formulas: one of the tables traceprof.flops.REGISTRY is made of
+FORMULAS = Registry()
+_R = FORMULAS
 
 _FOREACH_PER_ELEMENT: dict[str, int] = {
     **{n: 1 for n in (

@@ -126,12 +126,23 @@ class Registry:
     def __len__(self) -> int:
         return len(self._entries)
 
+    @classmethod
+    def combined(cls, *tables: Registry) -> Registry:
+        """One registry holding the entries of ``tables``, in their order; an op in two tables
+        is an error, as it is within one."""
+        out = cls()
+        for table in tables:
+            for entry in table:
+                if entry.name in out._entries:
+                    raise ValueError(f"{entry.name} is registered twice")
+                out._entries[entry.name] = entry
+            out._free_namespaces.update(table._free_namespaces)
+            out._free_prefixes += table._free_prefixes
+        return out
+
     def only(self, *families: Family) -> "Registry":
         """A registry with the formulas of ``families`` and every no-cost entry."""
         keep = set(families) | {Family.NO_COST}
         return Registry((e for e in self._entries.values() if e.family in keep),
                         self._free_namespaces, self._free_prefixes)
 
-
-#: the registry the formula modules fill on import (see traceprof.flops.__init__)
-REGISTRY = Registry()

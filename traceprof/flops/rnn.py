@@ -58,10 +58,12 @@ from math import prod
 
 import msgspec
 
-from traceprof.flops.registry import REGISTRY, Family
+from traceprof.flops.registry import Family, Registry
 from traceprof.flops.shapes import LIST_DTYPE, ArgumentError, OpArgs, OpCost, Shape, nbytes
 
-_R = REGISTRY
+#: this module's formulas: one of the tables traceprof.flops.REGISTRY is made of
+FORMULAS = Registry()
+_R = FORMULAS
 
 #: gates per cell kind
 LSTM, GRU, RNN = 4, 3, 1
