@@ -40,13 +40,13 @@ import time
 
 import psutil
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
+# the checkout's package (traceprof.testing generates the traces), also when it is not installed
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def generate(data: str, ranks: int, target_mb: float, layers: int) -> list[str]:
     """The job's traces, generated unless a previous run left them (same parameters)."""
-    import gen_large_trace
+    from traceprof.testing import generate_job
 
     marker = os.path.join(data, "bench_job.params")
     params = {"ranks": ranks, "target_mb": target_mb, "layers": layers, "slow_rank": ranks // 2,
@@ -58,9 +58,9 @@ def generate(data: str, ranks: int, target_mb: float, layers: int) -> list[str]:
             return saved["paths"]
     print(f"generating {ranks} traces of {target_mb:g} MB into {data} ...", file=sys.stderr)
     t = time.perf_counter()
-    paths = gen_large_trace.generate_job(data, ranks=ranks, slow_rank=params["slow_rank"],
-                                         slow_module=params["slow_module"], slow_factor=3.0,
-                                         target_mb=target_mb, layers=layers, quiet=True)
+    paths = generate_job(data, ranks=ranks, slow_rank=params["slow_rank"],
+                         slow_module=params["slow_module"], slow_factor=3.0,
+                         target_mb=target_mb, layers=layers, quiet=True)
     with open(marker, "w") as f:
         json.dump({"params": params, "paths": paths}, f)
     print(f"  done in {time.perf_counter() - t:.0f} s", file=sys.stderr)

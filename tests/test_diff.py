@@ -319,15 +319,11 @@ def test_tensorboard_run_pair(tmp_path):
 
 
 def test_two_job_directories_show_the_rank_that_changed_most(tmp_path):
-    import importlib.util
+    from traceprof.testing import generate_job
 
-    spec = importlib.util.spec_from_file_location(
-        "gen_large_trace", Path(__file__).resolve().parents[1] / "scripts" / "gen_large_trace.py")
-    gen = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(gen)
-    gen.generate_job(tmp_path / "a", ranks=2, steps=3, layers=2, quiet=True)
-    gen.generate_job(tmp_path / "b", ranks=2, slow_rank=1, slow_module="transformer.h.1.mlp.c_fc",
-                     slow_factor=3.0, steps=3, layers=2, quiet=True)
+    generate_job(tmp_path / "a", ranks=2, steps=3, layers=2, quiet=True)
+    generate_job(tmp_path / "b", ranks=2, slow_rank=1, slow_module="transformer.h.1.mlp.c_fc",
+                 slow_factor=3.0, steps=3, layers=2, quiet=True)
     d = traceprof.compare.diff.diff_jobs(tmp_path / "a", tmp_path / "b")
     assert "shown: rank 1, the largest step change" in d.warnings[0]
     assert d.ranked()[0].qualified_name == "transformer.h.1.mlp.c_fc"

@@ -1,12 +1,11 @@
 """Jobs: the traces of a distributed job's ranks analyzed together (traceprof/job.py).
 
 Real traces: the 8 ranks of a DLRM job in ../shared/traces/multi_rank/. Generated traces: a job of
-16 small ranks written by scripts/gen_large_trace.py's generate_job, one rank slower in one
+16 small ranks written by traceprof.testing's generate_job, one rank slower in one
 module. The Dask test starts a real LocalCluster (2 worker processes)."""
 
 from __future__ import annotations
 
-import importlib.util
 import io
 import json
 import subprocess
@@ -22,21 +21,14 @@ from traceprof.job.analyze import analyze_job, spread_of
 from traceprof.read.discovery import find_traces, is_job
 from traceprof.analysis.job_timeline import step_timelines, union_length
 from traceprof.read.build import load_trace
+from traceprof.testing import generate, generate_job
 
 from .browser import start_chromium
-from .conftest import REPO, SHARED_TRACES
+from .conftest import SHARED_TRACES
 from .tracebuilder import TraceBuilder
 
 MULTI_RANK = SHARED_TRACES / "multi_rank"
 SLOW_RANK, SLOW_MODULE = 11, "transformer.h.1.mlp.c_fc"
-
-
-def _generator():
-    spec = importlib.util.spec_from_file_location("gen_large_trace",
-                                                  REPO / "scripts" / "gen_large_trace.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def traceprof_cli(*args, timeout=180):
@@ -54,8 +46,8 @@ def straggler_job_dir(tmp_path_factory):
     """16 ranks of a small GPT job (2 steps, 2 blocks); rank 11 runs the kernels of
     transformer.h.1.mlp.c_fc 3 times longer."""
     out = tmp_path_factory.mktemp("job16")
-    _generator().generate_job(out, ranks=16, slow_rank=SLOW_RANK, slow_module=SLOW_MODULE,
-                              slow_factor=3.0, steps=2, layers=2, quiet=True)
+    generate_job(out, ranks=16, slow_rank=SLOW_RANK, slow_module=SLOW_MODULE, slow_factor=3.0,
+                 steps=2, layers=2, quiet=True)
     return out
 
 
@@ -222,12 +214,11 @@ def _one_line_error(proc, code, text):
 
 
 def test_ranks_of_different_jobs_mixed_is_an_error(tmp_path):
-    gen = _generator()
-    a = gen.generate_job(tmp_path / "a", ranks=2, steps=1, layers=1, quiet=True, name="gpt")
-    b = gen.generate_job(tmp_path / "b", ranks=4, steps=1, layers=1, quiet=True, name="gpt")
+    a = generate_job(tmp_path / "a", ranks=2, steps=1, layers=1, quiet=True, name="gpt")
+    b = generate_job(tmp_path / "b", ranks=4, steps=1, layers=1, quiet=True, name="gpt")
     _one_line_error(traceprof_cli("analyze", *a, *b), 2,
                     "ranks of different jobs mixed: world size 2 (")
-    c = gen.generate_job(tmp_path / "c", ranks=2, steps=1, layers=1, quiet=True, name="bert")
+    c = generate_job(tmp_path / "c", ranks=2, steps=1, layers=1, quiet=True, name="bert")
     _one_line_error(traceprof_cli("analyze", *a, *c), 2,
                     "ranks of different jobs mixed: rank 0 is in")
     again = tmp_path / "again"
@@ -261,12 +252,11 @@ def test_trace_without_rank_among_several_is_an_error(tmp_path):
 
 
 def test_mismatched_steps_is_an_error(tmp_path):
-    gen = _generator()
     out = tmp_path / "job"
     out.mkdir()
     for rank, first_step in ((0, 5), (1, 9)):
-        gen.generate(str(out / f"gpt_rank{rank}.pt.trace.json"), steps=2, layers=1, quiet=True,
-                     rank=rank, world_size=2, first_step=first_step)
+        generate(str(out / f"gpt_rank{rank}.pt.trace.json"), steps=2, layers=1, quiet=True,
+                 rank=rank, world_size=2, first_step=first_step)
     proc = traceprof_cli("analyze", out)
     _one_line_error(proc, 2, "mismatched steps: the ranks' traces hold different steps "
                              "(rank 0: steps 5, 6; rank 1: steps 9, 10); no step is in every trace")

@@ -4,16 +4,15 @@ above the run's tree; a click on a cell selects that rank's run."""
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 
 import pytest
 
 from traceprof.tensorboard import layout
 from traceprof.tensorboard.logdir import write_logdir
+from traceprof.testing import generate_job
 
 from .browser import start_chromium
-from .conftest import REPO
 from .tbserver import free_port, get, get_json, start_process, stop_process, wait_for
 
 SLOW_RANK, SLOW_MODULE = 1, "transformer.h.1.mlp.c_fc"
@@ -21,13 +20,9 @@ SLOW_RANK, SLOW_MODULE = 1, "transformer.h.1.mlp.c_fc"
 
 @pytest.fixture(scope="module")
 def job_logdir(tmp_path_factory):
-    spec = importlib.util.spec_from_file_location("gen_large_trace",
-                                                  REPO / "scripts" / "gen_large_trace.py")
-    gen = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(gen)
     traces = tmp_path_factory.mktemp("job3")
-    gen.generate_job(traces, ranks=3, slow_rank=SLOW_RANK, slow_module=SLOW_MODULE, steps=2,
-                     layers=2, quiet=True)
+    generate_job(traces, ranks=3, slow_rank=SLOW_RANK, slow_module=SLOW_MODULE, steps=2, layers=2,
+                 quiet=True)
     logdir = tmp_path_factory.mktemp("tb")
     runs = write_logdir([traces], logdir)
     alone = write_logdir([sorted(traces.iterdir())[0]], logdir, name="alone")

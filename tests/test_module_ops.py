@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import csv
 import gzip
-import importlib.util
 import io
 import json
 import subprocess
@@ -16,8 +15,9 @@ import pytest
 
 import traceprof
 from traceprof.result.records import op_records
+from traceprof.testing import generate
 
-from .conftest import REPO, SAMPLE_TRACES, SHARED_TRACES
+from .conftest import SAMPLE_TRACES, SHARED_TRACES
 
 BERT = SHARED_TRACES / "module_tree/h100_bert_small_inference.json.gz"
 MI300 = SHARED_TRACES / "module_tree/mi300_resnet_activation_checkpoint_training.json.gz"
@@ -67,19 +67,11 @@ def test_a_modules_kernel_rows_are_the_kernels_launched_in_its_scope_on_a_real_t
     assert checked == 3
 
 
-def _generator():
-    spec = importlib.util.spec_from_file_location("gen_large_trace",
-                                                  REPO / "scripts" / "gen_large_trace.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_kernel_rows_match_the_generators_kernel_time_per_module(tmp_path):
     """A generated GPT training trace: per module and pass, the own kernel rows add up to the
     kernel time the generator put in that module (forward and backward)."""
     out = tmp_path / "gpt.json"
-    expect = _generator().generate(str(out), steps=3, layers=2, seed=3)
+    expect = generate(str(out), steps=3, layers=2, seed=3)
     profile = traceprof.analyze(out)
     profile.self_check()
     n = profile.selection.count
