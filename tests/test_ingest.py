@@ -1,4 +1,4 @@
-"""Streaming, parallel ingest (traceprof.ingest, traceprof.chunks): a trace decoded run by run,
+"""Streaming, parallel ingest (traceprof.read: chunks, runs, parallel, load): a trace decoded run by run,
 by one worker or several, gives the same tables as a whole-document decode, or the same one-line
 error; the splitter holds on hostile text (quotes, brackets and backslashes in names, invalid
 UTF-8, events cut exactly at run edges, one giant event, a trailing comma, a truncated file)."""
@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from traceprof import TraceprofError  # noqa: E402
-from traceprof.read import chunks, ingest, reader  # noqa: E402
+from traceprof.read import chunks, load, parallel, source  # noqa: E402
 from traceprof.read.build import load_trace  # noqa: E402
 
 from .conftest import SHARED_TRACES  # noqa: E402
@@ -73,17 +73,17 @@ def assert_same_outcome(path, **kw) -> None:
 
 #: how the runs are cut: likely boundaries checked by decoding (then the scanner when a cut was
 #: wrong), the likely boundaries alone (then the whole-document decoder), the scanner alone
-SPLITTERS = {"default": ingest.SPLITTERS, "cutter": (chunks.Cutter,),
+SPLITTERS = {"default": load.SPLITTERS, "cutter": (chunks.Cutter,),
              "scanner": (chunks.Scanner,)}
 
 
 def cut_by(name: str):
-    return mock.patch.object(ingest, "SPLITTERS", SPLITTERS[name])
+    return mock.patch.object(load, "SPLITTERS", SPLITTERS[name])
 
 
 def is_streamed(path, chunk_bytes: int) -> bool:
-    return isinstance(reader.load_raw(path, jobs=1, chunk_bytes=chunk_bytes),
-                      ingest.StreamedDocument)
+    return isinstance(load.load_raw(path, jobs=1, chunk_bytes=chunk_bytes),
+                      load.StreamedDocument)
 
 
 # -- every real trace --------------------------------------------------------------------------
@@ -97,13 +97,13 @@ def test_the_traces_are_there():
 def test_streamed_decode_is_the_whole_decode(path):
     whole = load_trace(path, jobs=1, chunk_bytes=WHOLE)
     # runs enough for a pool, cut anywhere
-    small = max(4096, whole.metadata.size_bytes // (ingest.POOL_MIN_RUNS + 2))
+    small = max(4096, whole.metadata.size_bytes // (parallel.POOL_MIN_RUNS + 2))
     assert is_streamed(path, small)
     assert_same_trace(whole, load_trace(path, jobs=1, chunk_bytes=small))
     assert_same_trace(whole, load_trace(path, jobs=2, chunk_bytes=small))
     # fewer runs: read whole, then shared with a forked worker
     few = max(4096, whole.metadata.size_bytes // 3)
-    with mock.patch.object(ingest, "decode_shared", wraps=ingest.decode_shared) as shared:
+    with mock.patch.object(parallel, "decode_shared", wraps=parallel.decode_shared) as shared:
         assert_same_trace(whole, load_trace(path, jobs=2, chunk_bytes=few))
     assert shared.call_count == 1
 
@@ -263,22 +263,22 @@ def test_what_runs_cannot_say_is_said_by_the_whole_document(tmp_path, text, says
 
 
 class Recuts:
-    """Counts the loads whose likely cuts were found wrong (ingest.Recut)."""
+    """Counts the loads whose likely cuts were found wrong (parallel.Recut)."""
 
     def __init__(self) -> None:
         self.count = 0
-        self.stream_document = ingest.stream_document
+        self.stream_document = parallel.stream_document
 
     def __call__(self, *args, **kwargs):
         try:
             return self.stream_document(*args, **kwargs)
-        except ingest.Recut:
+        except parallel.Recut:
             self.count += 1
             raise
 
 
 def recuts():
-    return mock.patch.object(ingest, "stream_document", Recuts())
+    return mock.patch.object(parallel, "stream_document", Recuts())
 
 
 def cutter_runs(data: bytes, chunk: int, block: int) -> tuple[list, chunks.Outline]:
@@ -370,15 +370,15 @@ def test_no_likely_boundary_at_all(tmp_path):
 
 
 def test_a_pool_for_traces_of_many_runs_and_shared_runs_for_the_others():
-    runs = ingest.POOL_MIN_RUNS
-    assert ingest.shared_run_bytes(runs * 1000, 4, 1000) is None  # a pool, as the text comes
-    assert ingest.shared_run_bytes(None, 4, 1000) is None  # a gzip trailer that cannot be right
-    assert ingest.shared_run_bytes((runs - 1) * 1000, 1, 1000) is None  # one process
-    per_process = ingest.SHARED_RUNS_PER_PROCESS
+    runs = parallel.POOL_MIN_RUNS
+    assert parallel.shared_run_bytes(runs * 1000, 4, 1000) is None  # a pool, as the text comes
+    assert parallel.shared_run_bytes(None, 4, 1000) is None  # a gzip trailer that cannot be right
+    assert parallel.shared_run_bytes((runs - 1) * 1000, 1, 1000) is None  # one process
+    per_process = parallel.SHARED_RUNS_PER_PROCESS
     size = 40 << 20
-    assert ingest.shared_run_bytes(size, 2, 8 << 20) == -(-size // (2 * per_process))
-    assert ingest.shared_run_bytes(2 << 20, 2, 1 << 20) == 1 << 20  # runs of at least 1 MiB
-    assert ingest.shared_run_bytes(3000, 2, 1000) == 1000  # ... or of chunk_bytes
+    assert parallel.shared_run_bytes(size, 2, 8 << 20) == -(-size // (2 * per_process))
+    assert parallel.shared_run_bytes(2 << 20, 2, 1 << 20) == 1 << 20  # runs of at least 1 MiB
+    assert parallel.shared_run_bytes(3000, 2, 1000) == 1000  # ... or of chunk_bytes
 
 
 def shared_text(tmp_path, n: int = 60) -> Path:
@@ -393,11 +393,11 @@ def test_a_shared_trace_is_decoded_by_this_process_and_a_forked_worker(tmp_path)
     run, until the worker has taken one, so both take part whatever the machine's speed."""
     path = shared_text(tmp_path)
     size = path.stat().st_size
-    chunk = size // (ingest.POOL_MIN_RUNS - 1)
-    assert ingest.shared_run_bytes(size, 2, chunk) == chunk
+    chunk = size // (parallel.POOL_MIN_RUNS - 1)
+    assert parallel.shared_run_bytes(size, 2, chunk) == chunk
     log = tmp_path / "runs.log"
     main = os.getpid()
-    decode_run = ingest.decode_run
+    decode_run = parallel.decode_run
 
     def logged(text, first):
         if os.getpid() == main and first:
@@ -410,8 +410,8 @@ def test_a_shared_trace_is_decoded_by_this_process_and_a_forked_worker(tmp_path)
         return decode_run(text, first)
 
     log.write_text("")
-    with mock.patch.object(ingest, "decode_run", logged), cut_by("scanner"), \
-            mock.patch.object(ingest, "decode_shared", wraps=ingest.decode_shared) as shared:
+    with mock.patch.object(parallel, "decode_run", logged), cut_by("scanner"), \
+            mock.patch.object(parallel, "decode_shared", wraps=parallel.decode_shared) as shared:
         assert_same_outcome(path, chunk_bytes=chunk, jobs=2)
     assert shared.call_count == 1
     takers = log.read_text().split()
@@ -424,7 +424,7 @@ def test_a_worker_that_dies_sends_the_trace_to_the_whole_document_decoder(tmp_pa
     chunk = path.stat().st_size // 4
     main = os.getpid()
     died = tmp_path / "died"
-    decode_run = ingest.decode_run
+    decode_run = parallel.decode_run
 
     def dies_in_a_worker(text, first):
         if os.getpid() != main:
@@ -436,15 +436,15 @@ def test_a_worker_that_dies_sends_the_trace_to_the_whole_document_decoder(tmp_pa
             time.sleep(0.01)
         return decode_run(text, first)
 
-    with mock.patch.object(ingest, "decode_run", dies_in_a_worker):
-        with mock.patch.object(ingest, "decode_shared", wraps=ingest.decode_shared) as shared:
+    with mock.patch.object(parallel, "decode_run", dies_in_a_worker):
+        with mock.patch.object(parallel, "decode_shared", wraps=parallel.decode_shared) as shared:
             assert_same_outcome(path, chunk_bytes=chunk, jobs=2)
         assert shared.call_count == 2  # the cutter's runs, then the scanner's
         died.unlink()
-        text = ingest._Blocks()
+        text = parallel._Blocks()
         text.append(b'{"ph":"X"},{"ph":"X"}')
-        with pytest.raises(ingest.Fallback, match="worker ended"):
-            ingest.decode_shared([chunks.Run(0, 10, True), chunks.Run(10, 21, False)], text, 2)
+        with pytest.raises(parallel.Fallback, match="worker ended"):
+            parallel.decode_shared([chunks.Run(0, 10, True), chunks.Run(10, 21, False)], text, 2)
 
 
 def test_a_run_that_fails_in_a_worker_fails_the_load_the_same_way(tmp_path):
@@ -467,11 +467,11 @@ def test_more_text_than_a_gzip_trailer_claims_goes_to_a_pool(tmp_path):
     path = shared_text(tmp_path, 200)
     data = path.read_bytes()
     whole = load_trace(path, jobs=1, chunk_bytes=WHOLE)
-    chunk = len(data) // (4 * ingest.POOL_MIN_RUNS)
+    chunk = len(data) // (4 * parallel.POOL_MIN_RUNS)
     blocks = (data[i:i + 4096] for i in range(0, len(data), 4096))
-    budget = ingest.MemoryBudget(path, None, 1.0)
-    with mock.patch.object(ingest, "decode_shared") as shared:
-        outline, columns = ingest.stream_document(path, blocks, None, 2, chunk, budget,
+    budget = parallel.MemoryBudget(path, None, 1.0)
+    with mock.patch.object(parallel, "decode_shared") as shared:
+        outline, columns = parallel.stream_document(path, blocks, None, 2, chunk, budget,
                                                   chunks.Scanner, json_bytes=chunk * 3)
     assert shared.call_count == 0
     assert len(columns) == len(whole.events) and outline.size_bytes == len(data)
@@ -491,12 +491,12 @@ def test_zlib_ng_inflates_like_zlib(tmp_path):
              "two members": gzip.compress(text[:half]) + b"\0\0" + gzip.compress(text[half:]),
              "truncated": gz[: len(gz) // 2],
              "bad checksum": gz[:-8] + bytes([gz[-8] ^ 0xFF]) + gz[-7:]}
-    assert reader.zlib.__name__ == "zlib_ng.zlib_ng"  # a dependency: installed here
+    assert source.zlib.__name__ == "zlib_ng.zlib_ng"  # a dependency: installed here
     for name, data in files.items():
         path = tmp_path / f"{name}.json.gz"
         path.write_bytes(data)
         for chunk in (WHOLE, 50_000):
-            with mock.patch.object(reader, "zlib", zlib):
+            with mock.patch.object(source, "zlib", zlib):
                 expected = outcome(path, chunk_bytes=chunk, jobs=1)
             got = outcome(path, chunk_bytes=chunk, jobs=1)
             if isinstance(expected, str) or isinstance(got, str):
@@ -511,7 +511,7 @@ def test_zlib_ng_inflates_like_zlib(tmp_path):
 
 _HELD_SHARED_DECODE = r"""
 import os, sys, time
-from traceprof.read import chunks, ingest
+from traceprof.read import chunks, parallel
 reading = os.getpid()
 trace, pid_file = sys.argv[1:]
 
@@ -522,7 +522,7 @@ def held(text, first):
         print("a worker is decoding", flush=True)
     time.sleep(120)
 
-ingest.decode_run = held
+parallel.decode_run = held
 chunks.DEFAULT_CHUNK_BYTES = 20_000
 sys.argv = ["traceprof", "analyze", trace, "--jobs", "2"]
 from traceprof.cli import run
@@ -538,7 +538,7 @@ def test_a_signal_while_a_shared_trace_is_decoded(tmp_path, signum, code, messag
     """One error line and the exit status of the signal, no traceback from a worker, and no
     worker left running."""
     path = shared_text(tmp_path, 300)
-    assert ingest.shared_run_bytes(path.stat().st_size, 2, 20_000) is not None
+    assert parallel.shared_run_bytes(path.stat().st_size, 2, 20_000) is not None
     worker_pid = tmp_path / "worker.pid"
     proc = subprocess.Popen([sys.executable, "-c", _HELD_SHARED_DECODE, str(path),
                              str(worker_pid)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -580,7 +580,7 @@ def _load_in_a_daemon(path, chunk, queue):
     queue.put(len(trace.events))
 
 
-@pytest.mark.parametrize("runs", [3, 2 * ingest.POOL_MIN_RUNS])  # shared, and a pool's
+@pytest.mark.parametrize("runs", [3, 2 * parallel.POOL_MIN_RUNS])  # shared, and a pool's
 def test_a_daemonic_process_decodes_alone(tmp_path, runs):
     """A multiprocessing pool's worker may not start processes: asked for two, it decodes the
     runs itself."""
@@ -601,9 +601,9 @@ def test_sharing_a_trace_does_not_import_multiprocessing(tmp_path):
     """Forking and two pipes are all a shared trace needs; multiprocessing takes 12 ms to
     import, a tenth of the start-up."""
     path = shared_text(tmp_path, 120)
-    code = ("import sys\nfrom traceprof.read import ingest\nfrom traceprof.read.build import load_trace\n"
+    code = ("import sys\nfrom traceprof.read import parallel\nfrom traceprof.read.build import load_trace\n"
             "from unittest import mock\n"
-            "with mock.patch.object(ingest, 'decode_shared', wraps=ingest.decode_shared) as s:\n"
+            "with mock.patch.object(parallel, 'decode_shared', wraps=parallel.decode_shared) as s:\n"
             f"    load_trace(sys.argv[1], jobs=2, chunk_bytes={path.stat().st_size // 3})\n"
             "assert s.call_count >= 1\n"
             "print('multiprocessing' in sys.modules)")

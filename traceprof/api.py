@@ -10,7 +10,7 @@ from traceprof.analysis.attribution import analyze_steps  # noqa: F401 - one pro
 from traceprof.flops import Registry
 from traceprof.analysis.hierarchy import Source
 from traceprof.result.model import ModuleProfile
-from traceprof.read.reader import Progress
+from traceprof.read.load import Progress
 from traceprof.trace.model import Trace
 from traceprof.read.build import load_trace
 

@@ -13,8 +13,10 @@ from typing import Any
 import numpy as np
 
 from traceprof.errors import TraceReadError
-from traceprof.read.ingest import Columns, StreamedDocument, columns_from_events, select
-from traceprof.read.reader import DROP_REASONS, Progress, RawDocument, load_raw
+from traceprof.read.columns import Columns, columns_from_events, select
+from traceprof.read.document import RawDocument
+from traceprof.read.events import DROP_REASONS
+from traceprof.read.load import Progress, StreamedDocument, load_raw
 from traceprof.trace import schema
 from traceprof.trace.model import (DeviceInfo, EventTable, MemoryEvents, ModuleInfo,
                                    ModuleTable, PythonFrames, ThreadInfo, Trace, TraceMetadata,
@@ -27,11 +29,11 @@ def load_trace(path: str | os.PathLike, progress: Progress | None = None,
                jobs: int | None = None, chunk_bytes: int | None = None) -> Trace:
     """Read a trace file (.json or .json.gz) into a :class:`Trace`. ``max_memory``: the memory
     the load may take (bytes or a size such as ``"8G"``; default: the ``TRACEPROF_MAX_MEMORY``
-    environment variable, else 80% of the available memory, see :mod:`traceprof.limits`);
+    environment variable, else 80% of the available memory, see :mod:`traceprof.read.limits`);
     ``memory_scale``: times the memory a load usually needs that the caller will use (2 when it
     keeps a second copy of the trace). ``jobs``: processes decoding a large trace (default: one
     per CPU); ``chunk_bytes``: the JSON each of them decodes at a time (see
-    :mod:`traceprof.ingest`). The Trace is the same whatever ``jobs`` and ``chunk_bytes``."""
+    :mod:`traceprof.read.parallel`). The Trace is the same whatever ``jobs`` and ``chunk_bytes``."""
     doc = load_raw(path, progress, max_memory, memory_scale, jobs=jobs, chunk_bytes=chunk_bytes)
     if progress:
         n = len(doc.events) if isinstance(doc, RawDocument) else len(doc.columns)

@@ -41,7 +41,7 @@ FALLBACK_LIMIT = 8 * 2**30
 BYTES_PER_JSON_BYTE = 4.5
 #: estimated peak memory per JSON object (``{``) of the text (traces of tiny events)
 BYTES_PER_OBJECT = 700
-#: the same two estimates for a trace decoded run by run (traceprof.ingest): the text is held
+#: the same two estimates for a trace decoded run by run (traceprof.read.parallel): the text is held
 #: one run at a time, so the memory follows the columns kept and the arrays the analysis builds
 #: per event. Measured: 0.59 bytes per byte of JSON and about 90 bytes per object on generated
 #: traces (1 and 4 GB; two objects per event, many of them flows and memory instants), 310
@@ -184,7 +184,7 @@ class MemoryBudget:
         self.per_object = BYTES_PER_OBJECT
 
     def streamed(self) -> None:
-        """Estimate for a trace decoded run by run (traceprof.ingest) from now on."""
+        """Estimate for a trace decoded run by run (traceprof.read.parallel) from now on."""
         self.per_json_byte = STREAMED_BYTES_PER_JSON_BYTE
         self.per_object = STREAMED_BYTES_PER_OBJECT
 

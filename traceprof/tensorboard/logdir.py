@@ -25,7 +25,7 @@ from traceprof.render.json_format import profile_json
 from traceprof.api import analyze_steps
 from traceprof.errors import OutputError, TraceReadError
 from traceprof.output import write_atomic, write_atomic_bytes
-from traceprof.read.reader import Progress
+from traceprof.read.load import Progress
 from traceprof.read.build import load_trace
 from traceprof.tensorboard import events, layout
 from traceprof.tensorboard.tb_profiler import MEMORY_SCALE, CopyStats, tb_profiler_copy
@@ -269,7 +269,9 @@ def write_run(
         write_atomic(os.path.join(plugin_dir, layout.step_profile_name(n)), text)
 
     points = events.scalars(mean_doc, step_docs, peak_flops)
-    events.write_event_file(run_dir, points, step_docs[0][0], render.render(profile, "tree"))
+    tree_text = render.render(profile, "tree")
+    assert isinstance(tree_text, str)  # a text format
+    events.write_event_file(run_dir, points, step_docs[0][0], tree_text)
 
     from traceprof.version import __version__
 

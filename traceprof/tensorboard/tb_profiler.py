@@ -19,20 +19,21 @@ Forward -> backward flows keep their newer category ``fwdbwd``: given them as ``
 the plugin adds ``<module>.backward`` rows to its operator tree, but fails to load the whole run
 when a module nested in another has no backward op (seen on the GPT sample).
 
-The input file is only read. Raw spellings come from :mod:`traceprof.schema`.
+The input file is only read. Raw spellings come from :mod:`traceprof.trace.schema`.
 """
 
 from __future__ import annotations
 
 import gzip
 import os
-from typing import Any
+from typing import Any, TypeGuard
 
 import msgspec
 
 from traceprof.trace import schema
 from traceprof.errors import TraceReadError
-from traceprof.read.reader import read_trace_bytes, without_deep_values
+from traceprof.read.nesting import without_deep_values
+from traceprof.read.source import read_trace_bytes
 
 #: a run holds the analyzed trace and this copy's decoded document at once: about twice the
 #: memory of loading the trace (measured: 880 MB peak for 100 MB of JSON, analyze 470 MB)
@@ -54,7 +55,7 @@ class CopyStats(msgspec.Struct, frozen=True):
 def tb_profiler_copy(path: str | os.PathLike, compresslevel: int = 3,
                      max_memory: int | str | None = None) -> tuple[bytes, CopyStats]:
     """The gzipped JSON of a torch-tb-profiler-compatible copy of the trace at ``path``
-    (``max_memory``: see :func:`traceprof.reader.read_trace_bytes`)."""
+    (``max_memory``: see :func:`traceprof.read.source.read_trace_bytes`)."""
     document = _load_document(path, max_memory)
     stats = convert_document(document)
     data = msgspec.json.encode(document)
@@ -118,7 +119,7 @@ def convert_document(document: dict[str, Any]) -> CopyStats:
     return CopyStats(len(events), launches, annotations, len(scopes))
 
 
-def _is_number(v: Any) -> bool:
+def _is_number(v: Any) -> TypeGuard[int | float]:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
@@ -145,6 +146,7 @@ def _scopes_to_module_events(events: list[dict], scopes: list[dict], first_id: i
             while stack and start >= stack[-1][0]:
                 stack.pop()
             m = schema.TRACEPROF_SCOPE_RE.match(e["name"])
+            assert m is not None  # the scopes are the events it matches
             class_name, qualified = m.group(2), m.group(3).strip()
             label = f"{qualified} ({class_name})" if qualified else class_name
             args = dict(e.get("args") or {})

@@ -1,0 +1,263 @@
+"""Decoded events as columns (:class:`Columns`): one array, or coded strings, per value
+traceprof reads, built from a list of ``schema.RawEvent``; the columns of runs joined in order,
+and those of the events a mask keeps. The Trace is built from them (:mod:`traceprof.read.build`).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from operator import attrgetter
+from typing import Any
+
+import msgspec
+import numpy as np
+
+from traceprof.trace import schema
+from traceprof.trace.schema import Kind
+
+
+class Columns(msgspec.Struct):
+    """The values traceprof reads of a run of events, one array (or coded strings) per field.
+
+    Coded strings: int32 codes into a list of unique values in first-seen order. Side tables
+    (flows, Python frames, metadata, memory instants) hold the event's index in the run."""
+
+    kind: np.ndarray  # int8, schema.Kind
+    ph: np.ndarray
+    phs: list
+    cat: np.ndarray
+    cats: list
+    name: np.ndarray
+    names: list
+    thread: np.ndarray
+    threads: list  # (pid, tid) as written
+    ts: np.ndarray
+    dur: np.ndarray
+    correlation: np.ndarray
+    external_id: np.ndarray
+    sequence_number: np.ndarray
+    fwd_thread_id: np.ndarray
+    stream: np.ndarray
+    input_dims: np.ndarray
+    input_dims_texts: list  # bytes, b"" for absent
+    input_types: np.ndarray
+    input_types_texts: list
+    concrete_inputs: np.ndarray
+    concrete_inputs_texts: list
+    flow_index: np.ndarray
+    flow_ids: list  # int | str | None, as written
+    python_index: np.ndarray
+    python_id: np.ndarray
+    python_parent_id: np.ndarray
+    meta: list  # (index, name, pid, tid, label, labels) of metadata (M) events
+    memory_index: np.ndarray
+    memory_bytes: np.ndarray  # 0 when not written
+    memory_total: np.ndarray
+    memory_device_type: np.ndarray
+    memory_device_id: np.ndarray
+    utf8_replaced: bool = False
+    utf8_grown: int = 0  # bytes the text grew by when invalid UTF-8 was replaced
+    dropped: Counter = msgspec.field(default_factory=Counter)  # entries not usable as events
+    entries: int = 0  # entries of the event array, events or not
+    begin_end: bool = False  # B events (paired with E events across runs by the whole decode)
+
+    def __len__(self) -> int:
+        return len(self.kind)
+
+
+_CODED = ("ph", "cat", "name", "thread", "input_dims", "input_types", "concrete_inputs")
+_PLAIN = ("kind", "ts", "dur", "correlation", "external_id", "sequence_number", "fwd_thread_id",
+          "stream")
+
+
+#: the side tables: the column of event indices, and the columns of values beside it
+_SIDE_TABLES = (("flow_index", ()), ("python_index", ("python_id", "python_parent_id")),
+                ("memory_index", ("memory_bytes", "memory_total", "memory_device_type",
+                                  "memory_device_id")))
+
+
+def _table_of(field_name: str) -> str:
+    return {"ph": "phs", "cat": "cats", "name": "names", "thread": "threads"}.get(
+        field_name, f"{field_name}_texts")
+
+
+def _factorize(values: list) -> tuple[np.ndarray, list]:
+    """Codes (int32) and the unique values in first-seen order, at C speed."""
+    position = dict.fromkeys(values)
+    for i, v in enumerate(position):  # the unique values only
+        position[v] = i
+    return np.fromiter(map(position.__getitem__, values), np.int32, len(values)), list(position)
+
+
+def first_seen_codes(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``codes`` renumbered in the order their values are first seen (int32), and the old code
+    of each new one."""
+    old, first, inverse = np.unique(codes, return_index=True, return_inverse=True)
+    order = np.argsort(first, kind="stable")
+    rank = np.empty(len(order), np.int32)
+    rank[order] = np.arange(len(order), dtype=np.int32)
+    return rank[inverse.ravel()], old[order]
+
+
+_INT32 = np.iinfo(np.int32)
+
+
+def int32_if_fits(a: np.ndarray) -> np.ndarray:
+    """An integer column of a run as int32 when its values fit (an empty one too), else int64:
+    joined with np.concatenate, the runs' columns are int64 as soon as one run needs it (the
+    Trace narrows each joined column further, see :func:`traceprof.trace.model.narrowed`)."""
+    if not len(a) or (_INT32.min <= a.min() and a.max() <= _INT32.max):
+        return a.astype(np.int32, copy=False)
+    return a
+
+
+def _ints(values, n: int | None = None) -> np.ndarray:
+    if n is not None:
+        return int32_if_fits(np.fromiter(values, np.int64, n))
+    values = list(values)
+    return int32_if_fits(np.array(values, dtype=np.int64) if values else np.zeros(0, np.int64))
+
+
+def _floats(values, n: int) -> np.ndarray:
+    return np.fromiter(values, np.float64, n)
+
+
+def _texts(raws: list) -> tuple[np.ndarray, list]:
+    if raws.count(None) == len(raws):  # no event has it: every code is that of b""
+        return np.zeros(len(raws), np.int32), [b""] if raws else []
+    return _factorize([b"" if r is None else bytes(r) for r in raws])
+
+
+_get_args = attrgetter("args")
+_EVENT_KEY = attrgetter("ph", "cat", "name", "pid", "tid")
+
+
+def columns_from_events(evs: list) -> Columns:
+    """The columns of a list of schema.RawEvent."""
+    n = len(evs)
+    # A run has few distinct (ph, cat, name, pid, tid): they are coded in one pass, and each
+    # field's codes follow from theirs. The first event with a value is the first event of the
+    # first such combination that has it, so the values come out in first-seen order.
+    combo, combos = _factorize(list(map(_EVENT_KEY, evs)))
+    ph_of, phs = _factorize([c[0] for c in combos])
+    cat_of, cats = _factorize([c[1] for c in combos])
+    name_of, names = _factorize([c[2] for c in combos])
+    thread_of, threads = _factorize([c[3:] for c in combos])
+    kind_of = np.array([schema.kind_of(c[0], c[1]) for c in combos], dtype=np.int8)
+    ph, cat, name, thread, kind = (codes[combo] for codes in
+                                   (ph_of, cat_of, name_of, thread_of, kind_of))
+    del combo, combos
+    ts = _floats(map(attrgetter("ts"), evs), n)
+    dur = _floats(map(attrgetter("dur"), evs), n)
+    args = list(map(_get_args, evs))
+    correlation = _ints(map(attrgetter("correlation"), args), n)
+    external_id = np.fromiter(map(attrgetter("external_id"), args), np.int64, n)
+    legacy = np.fromiter(map(attrgetter("external_id_2021"), args), np.int64, n)
+    external_id = int32_if_fits(np.where(external_id >= 0, external_id, legacy))
+    del legacy
+    sequence_number = _ints(map(attrgetter("sequence_number"), args), n)
+    fwd_thread_id = _ints(map(attrgetter("fwd_thread_id"), args), n)
+    stream = _ints(map(attrgetter("stream"), args), n)
+    input_dims, input_dims_texts = _texts(list(map(attrgetter("input_dims"), args)))
+    input_types, input_types_texts = _texts(list(map(attrgetter("input_types"), args)))
+    concrete_inputs, concrete_texts = _texts(list(map(attrgetter("concrete_inputs"), args)))
+
+    flow_index = np.flatnonzero((kind == Kind.FLOW_START) | (kind == Kind.FLOW_END))
+    flow_ids = [evs[i].id for i in flow_index.tolist()]
+    python_index = np.flatnonzero(kind == Kind.PYTHON)
+    py_args = [args[i] for i in python_index.tolist()]
+    python_id = _ints(-1 if a.python_id is None else a.python_id for a in py_args)
+    python_parent_id = _ints(-1 if a.python_parent_id is None else a.python_parent_id
+                             for a in py_args)
+    meta = []
+    if schema.METADATA_PHASE in phs:
+        for i in np.flatnonzero(ph == phs.index(schema.METADATA_PHASE)).tolist():
+            e = evs[i]
+            meta.append((i, e.name, e.pid, e.tid, e.args.label, e.args.labels))
+    if schema.MEMORY_EVENT_NAME in names:
+        code = names.index(schema.MEMORY_EVENT_NAME)
+        memory_index = np.flatnonzero((kind == Kind.INSTANT) & (name == code))
+    else:
+        memory_index = np.zeros(0, np.int64)
+    mem = [args[i] for i in memory_index.tolist()]
+    return Columns(
+        kind=kind, ph=ph, phs=phs, cat=cat, cats=cats, name=name, names=names,
+        thread=thread, threads=threads, ts=ts, dur=dur, correlation=correlation,
+        external_id=external_id, sequence_number=sequence_number, fwd_thread_id=fwd_thread_id,
+        stream=stream, input_dims=input_dims, input_dims_texts=input_dims_texts,
+        input_types=input_types, input_types_texts=input_types_texts,
+        concrete_inputs=concrete_inputs, concrete_inputs_texts=concrete_texts,
+        flow_index=flow_index.astype(np.int64), flow_ids=flow_ids,
+        python_index=python_index.astype(np.int64), python_id=python_id,
+        python_parent_id=python_parent_id, meta=meta,
+        memory_index=memory_index.astype(np.int64),
+        memory_bytes=_ints(a.mem_bytes if a.mem_bytes is not None else 0 for a in mem),
+        memory_total=_ints(a.total_allocated for a in mem),
+        memory_device_type=_ints(a.device_type for a in mem),
+        memory_device_id=_ints(a.device_id for a in mem),
+    )
+
+
+def join(parts: list[Columns]) -> Columns:
+    """The columns of runs one after the other (``parts`` is emptied as they are joined, so
+    that each run's arrays are freed once copied)."""
+    if len(parts) <= 1:  # no run: an empty event array
+        return parts.pop() if parts else columns_from_events([])
+    offsets = np.cumsum([0] + [len(p) for p in parts])
+    out: dict[str, Any] = {}
+    for f in _CODED:
+        table: dict = {}
+        codes = []
+        for p in parts:
+            local = getattr(p, _table_of(f))
+            remap = np.array([table.setdefault(v, len(table)) for v in local] or [0], np.int32)
+            codes.append(remap[getattr(p, f)])
+            setattr(p, f, None)
+        out[f] = np.concatenate(codes) if codes else np.zeros(0, np.int32)
+        out[_table_of(f)] = list(table)
+        del codes
+    for f in _PLAIN:
+        out[f] = np.concatenate([getattr(p, f) for p in parts])
+        for p in parts:
+            setattr(p, f, None)
+    for index, fields in _SIDE_TABLES:
+        out[index] = np.concatenate([getattr(p, index) + off for p, off in zip(parts, offsets)])
+        for f in fields:
+            out[f] = np.concatenate([getattr(p, f) for p in parts])
+    out["flow_ids"] = [fid for p in parts for fid in p.flow_ids]
+    out["meta"] = [(i + int(off), *rest) for p, off in zip(parts, offsets) for i, *rest in p.meta]
+    out["utf8_replaced"] = any(p.utf8_replaced for p in parts)
+    out["utf8_grown"] = sum(p.utf8_grown for p in parts)
+    out["dropped"] = sum((p.dropped for p in parts), Counter())
+    out["entries"] = sum(p.entries for p in parts)
+    parts.clear()
+    return Columns(**out)
+
+
+def select(cols: Columns, keep: np.ndarray) -> Columns:
+    """The columns of the events where ``keep`` is true, strings coded again in first-seen
+    order among them."""
+    new_index = np.cumsum(keep) - 1
+    out: dict[str, Any] = {}
+    for f in _CODED:
+        codes = getattr(cols, f)[keep]
+        table = getattr(cols, _table_of(f))
+        new_codes, old_codes = first_seen_codes(codes)
+        out[f] = new_codes if len(codes) else codes
+        out[_table_of(f)] = [table[u] for u in old_codes.tolist()]
+    for f in _PLAIN:
+        out[f] = getattr(cols, f)[keep]
+    for index, fields in _SIDE_TABLES:
+        idx = getattr(cols, index)
+        kept = keep[idx]
+        out[index] = new_index[idx[kept]]
+        for f in fields:
+            out[f] = getattr(cols, f)[kept]
+        if index == "flow_index":
+            out["flow_ids"] = [fid for fid, k in zip(cols.flow_ids, kept.tolist()) if k]
+    out["meta"] = [(int(new_index[i]), *rest) for i, *rest in cols.meta if keep[i]]
+    out["utf8_replaced"] = cols.utf8_replaced
+    out["utf8_grown"] = cols.utf8_grown
+    out["dropped"] = cols.dropped
+    out["entries"] = cols.entries
+    return Columns(**out)
