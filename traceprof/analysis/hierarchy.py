@@ -18,7 +18,7 @@ import numpy as np
 from traceprof.trace import schema
 from traceprof.analysis.link import Links
 from traceprof.trace.schema import Kind
-from traceprof.trace.model import Trace, index_dtype, unique
+from traceprof.trace.model import ModuleTable, Trace, index_dtype, unique
 
 
 class Source(str, enum.Enum):
@@ -126,10 +126,9 @@ def build_hierarchy(trace: Trace, links: Links, source: Source | str | None = No
             chosen, keys, mask = src, parsed, m
             break
     if chosen is Source.TRACEPROF:
-        versions = {
-            int(schema.TRACEPROF_SCOPE_RE.match(ev.names[c]).group(1))
-            for c in unique(ev.name[mask])
-        }
+        # every scope's name matched the convention (_parse_traceprof)
+        matches = [schema.TRACEPROF_SCOPE_RE.match(ev.names[c]) for c in unique(ev.name[mask])]
+        versions = {int(m.group(1)) for m in matches if m is not None}
         if max(versions) > schema.TRACEPROF_SCOPE_VERSION:
             warnings.append(
                 f"module scopes of convention version {max(versions)} are newer than this "
@@ -143,7 +142,8 @@ def build_hierarchy(trace: Trace, links: Links, source: Source | str | None = No
     return _build(trace, links, chosen, keys, mask, warnings)
 
 
-def _build(trace, links, source, keys, mask, warnings) -> Hierarchy:
+def _build(trace: Trace, links: Links, source: Source, keys: list[ScopeKey | None],
+           mask: np.ndarray, warnings: list[str]) -> Hierarchy:
     ev = trace.events
     table = trace.metadata.module_table if source is Source.TRACEPROF else None
     scope_parent = links.nearest(mask, include_self=False)
@@ -198,8 +198,8 @@ def _build(trace, links, source, keys, mask, warnings) -> Hierarchy:
     return Hierarchy(source, tuple(nodes), mask, node_of, recompute, tuple(warnings))
 
 
-def _containers(nodes: list, index: dict, pnode: int, sk: ScopeKey, table,
-                first_ts: float) -> int:
+def _containers(nodes: list[HierarchyNode], index: dict[tuple[int, str], int], pnode: int,
+                sk: ScopeKey, table: ModuleTable | None, first_ts: float) -> int:
     """The node a module scope hangs under: its enclosing scope's node, or, between the two, the
     containers that are never called (a ``ModuleList`` ``blocks`` between the root and
     ``blocks.0``), made nodes from the module table so that the tree has the model's levels.

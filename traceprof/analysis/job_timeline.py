@@ -12,6 +12,7 @@ busy time.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 
 import msgspec
 import numpy as np
@@ -52,7 +53,7 @@ def union_length(start: np.ndarray, end: np.ndarray) -> float:
     return float(np.sum(reach[last] - s[first]))
 
 
-def collective_names(names) -> np.ndarray:
+def collective_names(names: Sequence[str]) -> np.ndarray:
     """Per name code: is it a collective kernel (schema.COLLECTIVE_KERNEL_RE)."""
     return np.array([bool(schema.COLLECTIVE_KERNEL_RE.match(n)) for n in names] or [False])
 
@@ -107,7 +108,8 @@ def step_timelines(trace: Trace) -> tuple[StepTimeline, ...]:
     return tuple(out)
 
 
-def _timeline(step: int, wall: float, window: float, ws, we, collective) -> StepTimeline:
+def _timeline(step: int, wall: float, window: float, ws: np.ndarray, we: np.ndarray,
+              collective: np.ndarray) -> StepTimeline:
     busy = union_length(ws, we)
     compute = union_length(ws[~collective], we[~collective])
     coll = union_length(ws[collective], we[collective])

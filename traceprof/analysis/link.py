@@ -17,6 +17,7 @@ depth levels only, never over events.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 
 import msgspec
 import numpy as np
@@ -28,7 +29,7 @@ from traceprof.trace.model import Trace, index_dtype
 
 class Links(msgspec.Struct, frozen=True):
     """Per-event link arrays (length = number of events; -1 = none). Event indices are of
-    :func:`~traceprof.trace.index_dtype` (int32 below 2**31 events), depths int32."""
+    :func:`~traceprof.trace.model.index_dtype` (int32 below 2**31 events), depths int32."""
 
     parent: np.ndarray  # enclosing CPU slice on the same thread
     depth: np.ndarray  # nesting depth of CPU slices (0 = top level); -1 for other events
@@ -114,7 +115,8 @@ _CLIP_TOLERANCE_NS = 1000
 _MAX_NS = float(2**60)
 
 
-def _nest(thread, ts, dur, cpu: np.ndarray, n: int):
+def _nest(thread: np.ndarray, ts: np.ndarray, dur: np.ndarray, cpu: np.ndarray,
+          n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     """Parent and depth of every CPU slice, and the effective end (µs) used for nesting.
 
     Real traces are not always properly nested: a Python frame may open before a
@@ -175,7 +177,7 @@ def _rounded_ns(us: np.ndarray) -> np.ndarray:
     return us.astype(np.int64)
 
 
-def _nest_sorted(s: np.ndarray, e: np.ndarray):
+def _nest_sorted(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Depth, local parent position and has-parent mask of slices sorted by (start, -end)."""
     m = len(s)
     # A slice j closes before slice i starts when end_j <= start_i; a zero-length slice is
@@ -192,7 +194,8 @@ def _nest_sorted(s: np.ndarray, e: np.ndarray):
     return d, np.where(has, cand, 0), has
 
 
-def _nearest(parent, levels, mask: np.ndarray, include_self: bool = True) -> np.ndarray:
+def _nearest(parent: np.ndarray, levels: tuple[np.ndarray, ...], mask: np.ndarray,
+             include_self: bool = True) -> np.ndarray:
     out = np.full(len(parent), -1, parent.dtype)
     for level in levels[1:]:
         p = parent[level]
@@ -231,7 +234,7 @@ def _join(keys: np.ndarray, candidates: np.ndarray, column: np.ndarray,
     return out
 
 
-def _name_mask(trace: Trace, predicate) -> np.ndarray:
+def _name_mask(trace: Trace, predicate: Callable[[str], object]) -> np.ndarray:
     """Per-event bool from a predicate on names, evaluated once per distinct name."""
     table = np.array([bool(predicate(s)) for s in trace.events.names] or [False])
     return table[trace.events.name] if len(trace.events) else np.zeros(0, bool)
@@ -244,7 +247,8 @@ def _backward_node_mask(trace: Trace) -> np.ndarray:
         trace,
         lambda s: s.startswith(schema.BACKWARD_WRAPPER_PREFIX) or schema.BACKWARD_NODE_RE.match(s),
     )
-    return op & ((ev.fwd_thread_id > 0) | ((ev.fwd_thread_id < 0) & by_name))
+    mask: np.ndarray = op & ((ev.fwd_thread_id > 0) | ((ev.fwd_thread_id < 0) & by_name))
+    return mask
 
 
 def _forward_ops(trace: Trace, is_bwd_node: np.ndarray) -> np.ndarray:

@@ -4,7 +4,7 @@ Each ``[memory]`` instant is an allocation (``Bytes`` > 0) or a free (``Bytes`` 
 thread it is recorded on, on one device, with the allocator's total after it (``Total
 Allocated``; traces before 2022 lack it). An event belongs to the innermost CPU slice around it
 on its thread, and through that slice to a module and a pass exactly as CPU time does
-(``attribution._classify``): a backward op's memory goes to the module of the forward op that
+(``classify.classify_events``): a backward op's memory goes to the module of the forward op that
 created it.
 
 Per node, pass and device: bytes allocated and bytes freed inside the node and everything below
@@ -135,4 +135,5 @@ def _children_first(parent: np.ndarray) -> list[int]:
         for k in reversed(path):
             base += 1
             depth[k] = base
-    return np.argsort(-depth, kind="stable").tolist()
+    order: list[int] = np.argsort(-depth, kind="stable").tolist()
+    return order

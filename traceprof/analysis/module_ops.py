@@ -28,7 +28,7 @@ import numpy as np
 from traceprof.analysis.link import Links
 from traceprof.result.model import _OP_SUMMED as _SUMMED, OpKind, OpStat, bounded
 from traceprof.trace.schema import Kind
-from traceprof.trace.model import BLOCK_EVENTS, Trace, unique
+from traceprof.trace.model import BLOCK_EVENTS, EventTable, Trace, unique
 
 #: label of a module's own CPU time outside every op (Python code of its forward)
 OUTSIDE_OPS = "(outside ops)"
@@ -116,7 +116,7 @@ def _compact(raw: bytes) -> str:
         return raw.decode("utf-8", "replace")
 
 
-def _outermost_op(ev, links: Links, scope_mask: np.ndarray) -> np.ndarray:
+def _outermost_op(ev: EventTable, links: Links, scope_mask: np.ndarray) -> np.ndarray:
     """For every CPU slice, the outermost CPU op around it (or itself) inside its innermost
     scope, -1 when there is none."""
     n = len(ev)
@@ -156,8 +156,10 @@ class _Keys:
         self.radix = radix
         self.bounds = np.cumsum([0, *part_rows]).tolist()  # where each part's rows start, end
         n_rows = self.bounds[-1]
-        self.flat = np.empty(n_rows, np.int64) if radix.fits_int64 else None
-        self.columns = None if radix.fits_int64 else np.empty((n_rows, 4), np.int64)
+        #: the keys in mixed radix (None: too wide, or consumed by distinct)
+        self.flat: np.ndarray | None = np.empty(n_rows, np.int64) if radix.fits_int64 else None
+        #: the keys as rows of the four columns, when too wide for flat
+        self.columns: np.ndarray | None = None if radix.fits_int64 else np.empty((n_rows, 4), np.int64)
 
     def write(self, at: int, node: np.ndarray, phase: np.ndarray, label: np.ndarray,
               shapes: np.ndarray) -> None:
@@ -171,9 +173,11 @@ class _Keys:
                 key += column
             key += 1  # shapes + 1
         else:
+            columns = self.columns
+            assert columns is not None, "keys written after distinct()"
             for k, column in enumerate((node, phase, label, shapes)):
-                self.columns[rows, k] = column
-            self.columns[rows, 3] += 1
+                columns[rows, k] = column
+            columns[rows, 3] += 1
 
     def distinct(self) -> tuple[np.ndarray, np.ndarray]:
         """The distinct keys, ascending, as rows (node, phase, label, shapes), and the position
@@ -182,6 +186,7 @@ class _Keys:
         cheap). Consumes the keys."""
         if self.flat is None:
             columns, self.columns = self.columns, None
+            assert columns is not None, "distinct() called twice"
             keys, inverse = np.unique(columns, axis=0, return_inverse=True)
             return keys - np.array([0, 0, 0, 1]), inverse.ravel()
         flat, self.flat = self.flat, None
@@ -197,7 +202,8 @@ class _Keys:
         return np.stack([node, phase, label, shapes - 1], axis=1), inverse
 
 
-def _grouped(keys: _Keys, values: list[dict[str, np.ndarray]]):
+def _grouped(keys: _Keys,
+             values: list[dict[str, np.ndarray]]) -> list[tuple[int, int, int, int, list[float]]]:
     """(node, phase, label, shapes, sums in _SUMMED order) per distinct key, keys ascending,
     those whose sums are all zero left out. ``values``: per part of ``keys``, the metrics it
     has (a bool array counts its true rows); the other metrics are zero there."""
@@ -208,7 +214,7 @@ def _grouped(keys: _Keys, values: list[dict[str, np.ndarray]]):
     bounds = keys.bounds
     # each metric summed over the parts that have it, in row order: the same sums as over
     # every row with zeros for the parts without it
-    sums = []
+    sums: list[np.ndarray] = []
     for metric in _SUMMED:
         having = [k for k, part in enumerate(values) if metric in part]
         rows = [inverse[bounds[k] : bounds[k + 1]] for k in having]

@@ -30,15 +30,16 @@ evaluated once; everything else is numpy over the event columns.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 import msgspec
 import numpy as np
 
 from traceprof.analysis.link import Links
 from traceprof.trace.schema import Kind
-from traceprof.trace.model import Trace
+from traceprof.trace.model import EventTable, Trace
 from traceprof.flops import REGISTRY
-from traceprof.flops.registry import FAMILIES, MATRIX_FAMILIES, Registry
+from traceprof.flops.registry import FAMILIES, MATRIX_FAMILIES, Entry, Registry
 from traceprof.flops.shapes import FLOATING, UNKNOWN_DTYPE, ArgumentError, OpArgs, OpCost
 
 #: dispatcher op names (``aten::mm``, ``c10d::allreduce_``), not autograd's own events
@@ -163,13 +164,13 @@ def count_ops(trace: Trace, links: Links, registry: Registry | None = None,
     )
 
 
-def _classify_name(name: str, entry) -> int:
+def _classify_name(name: str, entry: Entry | None) -> int:
     if entry is not None:
         return _FORMULA if entry.has_cost else _NO_COST
     return _UNKNOWN_OP if _OP_NAME.match(name) else _OTHER
 
 
-def _distinct_calls(ev, events: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _distinct_calls(ev: EventTable, events: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """For each event, the index of its distinct (name, dims, types, concrete) call, and for
     each distinct call the position of its first event."""
     if len(events) == 0:
@@ -182,7 +183,7 @@ def _distinct_calls(ev, events: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return key.ravel(), first
 
 
-def _evaluate(trace: Trace, entries, event: int) -> OpCost | None:
+def _evaluate(trace: Trace, entries: Sequence[Entry | None], event: int) -> OpCost | None:
     ev = trace.events
     texts = ev.texts
 
@@ -190,7 +191,9 @@ def _evaluate(trace: Trace, entries, event: int) -> OpCost | None:
         return texts[code] if code >= 0 else None
 
     name = ev.names[ev.name[event]]
-    entry = entries[ev.name[event]]
+    entry: Entry | None = entries[ev.name[event]]
+    if entry is None or entry.formula is None:  # not a candidate: every candidate has a formula
+        return None
     try:
         args = OpArgs.decode(name, text(ev.input_dims[event]), text(ev.input_types[event]),
                              text(ev.concrete_inputs[event]))

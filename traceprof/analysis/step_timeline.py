@@ -30,8 +30,9 @@ import msgspec
 from msgspec.structs import replace
 import numpy as np
 
+from traceprof.analysis.link import Links
 from traceprof.result.timeline import MAX_EVENTS, Lane, LaneKind, MemoryCurve, Timeline
-from traceprof.trace.model import Trace, unique
+from traceprof.trace.model import ThreadInfo, Trace, unique
 
 MAX_MEMORY_POINTS = 4_000
 MERGE_FRACTION = 4_000
@@ -46,7 +47,7 @@ class StepEvents(msgspec.Struct, frozen=True):
     phase: np.ndarray
 
 
-def build_timeline(trace: Trace, links, *, window: tuple[float, float], step: int | None,
+def build_timeline(trace: Trace, links: Links, *, window: tuple[float, float], step: int | None,
                    scope_mask: np.ndarray, node_of_scope: np.ndarray,
                    recompute_mask: np.ndarray, n_modules: int, depth_of: np.ndarray,
                    path_of: list[tuple[str, ...]], cpu: StepEvents, gpu: StepEvents,
@@ -58,11 +59,13 @@ def build_timeline(trace: Trace, links, *, window: tuple[float, float], step: in
     ev = trace.events
     t0, t1 = window
     lanes: list[Lane] = []
-    parts: list[tuple] = []  # (lane, row, event index, node, phase)
+    # (lane, row, event index, node, phase)
+    parts: list[tuple[int, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
 
     def in_window(idx: np.ndarray) -> np.ndarray:
         t = ev.ts[idx]
-        return (t >= t0) & (t < t1)
+        inside: np.ndarray = (t >= t0) & (t < t1)
+        return inside
 
     # module scopes of the forward: one row per scope nesting level
     scopes = np.flatnonzero(scope_mask & ~recompute_mask)
@@ -112,9 +115,9 @@ def build_timeline(trace: Trace, links, *, window: tuple[float, float], step: in
         lane = row = idx = node = phase = np.zeros(0, np.int64)
     end = max(t1, float((ev.ts[idx] + ev.dur[idx]).max()) if len(idx) else t1)
     span = max(end - t0, 1e-3)
-    start = ev.ts[idx] - t0
+    start: np.ndarray = ev.ts[idx] - t0
     dur = ev.dur[idx]
-    name = ev.name[idx].astype(np.int64)
+    name: np.ndarray = ev.name[idx].astype(np.int64)
     n_in_step = len(idx)
 
     # merge runs of tiny events, then leave out the shortest past MAX_EVENTS
@@ -134,9 +137,9 @@ def build_timeline(trace: Trace, links, *, window: tuple[float, float], step: in
     curve = _memory_curve(trace, memory, memory_device, t0, path_of, mod_codes)
     if curve is not None and curve[1] >= 0 and curve[1] not in mod_codes:
         mod_codes = mod_codes + [curve[1]]
-    mem = curve[0] if curve is not None else None
-    if mem is not None:
-        mem = _with_peak_module(mem, mod_codes.index(curve[1]) if curve[1] >= 0 else -1)
+    mem = None
+    if curve is not None:
+        mem = _with_peak_module(curve[0], mod_codes.index(curve[1]) if curve[1] >= 0 else -1)
     return Timeline(
         step=step, start_us=float(t0), span_us=float(span),
         modules=tuple(tuple(path_of[c]) for c in mod_codes),
@@ -147,7 +150,7 @@ def build_timeline(trace: Trace, links, *, window: tuple[float, float], step: in
     )
 
 
-def _thread_label(info, what: str) -> str:
+def _thread_label(info: ThreadInfo, what: str) -> str:
     """``thread 13868 (python)``, ``GPU 0 · stream 7``: the trace's name for the thread, or
     its id."""
     name = " ".join((info.name or f"{what} {info.tid}").split())
@@ -168,7 +171,9 @@ def _codes(values: np.ndarray) -> tuple[list[int], np.ndarray]:
     return uniq[order].tolist(), out
 
 
-def _merge_tiny(lane, row, start, dur, name, node, phase, tiny_us):
+def _merge_tiny(lane: np.ndarray, row: np.ndarray, start: np.ndarray, dur: np.ndarray,
+                name: np.ndarray, node: np.ndarray, phase: np.ndarray,
+                tiny_us: float) -> tuple[np.ndarray, ...]:
     """Runs of consecutive events shorter than ``tiny_us`` on one lane row, of one module and
     pass, with gaps below ``tiny_us``, merged into one event each (the name of its longest)."""
     count = np.ones(len(lane), np.int64)
@@ -198,7 +203,8 @@ def _merge_tiny(lane, row, start, dur, name, node, phase, tiny_us):
 
 
 def _memory_curve(trace: Trace, memory: StepEvents | None, device: str | None, t0: float,
-                  path_of, mod_codes):
+                  path_of: list[tuple[str, ...]],
+                  mod_codes: list[int]) -> tuple[MemoryCurve, int] | None:
     """(MemoryCurve without its peak module, the peak's node) or None."""
     mem = trace.memory
     if memory is None or mem is None or not len(memory.events) or device is None:

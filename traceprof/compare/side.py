@@ -2,7 +2,7 @@
 
 :func:`side_of` analyzes a trace as ``traceprof analyze`` does (the mean over its complete steps)
 and adds, from the same trace and the attribution's classification of every work item (node and
-pass, :func:`traceprof.attribution._classify`):
+pass, :func:`traceprof.analysis.classify.classify_events`):
 
 - per selected step, the time of every module node and pass (and of the step), for the
   step-to-step spread that tells a change from noise;
@@ -38,7 +38,7 @@ BUCKET_PATH = (UNATTRIBUTED_NAME,)
 
 class Side(msgspec.Struct, frozen=True):
     """A trace analyzed for a diff. Paths are :attr:`ModuleNode.path` (the bucket's is
-    ``("(not in any module)",)``); pass codes index :data:`traceprof.profile.PASSES`."""
+    ``("(not in any module)",)``); pass codes index :data:`traceprof.result.model.PASSES`."""
 
     path: str
     profile: ModuleProfile
@@ -65,20 +65,22 @@ def side_of(source: Trace | str | os.PathLike, *, hierarchy=None, max_memory=Non
 
 
 def _side(trace: Trace, profile: ModuleProfile) -> Side:
-    from traceprof.analysis import attribution  # its helpers, looked up when used
+    from traceprof.analysis import classify  # the attribution's helpers, looked up when used
+    from traceprof.analysis.gpu_work import shared_busy_time
+    from traceprof.analysis.steps import find_steps, select_steps
 
     ev = trace.events
     links = link(trace)
     tree = build_hierarchy(trace, links, profile.source)
-    steps = attribution.find_steps(trace, links)
-    selected, _ = attribution._select(steps, None)
+    steps = find_steps(trace, links)
+    selected, _ = select_steps(steps, None)
     scope_of = links.nearest(tree.scope_mask)
     has_gpu = profile.has_gpu
     if has_gpu:
         work = links.gpu_work
         events = links.anchor
         when = np.where(events >= 0, ev.ts[np.maximum(events, 0)], ev.ts[work])
-        weight = attribution._shared_busy_time(ev, work)
+        weight = shared_busy_time(ev, work)
         label = ev.name[work].astype(np.int64)
         special = np.zeros(len(work), np.int64)
     else:
@@ -104,11 +106,11 @@ def _side(trace: Trace, profile: ModuleProfile) -> Side:
     keep = slot >= 0
     events, weight, label, special, slot = (a[keep] for a in (events, weight, label, special, slot))
     n_mod = len(tree.nodes)
-    context = getattr(attribution, "_context", None)
+    context = getattr(classify, "make_context", None)
     if context is not None:  # the attribution's own node and pass of each event
         node, _, phase = context(trace, links, tree, steps, selected).classify(events)
     else:  # outside the modules: other (the loss, forward in the profile, shows there)
-        node, bwd = attribution._classify(events, links, tree, scope_of)
+        node, bwd = classify.classify_events(events, links, tree, scope_of)
         phase = np.where(bwd, BACKWARD, np.where(node >= 0, FORWARD, OTHER))
     node = np.where(node >= 0, node, n_mod)  # n_mod: not in any module
 

@@ -1,0 +1,56 @@
+"""Memory hookup: the ``[memory]`` events of the selection, attributed to nodes and passes.
+
+Each ``[memory]`` instant goes where the innermost CPU slice around it goes, classified as CPU
+time is (outside the modules: that slice's "not in any module" group; no slice around it: the
+bucket). :func:`memory_events` receives the :class:`~traceprof.analysis.classify.Context` and
+the :class:`~traceprof.analysis.unattributed.Groups` and returns :class:`SelectedMemory`, which
+:func:`traceprof.analysis.memory.memory_by_node` sums per node; :func:`memory_device` picks the
+device the report shows from those sums.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import msgspec
+import numpy as np
+
+from traceprof.analysis.classify import Context
+from traceprof.analysis.memory import enclosing_slice
+from traceprof.analysis.stage import gives_memory_back
+from traceprof.analysis.unattributed import Groups
+from traceprof.result.memory import MemoryUse
+
+
+class SelectedMemory(msgspec.Struct):
+    """[memory] events in the selection (``keep``), their node and pass."""
+
+    keep: np.ndarray
+    node: np.ndarray
+    pass_code: np.ndarray
+
+
+@gives_memory_back
+def memory_events(ctx: Context, groups: Groups) -> SelectedMemory:
+    """[memory] events: the innermost CPU slice around each, then attributed like CPU time."""
+    trace, links = ctx.trace, ctx.links
+    memory = trace.memory
+    if memory is None or not len(memory):
+        return SelectedMemory(np.zeros(0, bool), np.zeros(0, np.int64), np.zeros(0, np.int8))
+    keep = ctx.in_selection(trace.events.ts[memory.event])
+    around = enclosing_slice(trace, links.nest_end, links.parent,
+                             np.flatnonzero(links.depth >= 0).astype(links.parent.dtype),
+                             memory.event[keep])
+    node, _, pass_code = ctx.classify(around)
+    outside = (node < 0) & (around >= 0)
+    node[outside] = groups.of(around[outside])
+    node[node < 0] = groups.bucket  # no slice around it at all
+    return SelectedMemory(keep, node, pass_code)
+
+
+def memory_device(memory_use: Sequence[Sequence[MemoryUse]]) -> str | None:
+    """The device whose memory the report shows: the first accelerator with events, else the
+    first device (the CPU)."""
+    seen = list(dict.fromkeys(m.device for uses in memory_use for m in uses))
+    accelerators = [d for d in seen if d != "cpu"]
+    return accelerators[0] if accelerators else (seen[0] if seen else None)
