@@ -15,9 +15,13 @@ engine ran them, so what is computed from them is identical bit for bit.
 from __future__ import annotations
 
 import os
-from typing import Callable, Protocol, Sequence, TypeVar
+from typing import TYPE_CHECKING, Callable, Protocol, Sequence, TypeVar, cast
 
 from traceprof.errors import MissingDependencyError, OptionError
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future
+    from multiprocessing.context import BaseContext
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -48,20 +52,22 @@ class LocalEngine:
     def __init__(self, jobs: int | None = None) -> None:
         self.jobs = jobs or default_jobs()
 
-    def map(self, fn, items, progress=None):
+    def map(self, fn: Callable[[T], R], items: Sequence[T],
+            progress: MapProgress | None = None) -> list[R]:
         items = list(items)
-        results: list = [None] * len(items)
+        results: list[R | None] = [None] * len(items)
         workers = min(self.jobs, len(items))
         if workers <= 1:
             for i, item in enumerate(items):
                 results[i] = fn(item)
                 if progress:
                     progress(i + 1, len(items), item)
-            return results
+            return cast("list[R]", results)  # every item's result
         import multiprocessing
         from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
         # never more tasks queued than workers: a worker takes the next trace when it is done
+        context: BaseContext
         if os.name == "posix":
             # workers are forked from a server that has imported the analysis once: they start
             # at once and share its pages (libraries, module code)
@@ -70,7 +76,7 @@ class LocalEngine:
         else:  # pragma: no cover
             context = multiprocessing.get_context("spawn")
         with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
-            pending: dict = {}
+            pending: dict[Future[R], int] = {}
             queue = iter(enumerate(items))
             done = 0
 
@@ -84,7 +90,7 @@ class LocalEngine:
             try:
                 while pending:
                     finished, _ = wait(pending, return_when=FIRST_COMPLETED)
-                    for future in sorted(finished, key=pending.get):
+                    for future in sorted(finished, key=pending.__getitem__):
                         i = pending.pop(future)
                         results[i] = future.result()
                         done += 1
@@ -95,7 +101,7 @@ class LocalEngine:
                 for future in pending:
                     future.cancel()
                 raise
-        return results
+        return cast("list[R]", results)  # every item's result
 
 
 class DaskEngine:
@@ -113,7 +119,8 @@ class DaskEngine:
         self.scheduler = scheduler
         self.jobs = jobs
 
-    def map(self, fn, items, progress=None):
+    def map(self, fn: Callable[[T], R], items: Sequence[T],
+            progress: MapProgress | None = None) -> list[R]:
         from distributed import Client, LocalCluster, as_completed
 
         items = list(items)
@@ -140,7 +147,7 @@ class DaskEngine:
             # pure=False: every item is analyzed, even two equal paths
             futures = client.map(fn, items, pure=False)
             index = {f.key: i for i, f in enumerate(futures)}
-            results: list = [None] * len(items)
+            results: list[R | None] = [None] * len(items)
             done = 0
             for future in as_completed(futures):
                 i = index[future.key]
@@ -149,7 +156,7 @@ class DaskEngine:
                 done += 1
                 if progress:
                     progress(done, len(items), items[i])
-            return results
+            return cast("list[R]", results)  # every item's result
         finally:
             client.close()
             if cluster is not None:

@@ -72,7 +72,7 @@ def resolve_output(path: str | os.PathLike,
         raise OutputError(f"{path}: cannot write there ({e.strerror or e})") from None
     if stat.S_ISDIR(st.st_mode):
         raise OutputError(f"{path}: is a directory")
-    for source in map(os.fspath, inputs):
+    for source in (os.fspath(p) for p in inputs):
         if _same_file(st, source):
             which = "the input trace" if source == path else f"the input trace {source} (same file)"
             raise OutputError(f"{path}: is {which}; write the result to another file")

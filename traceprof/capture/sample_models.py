@@ -16,6 +16,7 @@ Importing this module imports torch.
 from __future__ import annotations
 
 import math
+from typing import Protocol, cast
 
 import msgspec
 import torch
@@ -179,6 +180,16 @@ class Block(nn.Module):
         return x + self.mlp(self.ln_2(x))
 
 
+class _GPTParts(Protocol):
+    """The entries of ``GPT.transformer`` (an ``nn.ModuleDict``, for nanoGPT's names), typed."""
+
+    wte: nn.Embedding
+    wpe: nn.Embedding
+    drop: nn.Dropout
+    h: nn.ModuleList
+    ln_f: nn.LayerNorm
+
+
 class GPT(nn.Module):
     """GPT-2-style decoder; ``forward(idx)`` returns logits ``[batch, seq, vocab]``."""
 
@@ -195,7 +206,7 @@ class GPT(nn.Module):
             )
         )
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
-        self.lm_head.weight = self.transformer.wte.weight  # tied
+        self.lm_head.weight = cast(_GPTParts, self.transformer).wte.weight  # tied
         self.apply(self._init_weights)
         for name, p in self.named_parameters():
             if name.endswith("c_proj.weight"):
@@ -213,7 +224,7 @@ class GPT(nn.Module):
         if seq > self.config.block_size:
             raise ValueError(f"sequence length {seq} > block_size {self.config.block_size}")
         pos = torch.arange(seq, dtype=torch.long, device=idx.device)
-        t = self.transformer
+        t = cast(_GPTParts, self.transformer)
         x = t.drop(t.wte(idx) + t.wpe(pos))
         for block in t.h:
             x = block(x)
@@ -242,6 +253,8 @@ class BertConfig(msgspec.Struct, frozen=True):
 
 
 class BertEmbeddings(nn.Module):
+    position_ids: torch.Tensor  # a buffer (register_buffer)
+
     def __init__(self, c: BertConfig) -> None:
         super().__init__()
         self.word_embeddings = nn.Embedding(c.vocab_size, c.hidden_size)

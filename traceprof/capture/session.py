@@ -9,7 +9,7 @@ import gzip
 import os
 import sys
 import time
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Literal, Sequence
 
 from traceprof.capture.module_table import TABLE_KEY, build_table, describe_modules, encode_table
 
@@ -163,7 +163,7 @@ class profile:  # noqa: N801 - named like torch.profiler.profile, which it wraps
         self._sync_state()
         return self
 
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> Literal[False]:
         if not self.enabled:
             return False
         self.enabled = False

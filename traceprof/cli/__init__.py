@@ -33,6 +33,7 @@ def run() -> None:
     as soon as its output is flushed. Tearing the interpreter down module by module and object
     by object took about 20 ms of every command, for memory the process gives back anyway.
     Calling :func:`main` itself (as click's test runner does) is unchanged."""
+    code: str | int | None
     try:
         main()
         code = 0

@@ -21,6 +21,7 @@ from __future__ import annotations
 import enum
 import math
 import os
+from typing import TYPE_CHECKING
 
 import msgspec
 from msgspec.structs import replace
@@ -52,6 +53,17 @@ class _Change:
     """Δ, Δ% and the noise mark, from ``base_us``, ``new_us`` and ``spread_us``."""
 
     __slots__ = ()
+
+    if TYPE_CHECKING:  # given by the subclasses: fields or properties
+
+        @property
+        def base_us(self) -> float: ...
+
+        @property
+        def new_us(self) -> float: ...
+
+        @property
+        def spread_us(self) -> float | None: ...
 
     @property
     def delta_us(self) -> float:
@@ -260,7 +272,7 @@ class DiffProfile(msgspec.Struct, frozen=True):
 def diff(base: Trace | Side | str | os.PathLike, new: Trace | Side | str | os.PathLike, *,
          hierarchy=None, max_memory=None, parallel: bool = True) -> DiffProfile:
     """Compare two traces (paths, :class:`Trace` objects or sides from
-    :func:`traceprof.diff_side.side_of`): per module and pass, base -> new.
+    :func:`traceprof.compare.side.side_of`): per module and pass, base -> new.
 
     Two paths are analyzed in two processes at once when ``parallel`` (each returns only its
     small tables)."""
@@ -508,7 +520,7 @@ def _inside(b: ModuleNode | None, n: ModuleNode | None, base: Side, new: Side,
 def diff_jobs(base_dir: str | os.PathLike, new_dir: str | os.PathLike, *, hierarchy=None,
               max_memory=None) -> DiffProfile:
     """Compare two jobs (directories of one trace per rank, found as ``traceprof analyze`` finds
-    them: :func:`traceprof.trace_files.find_traces`): rank by rank; the result is the diff of the rank
+    them: :func:`traceprof.read.discovery.find_traces`): rank by rank; the result is the diff of the rank
     whose step changed most, with every rank's step change in its warnings."""
     from traceprof.read.discovery import find_traces
 
@@ -537,6 +549,6 @@ def diff_jobs(base_dir: str | os.PathLike, new_dir: str | os.PathLike, *, hierar
     only = sorted(set(sides[0]) ^ set(sides[1]))
     if only:
         notes.append("ranks in one job only: " + ", ".join(map(str, only)))
-    d = diffs[worst]
+    shown = diffs[worst]
 
-    return replace(d, warnings=tuple(notes) + d.warnings)
+    return replace(shown, warnings=tuple(notes) + shown.warnings)

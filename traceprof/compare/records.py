@@ -4,18 +4,22 @@ document, DataFrame and Parquet table built from them (docs/diff.md)."""
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING, Any
 
 from msgspec.structs import asdict
 
 from traceprof.result.records import dataframe_parquet
 
+if TYPE_CHECKING:  # compare.diff imports this module when asked for its rows
+    from traceprof.compare.diff import DiffProfile, InsideDelta
+
 #: version of the JSON document written by ``traceprof diff --format json``
 DIFF_JSON_SCHEMA = "traceprof.diff/1"
 
 
-def diff_rows(diff) -> list[dict]:
+def diff_rows(diff: DiffProfile) -> list[dict[str, Any]]:
     """One dict per node and pass, largest |Δ| first (ties in tree order)."""
-    rows = []
+    rows: list[dict[str, Any]] = []
     for node in diff.walk():
         parent = diff.nodes[node.parent].key if node.parent >= 0 else ""
         for p in node.passes:
@@ -55,7 +59,7 @@ def diff_rows(diff) -> list[dict]:
     return rows
 
 
-def _inside_record(d) -> dict:
+def _inside_record(d: InsideDelta) -> dict[str, Any]:
     return {"kind": d.kind, "name": d.name, "status": d.status.value, "base_us": d.base_us,
             "new_us": d.new_us, "delta_us": d.delta_us}
 

@@ -262,6 +262,7 @@ def _backend_forward(a: OpArgs, p: _Positions) -> OpCost:
 
 def _backend_backward(a: OpArgs, p: _Positions) -> OpCost:
     layers, rows = _backend_stack(a, p)
+    assert p.output_mask is not None  # the positions of a backward schema name it
     mask = a.flags(p.output_mask)
     if len(mask) != 4:
         raise ArgumentError(f"{a.name}: output_mask {mask}")

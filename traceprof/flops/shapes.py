@@ -143,7 +143,7 @@ class OpArgs:
     def value(self, i: int) -> str:
         return self.values[i] if i < len(self.values) else ""
 
-    def _given(self, i: int, default) -> str | None:
+    def _given(self, i: int, default: object) -> str | None:
         """The concrete text of argument ``i``; None when ``default`` applies: the argument is
         not recorded at all (an older schema) or was passed as None. An argument the trace
         records without its value (traces without "Concrete Inputs") raises."""
@@ -168,7 +168,8 @@ class OpArgs:
 
     def integer(self, i: int, default: int | None = None) -> int:
         v = self._given(i, default)
-        if v is None:
+        if v is None:  # only when a default is given
+            assert default is not None
             return int(default)
         try:
             return int(v)
@@ -177,7 +178,8 @@ class OpArgs:
 
     def number(self, i: int, default: float | None = None) -> float:
         v = self._given(i, default)
-        if v is None:
+        if v is None:  # only when a default is given
+            assert default is not None
             return float(default)
         try:
             return float(v)
@@ -188,7 +190,8 @@ class OpArgs:
         """An int-list argument (``"[1, 1]"``); a single int is repeated ``n`` times; an empty
         list takes ``default`` (pooling's ``stride=[]``)."""
         v = self._given(i, default)
-        if v is None:
+        if v is None:  # only when a default is given
+            assert default is not None
             return tuple(default)
         v = v.strip()
         try:

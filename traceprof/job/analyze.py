@@ -3,7 +3,7 @@ reduced into one result, per module x rank x pass.
 
 The single-trace pipeline is used as it is: each rank's trace becomes a
 :class:`~traceprof.profile.ModuleProfile` plus its GPU timeline per step
-(:mod:`traceprof.job_timeline`) in :func:`analyze_rank`, which is what an engine runs and sends back
+(:mod:`traceprof.analysis.job_timeline`) in :func:`analyze_rank`, which is what an engine runs and sends back
 (a few hundred kB at most; never events). :func:`reduce_job` then matches the ranks (by
 ``distributedInfo`` or the file names), checks they make one job with the same steps, and builds
 the :class:`Job`: per module the time of every rank, with min / median / max / spread, the
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import os
+from typing import Any
 
 import msgspec
 from msgspec.structs import replace
@@ -123,8 +124,10 @@ class JobModule(msgspec.Struct, frozen=True):
     def times(self, metric: str, p: Pass | None = None, own: bool = False) -> dict[int, float]:
         return {r: self.time(r, metric, p, own) for r in sorted(self.nodes)}
 
-    def spread(self, metric: str, p: Pass | None = None) -> Spread | None:
-        return spread_of(self.times(metric, p))
+    def spread(self, metric: str, p: Pass | None = None) -> Spread:
+        s = spread_of(self.times(metric, p))
+        assert s is not None  # the node is on one rank at least
+        return s
 
 
 class Straggler(msgspec.Struct, frozen=True):
@@ -308,8 +311,9 @@ def _modules(ranks: list[JobRank]) -> tuple[JobModule, ...]:
     return tuple(out)
 
 
-def _tree_order(order, seen):
-    children: dict = {}
+def _tree_order(order: list[tuple[str, ...]],
+                seen: dict[tuple[str, ...], dict[str, Any]]) -> list[tuple[str, ...]]:
+    children: dict[tuple[str, ...], list[tuple[str, ...]]] = {}
     roots = []
     for key in order:
         parent = seen[key]["parent"]
@@ -370,7 +374,7 @@ def reduce_job(results: list[RankResult], *,
               modules=modules, stragglers=(), straggler_threshold=straggler_threshold,
               metric=metric, step_metric=step_metric, warnings=(), engine=engine)
     stragglers = _stragglers(job)
-    counted = {}
+    counted: dict[str, list[str]] = {}
     for w in warnings:  # one line per distinct warning, with the ranks' count
         text = w.split(": ", 1)[1] if w.startswith("rank ") else w
         counted.setdefault(text, []).append(w)
@@ -388,7 +392,9 @@ def _stragglers(job: Job) -> tuple[Straggler, ...]:
     times = job.step_times()
     if len(times) < 2:
         return ()
-    median = spread_of(times).median
+    spread = spread_of(times)
+    assert spread is not None  # two ranks or more
+    median = spread.median
     out = []
     for rank in sorted(times):
         t = times[rank]
@@ -406,7 +412,9 @@ def _excess_modules(job: Job, rank: int) -> tuple[tuple[JobModule, float], ...]:
         if rank not in m.nodes or m.kind is NodeKind.UNATTRIBUTED:
             continue
         own = m.times("gpu_work_us" if job.metric == "gpu_busy_us" else job.metric, own=True)
-        med = spread_of(own).median
+        spread = spread_of(own)
+        assert spread is not None  # the module is on ``rank``
+        med = spread.median
         excess = own[rank] - med
         if excess > 0:
             found.append((m, excess))

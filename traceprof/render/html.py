@@ -33,7 +33,10 @@ def static_text(name: str) -> str:
     """A file of the shared frontend (``index.js``, ``style.css``), from the package data."""
     from importlib import resources  # only when a page is written
 
-    return resources.files("traceprof").joinpath(*_STATIC, name).read_text(encoding="utf-8")
+    path = resources.files("traceprof")
+    for part in (*_STATIC, name):  # one part a call: Traversable.joinpath takes one before 3.11
+        path = path.joinpath(part)
+    return path.read_text(encoding="utf-8")
 
 
 def script_json(value) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from traceprof.result.model import NodeKind
+from traceprof.result.model import NodeKind, Pass
 from traceprof import units
 from traceprof.render.registry import RenderOptions
 from traceprof.job.records import step_spreads
@@ -126,7 +126,7 @@ def _modules_section(job: Job, opts: RenderOptions, tree: bool) -> list[str]:
         if opts.depth is not None and m.depth > opts.depth:
             continue
         s = m.spread(job.metric)
-        fwd, bwd = m.spread(job.metric, "forward"), m.spread(job.metric, "backward")
+        fwd, bwd = m.spread(job.metric, Pass.FORWARD), m.spread(job.metric, Pass.BACKWARD)
         if tree:
             name = "  " * m.depth + (m.name if m.kind is not NodeKind.MODULE or not m.class_name
                                      or m.class_name == m.name else f"{m.name} ({m.class_name})")

@@ -139,8 +139,9 @@ def torchinfo_stats(profile: ModuleProfile) -> TorchinfoStats | None:
     order = [n for n in names if n in layers]
 
     def is_leaf(n: str) -> bool:
-        if mods[n].leaf is not None:
-            return mods[n].leaf
+        leaf = mods[n].leaf
+        if leaf is not None:
+            return leaf
         prefix = n + "." if n else ""
         return not any(o != n and o.startswith(prefix) for o in names)
 
@@ -166,8 +167,10 @@ def torchinfo_stats(profile: ModuleProfile) -> TorchinfoStats | None:
         total = trainable = 0
         for n in order:
             if n in stats.leaves:
-                total += max(mods[n].params_total, 0)
-                trainable += max(mods[n].trainable_total, 0)
+                params_total, trainable_total = mods[n].params_total, mods[n].trainable_total
+                assert params_total is not None and trainable_total is not None  # have_params
+                total += max(params_total, 0)
+                trainable += max(trainable_total, 0)
             else:
                 stats.leftover[n] = leftover(n, "params_total")
                 total += max(stats.leftover[n], 0)
@@ -184,8 +187,9 @@ def torchinfo_stats(profile: ModuleProfile) -> TorchinfoStats | None:
             if (mods[n].params_total or 0) > 0:
                 out_bytes += elem * math.prod(size) * 2 * k  # x2 for gradients
         stats.total_mult_adds, stats.total_output_bytes = mult_adds, out_bytes
-    if all(mods[n].param_bytes_total is not None for n in leaves):
-        stats.total_param_bytes = sum(mods[n].param_bytes_total for n in leaves)
+    param_bytes = [b for n in leaves if (b := mods[n].param_bytes_total) is not None]
+    if len(param_bytes) == len(leaves):
+        stats.total_param_bytes = sum(param_bytes)
     if mods[""].inputs is not None:
         stats.total_input = _tensor_bytes(mods[""].inputs)
     return stats
@@ -195,6 +199,7 @@ def totals_lines(stats: TorchinfoStats | None, rule: str) -> list[str]:
     """torchinfo's totals block (``ModelStatistics.__repr__``), the lines it can fill."""
     if stats is None or stats.total_params is None:
         return []
+    assert stats.trainable_params is not None  # computed with total_params
     out = [f"Total params{units.torchinfo_count(stats.total_params, False)}",
            f"Trainable params{units.torchinfo_count(stats.trainable_params, False)}",
            "Non-trainable params"
@@ -208,8 +213,9 @@ def totals_lines(stats: TorchinfoStats | None, rule: str) -> list[str]:
         sizes.append(f"Forward/backward pass size (MB): {units.megabytes(stats.total_output_bytes)}")
     if stats.total_param_bytes is not None:
         sizes.append(f"Params size (MB): {units.megabytes(stats.total_param_bytes)}")
-    parts = (stats.total_input, stats.total_output_bytes, stats.total_param_bytes)
-    if None not in parts:
+    parts = [p for p in (stats.total_input, stats.total_output_bytes, stats.total_param_bytes)
+             if p is not None]
+    if len(parts) == 3:
         sizes.append(f"Estimated Total Size (MB): {units.megabytes(sum(parts))}")
     return out + ([rule] + sizes if sizes else [])
 
@@ -294,27 +300,27 @@ def _params_cell(ctx: _Context, n: ModuleNode) -> str:
 
 
 def _params_percent_cell(ctx: _Context, n: ModuleNode) -> str:
-    info = n.info
-    total = ctx.stats.total_params if ctx.stats else None
-    if info is None or not total:
+    info, stats = n.info, ctx.stats
+    total = stats.total_params if stats else None
+    if info is None or stats is None or not total:
         return units.param_share(None)
     if n.id in ctx.recursive:
         return "(recursive)"
-    if not n.children or info.name in ctx.stats.leaves:
+    if not n.children or info.name in stats.leaves:
         if _all_tied(info):
             return "(tied)"
         share = info.params_total
     else:
-        share = ctx.stats.leftover.get(info.name, info.params)
+        share = stats.leftover.get(info.name, info.params)
     # a container's leftover is below 0 when its leaves share tensors (a tied embedding counted
     # by two leaves): it owns none of its own then
     return units.param_share(max(share or 0, 0) / total)
 
 
-def _all_tied(info) -> bool:
+def _all_tied(info: ModuleInfo) -> bool:
     """Every own parameter of the module is an earlier module's (tied weights)."""
-    return bool(info.tied) and info.param_counts is not None and set(info.param_counts) <= set(
-        info.tied)
+    return bool(info.tied and info.param_counts is not None
+                and set(info.param_counts) <= set(info.tied))
 
 
 def _mult_adds_cell(ctx: _Context, n: ModuleNode) -> str:

@@ -117,8 +117,9 @@ def summarize(profile: ModuleProfile, batch_size: int | None = None) -> Summary:
     other_us = t(other_all) - step_us
     params = None
     infos = [n.info for n in modules if n.kind is NodeKind.MODULE]
-    if infos and all(i is not None and i.params_total is not None for i in infos):
-        params = sum(i.params_total for i in infos)
+    totals = [i.params_total for i in infos if i is not None and i.params_total is not None]
+    if infos and len(totals) == len(infos):
+        params = sum(totals)
     source = "--batch-size"
     if batch_size is None:
         batch_size, source = _batch_from_table(modules)

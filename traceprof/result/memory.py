@@ -3,7 +3,12 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import msgspec
+
+if TYPE_CHECKING:
+    from traceprof.result.model import Pass
 
 
 class MemoryPhase(msgspec.Struct, frozen=True):
@@ -25,9 +30,10 @@ class MemoryUse(msgspec.Struct, frozen=True):
     backward: MemoryPhase
     other: MemoryPhase = MemoryPhase()
 
-    def phase(self, p) -> MemoryPhase:
+    def phase(self, p: Pass | str) -> MemoryPhase:
         """The pass ``p`` (a profile.Pass or its value)."""
-        return getattr(self, getattr(p, "value", p))
+        phase: MemoryPhase = getattr(self, getattr(p, "value", p))
+        return phase
 
     @property
     def phases(self) -> tuple[MemoryPhase, MemoryPhase, MemoryPhase]:

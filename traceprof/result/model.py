@@ -18,13 +18,16 @@ from __future__ import annotations
 
 import enum
 import math
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 import msgspec
 
 from traceprof.result.memory import MemoryUse
 from traceprof.result.timeline import Timeline
 from traceprof.trace.model import ModuleInfo, TraceMetadata
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 class Times(msgspec.Struct, frozen=True):
@@ -97,7 +100,7 @@ _OP_SUMMED = ("calls", "kernels", "gpu_busy_us", "gpu_work_us", "cpu_us", "flops
 
 
 class OpStat(msgspec.Struct, frozen=True):
-    """One row of a node's ops table (traceprof.module_ops): the ops (or kernels) of one name,
+    """One row of a node's ops table (traceprof.analysis.module_ops): the ops (or kernels) of one name,
     input shapes and pass inside the node itself, per step."""
 
     kind: OpKind
@@ -111,7 +114,7 @@ class OpStat(msgspec.Struct, frozen=True):
     cpu_us: float = 0.0  # exclusive CPU time inside the op (0 in kernel rows)
     flops: float = 0.0  # FLOPs of the counted ops inside the op (0 in kernel rows)
 
-    def key(self) -> tuple:
+    def key(self) -> tuple[OpKind, str, str, str | None]:
         return (self.kind, self.name, self.phase, self.input_shapes)
 
     def __add__(self, other: "OpStat") -> "OpStat":
@@ -135,12 +138,13 @@ class ModuleNode(msgspec.Struct, frozen=True):
     other: PhaseTimes = PhaseTimes()  # neither forward nor backward (Pass.OTHER)
     info: ModuleInfo | None = None
     memory: tuple[MemoryUse, ...] = ()  # per device, from [memory] events (profile_memory=True)
-    #: the node's own ops and kernels per pass, largest first (traceprof.module_ops)
+    #: the node's own ops and kernels per pass, largest first (traceprof.analysis.module_ops)
     ops: tuple["OpStat", ...] = ()
 
     def phase(self, p: Pass | str) -> PhaseTimes:
         """The node's times in pass ``p``."""
-        return getattr(self, Pass(p).value)
+        times: PhaseTimes = getattr(self, Pass(p).value)
+        return times
 
     @property
     def total(self) -> Times:
@@ -159,7 +163,8 @@ class PassTotals(msgspec.Struct, frozen=True):
     other: Times = ZERO
 
     def phase(self, p: Pass | str) -> Times:
-        return getattr(self, Pass(p).value)
+        times: Times = getattr(self, Pass(p).value)
+        return times
 
     @property
     def total(self) -> Times:
@@ -215,7 +220,7 @@ class UnsupportedOp(msgspec.Struct, frozen=True):
 class Peak(msgspec.Struct, frozen=True):
     """The device's peak for the precision that carries most of the FLOPs."""
 
-    device: str  # the peaks-table entry (traceprof.hardware), e.g. "H100 SXM"
+    device: str  # the peaks-table entry (traceprof.trace.hardware), e.g. "H100 SXM"
     precision: str  # "bf16", "fp16", "tf32", "fp32", "fp8", ...
     flop_per_s: float | None  # None: the device has no peak for this precision
     bytes_per_s: float
@@ -276,7 +281,7 @@ class ModuleProfile(msgspec.Struct, frozen=True):
     #: the device whose memory the flat outputs and the tree report: the first accelerator with
     #: [memory] events in the selection, else "cpu"; None when there are none
     memory_device: str | None = None
-    #: one step drawn as lanes, and the memory curve over it (traceprof.step_timeline); None
+    #: one step drawn as lanes, and the memory curve over it (traceprof.analysis.step_timeline); None
     #: when not computed
     timeline: Timeline | None = None
 
@@ -395,7 +400,7 @@ class ModuleProfile(msgspec.Struct, frozen=True):
 
         write_atomic_bytes(path, parquet_bytes(self))
 
-    def to_dataframe(self):
+    def to_dataframe(self) -> pd.DataFrame:
         """One row per node, in pre-order, with typed columns (needs pandas)."""
         from traceprof.result.records import profile_dataframe
 
@@ -409,15 +414,15 @@ MAX_ROWS = 40
 def bounded(rows: list[OpStat] | tuple[OpStat, ...], limit: int = MAX_ROWS) -> tuple[OpStat, ...]:
     """Rows with equal keys summed, largest first (GPU busy time, then CPU time, FLOPs, calls);
     past ``limit`` rows of a kind and pass, the rest folded into one ``(N more)`` row."""
-    merged: dict[tuple, OpStat] = {}
+    merged: dict[tuple[OpKind, str, str, str | None], OpStat] = {}
     for r in rows:
         k = r.key()
         merged[k] = merged[k] + r if k in merged else r
     ranked = sorted(merged.values(), key=lambda r: (-r.gpu_busy_us, -r.cpu_us, -r.flops,
                                                     -r.calls, r.name))
     kept: list[OpStat] = []
-    rest: dict[tuple, list[OpStat]] = {}
-    seen: dict[tuple, int] = {}
+    rest: dict[tuple[OpKind, str], list[OpStat]] = {}
+    seen: dict[tuple[OpKind, str], int] = {}
     for r in ranked:
         group = (r.kind, r.phase)
         seen[group] = seen.get(group, 0) + 1

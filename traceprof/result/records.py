@@ -9,12 +9,17 @@ from __future__ import annotations
 
 import io
 import json
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 from msgspec.structs import asdict
 
 from traceprof.errors import MissingDependencyError
-from traceprof.result.model import PASSES, ModuleNode, ModuleProfile, Times
+from traceprof.result.model import PASSES, ModuleNode, ModuleProfile, OpStat, Times
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 #: version of the JSON document written by ``--format json`` (docs/output-formats.md)
 JSON_SCHEMA = "traceprof.profile/3"
@@ -28,9 +33,9 @@ def times_record(t: Times) -> dict[str, float]:
     return {f: getattr(t, f) for f in Times.__struct_fields__}
 
 
-def node_record(profile: ModuleProfile, node: ModuleNode) -> dict:
+def node_record(profile: ModuleProfile, node: ModuleNode) -> dict[str, Any]:
     info = node.info
-    rec = {
+    rec: dict[str, Any] = {
         "id": node.id,
         "parent": node.parent,
         "depth": node.depth,
@@ -63,7 +68,7 @@ def node_record(profile: ModuleProfile, node: ModuleNode) -> dict:
     return rec
 
 
-def profile_rows(profile: ModuleProfile) -> list[dict]:
+def profile_rows(profile: ModuleProfile) -> list[dict[str, Any]]:
     """Flat rows (nested shapes as JSON text) for CSV and pandas."""
     rows = []
     for node in profile.walk():
@@ -78,7 +83,7 @@ def profile_rows(profile: ModuleProfile) -> list[dict]:
     return rows
 
 
-def profile_dataframe(profile: ModuleProfile):
+def profile_dataframe(profile: ModuleProfile) -> pd.DataFrame:
     """:func:`profile_rows` as a pandas DataFrame with typed columns (needs pandas)."""
     import pandas as pd
 
@@ -99,7 +104,7 @@ def parquet_bytes(profile: ModuleProfile) -> bytes:
     })
 
 
-def dataframe_parquet(df, metadata: dict[str, str | bytes]) -> bytes:
+def dataframe_parquet(df: pd.DataFrame, metadata: dict[str, str | bytes]) -> bytes:
     """A DataFrame as the bytes of a Parquet file, with ``metadata`` (key -> value) in the file's
     metadata under ``traceprof.<key>``: the trace and the schema travel with the rows (needs
     pyarrow)."""
@@ -125,7 +130,7 @@ OP_FIELDS = ("node", "qualified_name", "pass", "kind", "name", "input_shapes", "
              "gpu_busy_us", "gpu_work_us", "cpu_us", "flops", "share_of_node", "flop_per_s")
 
 
-def op_records(profile: ModuleProfile, node: ModuleNode | None = None) -> list[dict]:
+def op_records(profile: ModuleProfile, node: ModuleNode | None = None) -> list[dict[str, Any]]:
     """Rows of the ops table. Without ``node``: every node's own ops and kernels per pass (one row
     per node x op or kernel x pass; they add up to the node's own work). With ``node``: the ops
     and kernels of its whole subtree, merged by name, shapes and pass. ``share_of_node``: the
@@ -133,7 +138,9 @@ def op_records(profile: ModuleProfile, node: ModuleNode | None = None) -> list[d
     ``flop_per_s``: its FLOPs over that time."""
     from traceprof.result.model import bounded
 
-    shown = (lambda t: t.gpu_busy_us) if profile.has_gpu else (lambda t: t.cpu_us)
+    shown: Callable[[Times | OpStat], float] = (
+        (lambda t: t.gpu_busy_us) if profile.has_gpu else (lambda t: t.cpu_us))
+    groups: list[tuple[ModuleNode, tuple[OpStat, ...]]]
     if node is None:
         groups = [(n, n.ops) for n in profile.walk()]
     else:
@@ -155,11 +162,11 @@ def op_records(profile: ModuleProfile, node: ModuleNode | None = None) -> list[d
     return out
 
 
-def profile_document(profile: ModuleProfile, timeline: bool = False) -> dict:
+def profile_document(profile: ModuleProfile, timeline: bool = False) -> dict[str, Any]:
     """The JSON document; ``timeline``: with the profile's timeline of a step (``timeline``,
     schema ``traceprof.timeline/1``), as the TensorBoard tab reads it."""
     md = profile.metadata
-    doc = {
+    doc: dict[str, Any] = {
         "schema": JSON_SCHEMA,
         "trace": {
             "path": md.path,
@@ -189,7 +196,7 @@ def profile_document(profile: ModuleProfile, timeline: bool = False) -> dict:
     return doc
 
 
-def flops_section(profile: ModuleProfile) -> dict:
+def flops_section(profile: ModuleProfile) -> dict[str, Any]:
     summary = profile.flops
     return {
         "has_shapes": summary.has_shapes,

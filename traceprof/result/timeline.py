@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import msgspec
 import numpy as np
 
@@ -56,9 +59,10 @@ class Timeline(msgspec.Struct, frozen=True):
     dropped: int
     memory: MemoryCurve | None = None
 
-    def document(self) -> dict:
+    def document(self) -> dict[str, Any]:
         """The timeline as JSON-ready columns (the HTML report and TensorBoard tab read it)."""
-        r = lambda a: np.round(a, 3).tolist()  # noqa: E731 - ns precision
+        # ns precision
+        r: Callable[[np.ndarray], list[float]] = lambda a: np.round(a, 3).tolist()  # noqa: E731
         mem = self.memory
         return {
             "schema": TIMELINE_SCHEMA,

@@ -10,7 +10,7 @@ from typing import Callable
 from msgspec.structs import replace
 
 from traceprof.errors import OptionError
-from traceprof.result.model import bounded
+from traceprof.result.model import OpStat, bounded
 from traceprof.result.model import PASSES, ZERO, ModuleNode, ModuleProfile, NodeKind, Pass, PhaseTimes, Times
 
 
@@ -34,10 +34,14 @@ def _shown_time(profile: ModuleProfile) -> Callable[[Times], float]:
     return lambda t: t.cpu_us
 
 
-def _keys(profile: ModuleProfile) -> dict[SortKey, Callable[[ModuleNode], object]]:
+#: a sort key of nodes: a number (negated: largest first) or a name
+NodeKey = Callable[[ModuleNode], float | str]
+
+
+def _keys(profile: ModuleProfile) -> dict[SortKey, NodeKey]:
     time = _shown_time(profile)
 
-    def in_pass(p: Pass) -> Callable[[ModuleNode], object]:
+    def in_pass(p: Pass) -> NodeKey:
         return lambda n: -time(n.phase(p).total)
 
     return {
@@ -69,7 +73,7 @@ def sort_children(profile: ModuleProfile, key: SortKey | str) -> ModuleProfile:
         return profile
     fn = _keys(profile)[key]
 
-    def arrange(node: ModuleNode | None, children: list[ModuleNode]):
+    def arrange(node: ModuleNode | None, children: list[ModuleNode]) -> Arranged:
         fixed = [c for c in children if c.kind is NodeKind.UNATTRIBUTED]
         movable = sorted((c for c in children if c.kind is not NodeKind.UNATTRIBUTED), key=fn)
         return movable + fixed, [], False
@@ -83,7 +87,7 @@ def limit_depth(profile: ModuleProfile, depth: int) -> ModuleProfile:
     if depth < 0:
         raise OptionError(f"--depth must be 0 or more, not {depth}")
 
-    def arrange(node: ModuleNode | None, children: list[ModuleNode]):
+    def arrange(node: ModuleNode | None, children: list[ModuleNode]) -> Arranged:
         if node is not None and node.depth >= depth:
             return [], children, False
         return children, [], False
@@ -99,7 +103,7 @@ def top_children(profile: ModuleProfile, n: int, key: SortKey | str = SortKey.GP
     key = _key(key)
     fn = _keys(profile)[SortKey.GPU if key in (SortKey.ORDER, SortKey.NAME) else key]
 
-    def arrange(node: ModuleNode | None, children: list[ModuleNode]):
+    def arrange(node: ModuleNode | None, children: list[ModuleNode]) -> Arranged:
         movable = [c for c in children if c.kind is not NodeKind.UNATTRIBUTED]
         if len(movable) <= n:
             return children, [], False
@@ -126,7 +130,7 @@ def ignore_modules(profile: ModuleProfile, patterns: list[str] | tuple[str, ...]
         names = (node.class_name, node.qualified_name, node.name)
         return any(fnmatch.fnmatchcase(n, p) for n in names if n for p in patterns)
 
-    def arrange(node: ModuleNode | None, children: list[ModuleNode]):
+    def arrange(node: ModuleNode | None, children: list[ModuleNode]) -> Arranged:
         if node is None:
             return children, [], False
         return [c for c in children if not hidden(c)], [c for c in children if hidden(c)], False
@@ -134,7 +138,9 @@ def ignore_modules(profile: ModuleProfile, patterns: list[str] | tuple[str, ...]
     return _rebuild(profile, arrange)
 
 
-Arrange = Callable[[ModuleNode | None, list[ModuleNode]], tuple[list[ModuleNode], list[ModuleNode], bool]]
+#: (kept children in order, folded children, whether the folded ones become an "others" node)
+Arranged = tuple[list[ModuleNode], list[ModuleNode], bool]
+Arrange = Callable[[ModuleNode | None, list[ModuleNode]], Arranged]
 
 
 def _rebuild(profile: ModuleProfile, arrange: Arrange) -> ModuleProfile:
@@ -150,13 +156,15 @@ def _rebuild(profile: ModuleProfile, arrange: Arrange) -> ModuleProfile:
             total = total + c.phase(phase).total
         return PhaseTimes(own=total, total=total)
 
-    def summed(group: list[ModuleNode]) -> dict[str, PhaseTimes]:
-        return {p.value: sum_phase(group, p) for p in PASSES}
+    def summed(group: list[ModuleNode]) -> tuple[PhaseTimes, PhaseTimes, PhaseTimes]:
+        """The forward, backward and other pass of ``group`` summed."""
+        return (sum_phase(group, Pass.FORWARD), sum_phase(group, Pass.BACKWARD),
+                sum_phase(group, Pass.OTHER))
 
-    def subtree_ops(group: list[ModuleNode]) -> list:
+    def subtree_ops(group: list[ModuleNode]) -> list[OpStat]:
         """The ops rows of every node of the subtrees of ``group`` (their own ops, merged by
         the node that takes over their time)."""
-        rows = []
+        rows: list[OpStat] = []
         stack = [c.id for c in group]
         while stack:
             n = nodes[stack.pop()]
@@ -172,10 +180,11 @@ def _rebuild(profile: ModuleProfile, arrange: Arrange) -> ModuleProfile:
         child_ids = [emit(c, new_id, depth + 1) for c in kept]
         phases = {p.value: node.phase(p) for p in PASSES}
         if folded and as_sibling:
+            forward, backward, other = summed(folded)
             others = ModuleNode(
                 id=len(out), parent=new_id, children=(), depth=depth + 1, kind=NodeKind.OTHERS,
                 name=f"({len(folded)} more)", class_name="", qualified_name=node.qualified_name + "/(more)",
-                path=node.path + ("(more)",), calls=0.0, **summed(folded),
+                path=node.path + ("(more)",), calls=0.0, forward=forward, backward=backward, other=other,
                 ops=bounded(subtree_ops(folded)),
             )
             out.append(others)
@@ -195,10 +204,11 @@ def _rebuild(profile: ModuleProfile, arrange: Arrange) -> ModuleProfile:
     kept_roots, folded_roots, as_sibling = arrange(None, roots)
     root_ids = [emit(r, -1, 0) for r in kept_roots]
     if folded_roots:
+        forward, backward, other = summed(folded_roots)
         others = ModuleNode(
             id=len(out), parent=-1, children=(), depth=0, kind=NodeKind.OTHERS,
             name=f"({len(folded_roots)} more)", class_name="", qualified_name="(more)",
-            path=("(more)",), calls=0.0, **summed(folded_roots),
+            path=("(more)",), calls=0.0, forward=forward, backward=backward, other=other,
             ops=bounded(subtree_ops(folded_roots)),
         )
         out.append(others)

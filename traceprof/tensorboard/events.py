@@ -78,8 +78,8 @@ def step_flops(doc: dict) -> float | None:
         return float(steps["flops"])
     nodes = doc.get("nodes", [])
     by_id = {n["id"]: n for n in nodes}
-    values = [node_flops(by_id[r]) for r in doc.get("roots", []) if r in by_id]
-    values = [v for v in values if v is not None]
+    found = [node_flops(by_id[r]) for r in doc.get("roots", []) if r in by_id]
+    values = [v for v in found if v is not None]
     return sum(values) if values else None
 
 

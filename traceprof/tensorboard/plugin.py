@@ -228,7 +228,7 @@ class TraceprofPlugin(base_plugin.TBPlugin):
             raise _Refused(404, f"{what} {e}") from None
         return _respond_json(data)
 
-    @wrappers.Request.application
+    @wrappers.Request.application  # type: ignore[arg-type]  # werkzeug wraps methods too; typed for functions
     def _serve_static(self, request):
         route = "/" + request.path.rsplit("/", 1)[-1]
         if route not in _STATIC_FILES:

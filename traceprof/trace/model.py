@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -106,7 +107,8 @@ class EventTable(msgspec.Struct, frozen=True):
 
     @property
     def end(self) -> np.ndarray:
-        return self.ts + self.dur
+        end: np.ndarray = self.ts + self.dur
+        return end
 
     def count(self, kind: Kind) -> int:
         return int(np.count_nonzero(self.kind == kind))
@@ -173,7 +175,7 @@ def release_freed_memory() -> None:
 
 
 @functools.cache
-def _malloc_trim():
+def _malloc_trim() -> Callable[[int], int] | None:
     try:
         return ctypes.CDLL("libc.so.6").malloc_trim
     except (OSError, AttributeError):  # not Linux, or not glibc (musl has no malloc_trim)

@@ -84,7 +84,7 @@ def kind_of(ph: str, cat: str) -> Kind:
 # decoder and the lenient path used when a trace has unusual value types.
 
 # Integer arguments decode as int with -1 for "absent" so that columns build without None checks;
-# a trace with null or non-integer values there takes the lenient path (reader._lenient_events).
+# a trace with null or non-integer values there takes the lenient path (read/events.py, lenient_entries).
 # Integers must fit the int64 columns they end up in; larger ones also take the lenient path,
 # which treats them as absent.
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1

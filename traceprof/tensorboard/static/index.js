@@ -170,7 +170,7 @@ function colorOf(node) {
 
 // ---- the view ----------------------------------------------------------------------------------
 
-// the passes of the profile (traceprof.profile.Pass): field prefix, label, short label; 'other'
+// the passes of the profile (traceprof.result.model.Pass): field prefix, label, short label; 'other'
 // is work that is neither forward nor backward (optimizer step, copies, time between ops)
 const PASSES = [['forward', 'Forward', 'Fwd'], ['backward', 'Backward', 'Bwd'], ['other', 'Other', 'Other']];
 // phases the icicle can show; 'split' draws the passes side by side, 'both' their sum
