@@ -77,8 +77,13 @@ def run_child(cmd, timeout, capture_stdout):
     """Run cmd; return wall seconds, peak RSS (MB) of that child, exit code, stdout, stderr tail."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         t0 = time.perf_counter()
-        proc = subprocess.Popen(cmd, cwd=REPO, stdin=subprocess.DEVNULL,
-                                stdout=out if capture_stdout else subprocess.DEVNULL, stderr=err)
+        proc = subprocess.Popen(
+            cmd,
+            cwd=REPO,
+            stdin=subprocess.DEVNULL,
+            stdout=out if capture_stdout else subprocess.DEVNULL,
+            stderr=err,
+        )
         killer = threading.Timer(timeout, proc.kill)
         killer.start()
         try:
@@ -86,13 +91,19 @@ def run_child(cmd, timeout, capture_stdout):
         finally:
             killer.cancel()
         wall = time.perf_counter() - t0
-        proc.returncode = rc = os.waitstatus_to_exitcode(status)   # already reaped
+        proc.returncode = rc = os.waitstatus_to_exitcode(status)  # already reaped
         out.seek(0)
         err.seek(0)
         stdout = out.read().decode(errors="replace") if capture_stdout else ""
         stderr = err.read().decode(errors="replace")
-    return {"wall_s": wall, "peak_mb": usage.ru_maxrss / 1024, "rc": rc,
-            "stdout": stdout, "stderr_tail": stderr[-2000:], "timed_out": rc == -9 and wall >= timeout}
+    return {
+        "wall_s": wall,
+        "peak_mb": usage.ru_maxrss / 1024,
+        "rc": rc,
+        "stdout": stdout,
+        "stderr_tail": stderr[-2000:],
+        "timed_out": rc == -9 and wall >= timeout,
+    }
 
 
 def warm_cache(path):
@@ -106,8 +117,17 @@ def ensure_large(path, target_mb):
         return
     print(f"{path} missing: generating it ({target_mb} MB) with scripts/gen_large_trace.py ...", flush=True)
     t0 = time.perf_counter()
-    subprocess.run([sys.executable, str(REPO / "scripts" / "gen_large_trace.py"), "--out", str(path),
-                    "--target-mb", str(target_mb)], check=True)
+    subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "scripts" / "gen_large_trace.py"),
+            "--out",
+            str(path),
+            "--target-mb",
+            str(target_mb),
+        ],
+        check=True,
+    )
     print(f"generated in {time.perf_counter() - t0:.1f} s", flush=True)
 
 
@@ -127,18 +147,26 @@ def bench_file(path, repeat, python, timeout, ref_gc="on"):
             t = run_child(tp_cmd, timeout, capture_stdout=False)
             tp.append(t)
             state = "ok" if t["rc"] == 0 else ("TIMEOUT" if t["timed_out"] else f"FAILED rc={t['rc']}")
-            print(f"  [{i + 1}/{repeat}] traceprof {t['wall_s']:8.2f} s  {t['peak_mb']:8.0f} MB  {state}",
-                  flush=True)
+            print(
+                f"  [{i + 1}/{repeat}] traceprof {t['wall_s']:8.2f} s  {t['peak_mb']:8.0f} MB  {state}",
+                flush=True,
+            )
             if t["rc"] != 0:
-                tp_failed = t          # no point repeating a failing command
+                tp_failed = t  # no point repeating a failing command
     sizes = orjson.loads(ref[0]["stdout"])
     res = {
-        "file": path, "disk_bytes": os.path.getsize(path), **sizes,
+        "file": path,
+        "disk_bytes": os.path.getsize(path),
+        **sizes,
         "orjson": summarize(ref),
         "traceprof": summarize(tp) if tp_failed is None else None,
-        "traceprof_error": None if tp_failed is None else {
-            "rc": tp_failed["rc"], "timed_out": tp_failed["timed_out"],
-            "stderr_tail": tp_failed["stderr_tail"]},
+        "traceprof_error": None
+        if tp_failed is None
+        else {
+            "rc": tp_failed["rc"],
+            "timed_out": tp_failed["timed_out"],
+            "stderr_tail": tp_failed["stderr_tail"],
+        },
         "samples": {"orjson": [strip(s) for s in ref], "traceprof": [strip(s) for s in tp]},
     }
     if res["traceprof"]:
@@ -149,9 +177,13 @@ def bench_file(path, repeat, python, timeout, ref_gc="on"):
 
 def summarize(samples):
     walls = [s["wall_s"] for s in samples]
-    return {"best_s": min(walls), "median_s": statistics.median(walls),
-            "peak_mb": statistics.median(s["peak_mb"] for s in samples),
-            "peak_mb_max": max(s["peak_mb"] for s in samples), "runs": len(samples)}
+    return {
+        "best_s": min(walls),
+        "median_s": statistics.median(walls),
+        "peak_mb": statistics.median(s["peak_mb"] for s in samples),
+        "peak_mb_max": max(s["peak_mb"] for s in samples),
+        "runs": len(samples),
+    }
 
 
 def strip(s):
@@ -160,21 +192,38 @@ def strip(s):
 
 def print_table(results, ref_gc="on"):
     ref = "orjson" if ref_gc == "on" else "orjson gc-off"
-    head = ("file", "JSON MB", f"{ref} s (best/med)", "traceprof s (best/med)", "t ratio",
-            f"{ref} peak MB", "traceprof peak MB", "mem ratio")
+    head = (
+        "file",
+        "JSON MB",
+        f"{ref} s (best/med)",
+        "traceprof s (best/med)",
+        "t ratio",
+        f"{ref} peak MB",
+        "traceprof peak MB",
+        "mem ratio",
+    )
     rows = []
     for r in results:
         o, t = r["orjson"], r["traceprof"]
-        rows.append((
-            os.path.basename(r["file"]), f"{r['json_bytes'] / 1e6:.1f}",
-            f"{o['best_s']:.2f} / {o['median_s']:.2f}",
-            f"{t['best_s']:.2f} / {t['median_s']:.2f}" if t else "FAILED",
-            f"{r['time_ratio']:.2f}x" if t else "-",
-            f"{o['peak_mb']:.0f}", f"{t['peak_mb']:.0f}" if t else "-",
-            f"{r['peak_ratio']:.2f}x" if t else "-"))
+        rows.append(
+            (
+                os.path.basename(r["file"]),
+                f"{r['json_bytes'] / 1e6:.1f}",
+                f"{o['best_s']:.2f} / {o['median_s']:.2f}",
+                f"{t['best_s']:.2f} / {t['median_s']:.2f}" if t else "FAILED",
+                f"{r['time_ratio']:.2f}x" if t else "-",
+                f"{o['peak_mb']:.0f}",
+                f"{t['peak_mb']:.0f}" if t else "-",
+                f"{r['peak_ratio']:.2f}x" if t else "-",
+            )
+        )
     widths = [max(len(str(x[i])) for x in [head, *rows]) for i in range(len(head))]
-    line = lambda cells: "  ".join(str(c).ljust(w) if i == 0 else str(c).rjust(w)   # noqa: E731
-                                   for i, (c, w) in enumerate(zip(cells, widths)))
+
+    def line(cells: list) -> str:
+        return "  ".join(
+            str(c).ljust(w) if i == 0 else str(c).rjust(w) for i, (c, w) in enumerate(zip(cells, widths))
+        )
+
     print()
     print(line(head))
     print("  ".join("-" * w for w in widths))
@@ -218,8 +267,14 @@ def _tree_pss_kb(pid):
 def run_tree(cmd, timeout):
     """Run cmd; wall seconds and the peak of the summed PSS of its process tree (MB)."""
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, env=CHILD_ENV)
+    proc = subprocess.Popen(
+        cmd,
+        cwd=REPO,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env=CHILD_ENV,
+    )
     peak = 0
     stop = threading.Event()
 
@@ -240,8 +295,10 @@ def run_tree(cmd, timeout):
     stop.set()
     sampler.join()
     if proc.returncode != 0:
-        raise SystemExit(f"{' '.join(map(str, cmd))} failed (exit {proc.returncode}):\n"
-                         f"{err.decode(errors='replace')[-2000:]}")
+        raise SystemExit(
+            f"{' '.join(map(str, cmd))} failed (exit {proc.returncode}):\n"
+            f"{err.decode(errors='replace')[-2000:]}"
+        )
     return wall, peak / 1024
 
 
@@ -255,8 +312,7 @@ def alternate(commands, repeat, timeout, label):
             walls[name].append(w)
             peaks[name].append(m)
             print(f"  {label} [{i + 1}/{repeat}] {name:<18} {w:8.2f} s {m:9.0f} MB", flush=True)
-    return {name: (statistics.median(walls[name]), statistics.median(peaks[name]))
-            for name in commands}
+    return {name: (statistics.median(walls[name]), statistics.median(peaks[name])) for name in commands}
 
 
 def ensure_trace(path, mb):
@@ -266,8 +322,11 @@ def ensure_trace(path, mb):
     t0 = time.perf_counter()
     # one step of a 5-layer model is about 1 MB; larger ones by target size
     size = ["--steps", "1", "--layers", "5"] if mb <= 1 else ["--target-mb", str(mb)]
-    subprocess.run([sys.executable, str(REPO / "scripts" / "gen_large_trace.py"), "--out",
-                    str(path), *size], check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "gen_large_trace.py"), "--out", str(path), *size],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
     print(f"  generated in {time.perf_counter() - t0:.0f} s", flush=True)
 
 
@@ -289,8 +348,9 @@ def ingest_figures(a):
     def ref(path):
         return [py, "-c", REFERENCE, str(path), a.ref_gc]
 
-    subprocess.run([py, "-m", "traceprof", "--help"], cwd=REPO, env=CHILD_ENV,
-                   stdout=subprocess.DEVNULL, check=True)  # writes the bytecode caches
+    subprocess.run(
+        [py, "-m", "traceprof", "--help"], cwd=REPO, env=CHILD_ENV, stdout=subprocess.DEVNULL, check=True
+    )  # writes the bytecode caches
     rows = []  # (figure, measured, target, met)
     t = a.timeout
     if "1gb" not in a.skip:
@@ -298,45 +358,84 @@ def ingest_figures(a):
         r = alternate({"orjson.loads": ref(one_gb), "traceprof": tp(one_gb)}, a.repeat, t, "1 GB")
         (ow, om), (tw, tm) = r["orjson.loads"], r["traceprof"]
         mb = one_gb.stat().st_size / 1e6
-        rows += [(f"{one_gb.name}: wall vs orjson.loads", f"{tw:.2f} s / {ow:.2f} s = {tw / ow:.2f}x "
-                  f"({mb / tw:.0f} MB/s)", "<= 0.35x", tw / ow <= 0.35),
-                 (f"{one_gb.name}: peak memory vs orjson.loads", f"{tm:.0f} MB / {om:.0f} MB = {tm / om:.2f}x",
-                  "<= 0.25x", tm / om <= 0.25)]
-        r = alternate({"--jobs 1": tp(one_gb, "--jobs", "1"), "--jobs 2": tp(one_gb, "--jobs", "2")},
-                      a.repeat, t, "1 GB jobs")
+        rows += [
+            (
+                f"{one_gb.name}: wall vs orjson.loads",
+                f"{tw:.2f} s / {ow:.2f} s = {tw / ow:.2f}x ({mb / tw:.0f} MB/s)",
+                "<= 0.35x",
+                tw / ow <= 0.35,
+            ),
+            (
+                f"{one_gb.name}: peak memory vs orjson.loads",
+                f"{tm:.0f} MB / {om:.0f} MB = {tm / om:.2f}x",
+                "<= 0.25x",
+                tm / om <= 0.25,
+            ),
+        ]
+        r = alternate(
+            {"--jobs 1": tp(one_gb, "--jobs", "1"), "--jobs 2": tp(one_gb, "--jobs", "2")},
+            a.repeat,
+            t,
+            "1 GB jobs",
+        )
         (w1, _), (w2, _) = r["--jobs 1"], r["--jobs 2"]
-        rows.append((f"{one_gb.name}: --jobs 2 vs --jobs 1 wall", f"{w2:.2f} s / {w1:.2f} s = {w2 / w1:.2f}",
-                     "<= 0.65", w2 / w1 <= 0.65))
+        rows.append(
+            (
+                f"{one_gb.name}: --jobs 2 vs --jobs 1 wall",
+                f"{w2:.2f} s / {w1:.2f} s = {w2 / w1:.2f}",
+                "<= 0.65",
+                w2 / w1 <= 0.65,
+            )
+        )
     if "resnet" not in a.skip:
         warm_cache(resnet)
-        r = alternate({"orjson.loads": ref(resnet), "traceprof": tp(resnet)}, a.repeat, t,
-                      "resnet50 2021")
+        r = alternate({"orjson.loads": ref(resnet), "traceprof": tp(resnet)}, a.repeat, t, "resnet50 2021")
         (ow, _), (tw, _) = r["orjson.loads"], r["traceprof"]
-        rows.append(("35 MB resnet50_v100_2021: wall vs orjson.loads",
-                     f"{tw:.2f} s / {ow:.2f} s = {tw / ow:.2f}x", "<= 0.8x", tw / ow <= 0.8))
+        rows.append(
+            (
+                "35 MB resnet50_v100_2021: wall vs orjson.loads",
+                f"{tw:.2f} s / {ow:.2f} s = {tw / ow:.2f}x",
+                "<= 0.8x",
+                tw / ow <= 0.8,
+            )
+        )
     if "1mb" not in a.skip:
         warm_cache(one_mb)
         run_tree(tp(one_mb), t)  # warm-up: bytecode caches, page cache
-        r = alternate({"python -c 'import orjson'": [py, "-c", IMPORT_ONLY],
-                       "traceprof analyze": tp(one_mb)}, max(a.repeat, 5), t, "1 MB")
+        r = alternate(
+            {"python -c 'import orjson'": [py, "-c", IMPORT_ONLY], "traceprof analyze": tp(one_mb)},
+            max(a.repeat, 5),
+            t,
+            "1 MB",
+        )
         (sw, _), (tw, _) = r["python -c 'import orjson'"], r["traceprof analyze"]
-        rows.append(("1 MB: whole traceprof analyze command", f"{tw:.3f} s (bare start {sw:.3f} s)",
-                     "<= 0.35 s", tw <= 0.35))
+        rows.append(
+            (
+                "1 MB: whole traceprof analyze command",
+                f"{tw:.3f} s (bare start {sw:.3f} s)",
+                "<= 0.35 s",
+                tw <= 0.35,
+            )
+        )
     if "4gb" not in a.skip:
         r = alternate({"traceprof": tp(four_gb)}, max(1, min(a.repeat, 2)), t, "4 GB")
         tw, tm = r["traceprof"]
         mb = four_gb.stat().st_size / 1e6
-        rows += [(f"{four_gb.name}: peak memory", f"{tm / 1024:.2f} GiB", "< 3 GiB", tm / 1024 < 3),
-                 (f"{four_gb.name}: wall, throughput", f"{tw:.1f} s, {mb / tw:.0f} MB/s", "(reported)", True)]
-    widths = [max(len(str(x[i])) for x in rows + [("figure", "measured (medians)", "target")])
-              for i in range(3)]
+        rows += [
+            (f"{four_gb.name}: peak memory", f"{tm / 1024:.2f} GiB", "< 3 GiB", tm / 1024 < 3),
+            (f"{four_gb.name}: wall, throughput", f"{tw:.1f} s, {mb / tw:.0f} MB/s", "(reported)", True),
+        ]
+    widths = [
+        max(len(str(x[i])) for x in rows + [("figure", "measured (medians)", "target")]) for i in range(3)
+    ]
     print()
-    print("  ".join(h.ljust(w) for h, w in zip(("figure", "measured (medians)", "target"), widths))
-          + "  met")
+    print("  ".join(h.ljust(w) for h, w in zip(("figure", "measured (medians)", "target"), widths)) + "  met")
     print("  ".join("-" * w for w in widths) + "  ---")
     for fig, measured, target, met in rows:
-        print("  ".join(str(c).ljust(w) for c, w in zip((fig, measured, target), widths))
-              + ("  yes" if met else "  NO"))
+        print(
+            "  ".join(str(c).ljust(w) for c, w in zip((fig, measured, target), widths))
+            + ("  yes" if met else "  NO")
+        )
     return 0
 
 
@@ -350,32 +449,58 @@ def compile_package():
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("traces", nargs="*", help=f"trace files (default: {' '.join(DEFAULT_TRACES)})")
-    ap.add_argument("--large", default=str(DEFAULT_LARGE),
-                    help="large synthetic trace, generated when missing (default: %(default)s)")
+    ap.add_argument(
+        "--large",
+        default=str(DEFAULT_LARGE),
+        help="large synthetic trace, generated when missing (default: %(default)s)",
+    )
     ap.add_argument("--large-mb", type=float, default=520.0, help="size to generate it at (default 520)")
     ap.add_argument("--no-large", action="store_true", help="leave the large trace out")
     ap.add_argument("--repeat", type=int, default=3, help="runs of each command per file (default 3)")
     ap.add_argument("--timeout", type=float, default=1800.0, help="seconds before a child is killed")
     ap.add_argument("--python", default=sys.executable, help="interpreter for the children")
-    ap.add_argument("--ref-gc", choices=("on", "off"), default="on",
-                    help="Python's cyclic GC in the reference child (default on, as a plain script "
-                         "has it; with it, orjson.loads of a large trace spends most of its time in "
-                         "GC passes)")
+    ap.add_argument(
+        "--ref-gc",
+        choices=("on", "off"),
+        default="on",
+        help="Python's cyclic GC in the reference child (default on, as a plain script "
+        "has it; with it, orjson.loads of a large trace spends most of its time in "
+        "GC passes)",
+    )
     ap.add_argument("--json", metavar="OUT", help="save the results as JSON")
-    ap.add_argument("--ingest", action="store_true",
-                    help="the ingest figures instead (see above); traces under --data-dir")
-    ap.add_argument("--data-dir", default="/work/bench_data",
-                    help="--ingest: where the generated traces are kept (default %(default)s)")
-    ap.add_argument("--gb-mb", type=float, default=1000.0,
-                    help="--ingest: size of the '1 GB' trace in MB (default 1000; 200 for a "
-                         "quick look)")
-    ap.add_argument("--four-gb-mb", type=float, default=4000.0,
-                    help="--ingest: size of the '4 GB' trace in MB (default 4000)")
-    ap.add_argument("--skip", nargs="*", default=[], choices=("1mb", "1gb", "resnet", "4gb"),
-                    help="--ingest: figures left out")
+    ap.add_argument(
+        "--ingest",
+        action="store_true",
+        help="the ingest figures instead (see above); traces under --data-dir",
+    )
+    ap.add_argument(
+        "--data-dir",
+        default="/work/bench_data",
+        help="--ingest: where the generated traces are kept (default %(default)s)",
+    )
+    ap.add_argument(
+        "--gb-mb",
+        type=float,
+        default=1000.0,
+        help="--ingest: size of the '1 GB' trace in MB (default 1000; 200 for a quick look)",
+    )
+    ap.add_argument(
+        "--four-gb-mb",
+        type=float,
+        default=4000.0,
+        help="--ingest: size of the '4 GB' trace in MB (default 4000)",
+    )
+    ap.add_argument(
+        "--skip",
+        nargs="*",
+        default=[],
+        choices=("1mb", "1gb", "resnet", "4gb"),
+        help="--ingest: figures left out",
+    )
     a = ap.parse_args(argv)
     compile_package()
     if a.ingest:
@@ -391,10 +516,14 @@ def main(argv=None):
         results.append(bench_file(p, a.repeat, a.python, a.timeout, a.ref_gc))
     print_table(results, a.ref_gc)
     if a.json:
-        meta = {"python": a.python, "repeat": a.repeat, "reference_gc": a.ref_gc, "cpu_count": os.cpu_count(),
-                "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-        Path(a.json).write_bytes(orjson.dumps({"meta": meta, "results": results},
-                                              option=orjson.OPT_INDENT_2))
+        meta = {
+            "python": a.python,
+            "repeat": a.repeat,
+            "reference_gc": a.ref_gc,
+            "cpu_count": os.cpu_count(),
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        }
+        Path(a.json).write_bytes(orjson.dumps({"meta": meta, "results": results}, option=orjson.OPT_INDENT_2))
         print(f"\nresults saved to {a.json}")
     return 1 if any(r["traceprof_error"] for r in results) else 0
 

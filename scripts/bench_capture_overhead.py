@@ -30,16 +30,15 @@ import sys
 import tempfile
 import time
 import warnings
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import traceprof.capture as capture  # noqa: E402
-from traceprof.capture import sample_models as sm  # noqa: E402
-
+import traceprof.capture as capture
+from traceprof.capture import sample_models as sm
 
 # Input sizes per ``--size``: "standard" is what the models are built for (ImageNet images, the
 # GPT-2 small configuration at batch 1); "small" shrinks the work per module call so that the
@@ -50,8 +49,7 @@ SIZES = {
 }
 
 
-def make_step(name: str, mode: str, size: str = "standard"
-              ) -> tuple[torch.nn.Module, Callable[[], None]]:
+def make_step(name: str, mode: str, size: str = "standard") -> tuple[torch.nn.Module, Callable[[], None]]:
     torch.manual_seed(0)
     batch, extent = SIZES[size][name]
     if name == "resnet18":
@@ -84,6 +82,7 @@ def make_step(name: str, mode: str, size: str = "standard"
         def step() -> None:
             with torch.no_grad():
                 forward()
+
         return model, step
 
     model.train()
@@ -93,11 +92,13 @@ def make_step(name: str, mode: str, size: str = "standard"
         loss_of(forward()).backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
+
     return model, step
 
 
-def timed_steps(kind: str, model: torch.nn.Module, step: Callable[[], None], active: int,
-                logdir: str) -> list[tuple[float, float]]:
+def timed_steps(
+    kind: str, model: torch.nn.Module, step: Callable[[], None], active: int, logdir: str
+) -> list[tuple[float, float]]:
     """``(wall, thread CPU)`` seconds of each active step (step function only)."""
     from torch.profiler import ProfilerActivity, schedule
 
@@ -121,7 +122,9 @@ def timed_steps(kind: str, model: torch.nn.Module, step: Callable[[], None], act
             activities=[ProfilerActivity.CPU],
             schedule=schedule(wait=1, warmup=1, active=active, repeat=1),
             on_trace_ready=lambda p: None,
-            record_shapes=True, with_flops=True, with_modules=True,
+            record_shapes=True,
+            with_flops=True,
+            with_modules=True,
         ) as prof:
             loop(prof)
     elif kind == "traceprof":
@@ -148,11 +151,12 @@ def bench_model(name: str, mode: str, size: str, repeats: int, active: int, logd
         for kind in kinds:
             samples[kind].extend(run[kind])
         for clock in (0, 1):
-            ratios[clock].append(statistics.median(t[clock] for t in run["traceprof"])
-                                 / statistics.median(t[clock] for t in run["torch"]))
+            ratios[clock].append(
+                statistics.median(t[clock] for t in run["traceprof"])
+                / statistics.median(t[clock] for t in run["torch"])
+            )
     return {
-        "median": {(k, c): statistics.median(t[c] for t in v)
-                   for k, v in samples.items() for c in (0, 1)},
+        "median": {(k, c): statistics.median(t[c] for t in v) for k, v in samples.items() for c in (0, 1)},
         "ratios": ratios,
         "calls": _calls_per_step(model, step),
     }
@@ -179,17 +183,18 @@ def bench_scope_kinds(n: int = 20000) -> dict[str, float]:
 
     from traceprof.capture.scopes import _OpsRecord
 
-    kinds: dict[str, Callable[[str], object]] = {"record_function (torch.profiler)":
-                                                 torch.profiler.record_function,
-                                                 "record_function ops (traceprof fallback)":
-                                                 _OpsRecord}
+    kinds: dict[str, Callable[[str], object]] = {
+        "record_function (torch.profiler)": torch.profiler.record_function,
+        "record_function ops (traceprof fallback)": _OpsRecord,
+    }
     fast = getattr(torch._C._profiler, "_RecordFunctionFast", None)
     if fast is not None:
         kinds["_RecordFunctionFast (traceprof default)"] = fast
     result: dict[str, float] = {}
     name = "[traceprof:1]Linear: transformer.h.0.attn.c_attn"
-    with torch.profiler.profile(activities=[ProfilerActivity.CPU], record_shapes=True,
-                                with_flops=True, with_modules=True):
+    with torch.profiler.profile(
+        activities=[ProfilerActivity.CPU], record_shapes=True, with_flops=True, with_modules=True
+    ):
         for label, make in kinds.items():
             best = float("inf")
             for _ in range(3):
@@ -226,10 +231,14 @@ def bench_call_cost(n_modules: int = 200, iters: int = 200) -> dict[str, float]:
         return low / (n_modules + 1) * 1e6
 
     result["no profiler"] = best(None)
-    with torch.profiler.profile(activities=[ProfilerActivity.CPU],
-                                schedule=schedule(wait=0, warmup=1, active=1),
-                                on_trace_ready=lambda p: None, record_shapes=True,
-                                with_flops=True, with_modules=True) as prof:
+    with torch.profiler.profile(
+        activities=[ProfilerActivity.CPU],
+        schedule=schedule(wait=0, warmup=1, active=1),
+        on_trace_ready=lambda p: None,
+        record_shapes=True,
+        with_flops=True,
+        with_modules=True,
+    ) as prof:
         prof.step()  # into the active step
         result["torch.profiler, no scopes"] = best(prof)
     with tempfile.TemporaryDirectory(prefix="traceprof-bench-") as logdir:
@@ -242,30 +251,39 @@ def bench_call_cost(n_modules: int = 200, iters: int = 200) -> dict[str, float]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--models", nargs="+", default=["resnet18", "gpt"],
-                        choices=("resnet18", "gpt"))
-    parser.add_argument("--modes", nargs="+", default=["train", "infer"],
-                        choices=("train", "infer"))
-    parser.add_argument("--size", choices=tuple(SIZES), default="standard",
-                        help="standard: ResNet-18 on 1x3x224x224, GPT-2 small (124M) on 1x256"
-                             " tokens; small: ResNet-18 on 2x3x64x64, a 4-layer 256-wide GPT on"
-                             " 2x128 tokens (stresses the per-call cost)")
+    parser.add_argument("--models", nargs="+", default=["resnet18", "gpt"], choices=("resnet18", "gpt"))
+    parser.add_argument("--modes", nargs="+", default=["train", "infer"], choices=("train", "infer"))
+    parser.add_argument(
+        "--size",
+        choices=tuple(SIZES),
+        default="standard",
+        help="standard: ResNet-18 on 1x3x224x224, GPT-2 small (124M) on 1x256"
+        " tokens; small: ResNet-18 on 2x3x64x64, a 4-layer 256-wide GPT on"
+        " 2x128 tokens (stresses the per-call cost)",
+    )
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--active", type=int, default=8)
-    parser.add_argument("--threads", type=int, default=1,
-                        help="torch intra-op threads (1 is steadier on a busy machine)")
+    parser.add_argument(
+        "--threads", type=int, default=1, help="torch intra-op threads (1 is steadier on a busy machine)"
+    )
     args = parser.parse_args(argv)
     warnings.filterwarnings("ignore", message=".*Profiler clears events.*")
     torch.set_num_threads(args.threads)
     print(f"size {args.size}: {SIZES[args.size]} (batch, image side or tokens)")
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), {os.cpu_count()} CPUs,"
-          f" {args.repeats} repeats x {args.active} active steps per kind, kinds alternated")
-    print("median step time of the step function in ms, by wall clock and by the CPU time of the"
-          " calling thread\n(steadier on a shared machine; with 1 thread it holds forward and"
-          " backward); ratio = traceprof/torch,\nmedian over repeats [min..max];"
-          " us/call = extra per module call from the medians")
-    print(f"{'model':9} {'mode':5} {'calls':>5} {'clock':5} {'none':>8} {'torch':>8}"
-          f" {'traceprof':>9} {'ratio':>21} {'us/call':>7}")
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), {os.cpu_count()} CPUs,"
+        f" {args.repeats} repeats x {args.active} active steps per kind, kinds alternated"
+    )
+    print(
+        "median step time of the step function in ms, by wall clock and by the CPU time of the"
+        " calling thread\n(steadier on a shared machine; with 1 thread it holds forward and"
+        " backward); ratio = traceprof/torch,\nmedian over repeats [min..max];"
+        " us/call = extra per module call from the medians"
+    )
+    print(
+        f"{'model':9} {'mode':5} {'calls':>5} {'clock':5} {'none':>8} {'torch':>8}"
+        f" {'traceprof':>9} {'ratio':>21} {'us/call':>7}"
+    )
     with tempfile.TemporaryDirectory(prefix="traceprof-bench-") as logdir:
         for name in args.models:
             for mode in args.modes:
@@ -274,10 +292,13 @@ def main(argv: list[str] | None = None) -> int:
                 for clock, label in ((0, "wall"), (1, "cpu")):
                     ratios = r["ratios"][clock]
                     per_call = (med["traceprof", clock] - med["torch", clock]) / r["calls"] * 1e6
-                    print(f"{name:9} {mode:5} {r['calls']:5d} {label:5} "
-                          f"{med['none', clock] * 1e3:8.2f} {med['torch', clock] * 1e3:8.2f} "
-                          f"{med['traceprof', clock] * 1e3:9.2f} {statistics.median(ratios):6.3f}"
-                          f" [{min(ratios):.3f}..{max(ratios):.3f}] {per_call:7.1f}", flush=True)
+                    print(
+                        f"{name:9} {mode:5} {r['calls']:5d} {label:5} "
+                        f"{med['none', clock] * 1e3:8.2f} {med['torch', clock] * 1e3:8.2f} "
+                        f"{med['traceprof', clock] * 1e3:9.2f} {statistics.median(ratios):6.3f}"
+                        f" [{min(ratios):.3f}..{max(ratios):.3f}] {per_call:7.1f}",
+                        flush=True,
+                    )
     print("\ncost per module call, chain of nn.Identity, best of 200 forwards, us")
     for label, us in bench_call_cost().items():
         print(f"  {label:42} {us:6.2f}")

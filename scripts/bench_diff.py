@@ -37,8 +37,19 @@ def ensure_trace(path: str, size_mb: float, seed: int) -> None:
     if os.path.exists(path):
         return
     print(f"generating {path} ({size_mb:g} MB, seed {seed}) ...", flush=True)
-    subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "gen_large_trace.py"),
-                    "--out", path, "--target-mb", str(size_mb), "--seed", str(seed)], check=True)
+    subprocess.run(
+        [
+            sys.executable,
+            os.path.join(ROOT, "scripts", "gen_large_trace.py"),
+            "--out",
+            path,
+            "--target-mb",
+            str(size_mb),
+            "--seed",
+            str(seed),
+        ],
+        check=True,
+    )
 
 
 def warm(path: str) -> None:
@@ -50,8 +61,13 @@ def warm(path: str) -> None:
 def run(cmd: list[str], timeout: float) -> tuple[float, float, int, str]:
     """(wall seconds, peak RSS in MB, exit status, stderr tail) of one child."""
     t = time.perf_counter()
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            env={**os.environ, "TRACEPROF_PROGRESS": "never"})
+    proc = subprocess.Popen(
+        cmd,
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "TRACEPROF_PROGRESS": "never"},
+    )
     try:
         _, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -66,8 +82,9 @@ def run(cmd: list[str], timeout: float) -> tuple[float, float, int, str]:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--data", default="/work/bench_data", help="where the traces are (made)")
     ap.add_argument("--size-mb", type=float, default=520.0, help="size of each trace (default 520)")
     ap.add_argument("--repeat", type=int, default=3, help="runs of each command (default 3)")
@@ -84,16 +101,18 @@ def main(argv=None) -> int:
         warm(p)
     commands = {
         "analyze A": [a.python, "-m", "traceprof", "analyze", base, "-f", "json", "-o", os.devnull],
-        "diff A B": [a.python, "-m", "traceprof", "diff", base, new, "-f", "json", "-o",
-                     os.devnull],
+        "diff A B": [a.python, "-m", "traceprof", "diff", base, new, "-f", "json", "-o", os.devnull],
     }
     times: dict[str, list[float]] = {k: [] for k in commands}
     failed = False
     for i in range(a.repeat):
         for name, cmd in commands.items():
             wall, _, status, err = run(cmd, a.timeout)
-            print(f"  run {i + 1}/{a.repeat} {name}: {wall:.2f} s" +
-                  (f"  FAILED (exit {status}): {err.strip()}" if status else ""), flush=True)
+            print(
+                f"  run {i + 1}/{a.repeat} {name}: {wall:.2f} s"
+                + (f"  FAILED (exit {status}): {err.strip()}" if status else ""),
+                flush=True,
+            )
             failed |= status != 0
             times[name].append(wall)
     sizes = " + ".join(f"{os.path.getsize(p) / 1e6:.0f} MB" for p in (base, new))
@@ -104,8 +123,10 @@ def main(argv=None) -> int:
         print(f"{name:<12} {min(ts):>8.2f} {statistics.median(ts):>9.2f}")
     ratio = statistics.median(times["diff A B"]) / statistics.median(times["analyze A"])
     ok = ratio <= TARGET_RATIO and not failed
-    print(f"{'ratio':<12} {'':>8} {ratio:>8.2f}x  (diff / analyze, medians; target <= "
-          f"{TARGET_RATIO}x: {'met' if ok else 'NOT met'})")
+    print(
+        f"{'ratio':<12} {'':>8} {ratio:>8.2f}x  (diff / analyze, medians; target <= "
+        f"{TARGET_RATIO}x: {'met' if ok else 'NOT met'})"
+    )
     return 0 if ok else 1
 
 

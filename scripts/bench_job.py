@@ -49,8 +49,13 @@ def generate(data: str, ranks: int, target_mb: float, layers: int) -> list[str]:
     from traceprof.testing import generate_job
 
     marker = os.path.join(data, "bench_job.params")
-    params = {"ranks": ranks, "target_mb": target_mb, "layers": layers, "slow_rank": ranks // 2,
-              "slow_module": "transformer.h.1.mlp.c_fc"}
+    params = {
+        "ranks": ranks,
+        "target_mb": target_mb,
+        "layers": layers,
+        "slow_rank": ranks // 2,
+        "slow_module": "transformer.h.1.mlp.c_fc",
+    }
     if os.path.exists(marker):
         with open(marker) as f:
             saved = json.load(f)
@@ -58,9 +63,16 @@ def generate(data: str, ranks: int, target_mb: float, layers: int) -> list[str]:
             return saved["paths"]
     print(f"generating {ranks} traces of {target_mb:g} MB into {data} ...", file=sys.stderr)
     t = time.perf_counter()
-    paths = generate_job(data, ranks=ranks, slow_rank=params["slow_rank"],
-                         slow_module=params["slow_module"], slow_factor=3.0,
-                         target_mb=target_mb, layers=layers, quiet=True)
+    paths = generate_job(
+        data,
+        ranks=ranks,
+        slow_rank=params["slow_rank"],
+        slow_module=params["slow_module"],
+        slow_factor=3.0,
+        target_mb=target_mb,
+        layers=layers,
+        quiet=True,
+    )
     with open(marker, "w") as f:
         json.dump({"params": params, "paths": paths}, f)
     print(f"  done in {time.perf_counter() - t:.0f} s", file=sys.stderr)
@@ -106,8 +118,11 @@ def run(cmd: list[str]) -> tuple[float, int, bytes]:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--data", default="/work/bench_data/job16",
-                    help="directory of the generated job (outside the repository)")
+    ap.add_argument(
+        "--data",
+        default="/work/bench_data/job16",
+        help="directory of the generated job (outside the repository)",
+    )
     ap.add_argument("--ranks", type=int, default=16)
     ap.add_argument("--target-mb", type=float, default=50.0, help="JSON MB per trace (>= 50)")
     ap.add_argument("--layers", type=int, default=4)
@@ -120,9 +135,11 @@ def main(argv=None) -> int:
     paths = generate(a.data, a.ranks, a.target_mb, a.layers)
     sizes = [os.path.getsize(p) for p in paths]
     cli = [sys.executable, "-m", "traceprof", "analyze"]
-    rows = [("one trace (rank 0)", cli + [paths[0], "--jobs", "1"]),
-            ("job --jobs 1", cli + [a.data, "--jobs", "1"]),
-            ("job --jobs 2", cli + [a.data, "--jobs", "2"])]
+    rows = [
+        ("one trace (rank 0)", cli + [paths[0], "--jobs", "1"]),
+        ("job --jobs 1", cli + [a.data, "--jobs", "1"]),
+        ("job --jobs 2", cli + [a.data, "--jobs", "2"]),
+    ]
     if not a.no_dask:
         rows.append(("job --engine dask --jobs 2", cli + [a.data, "--engine", "dask", "--jobs", "2"]))
     results = {}
@@ -142,20 +159,31 @@ def main(argv=None) -> int:
     j1_wall, _ = results["job --jobs 1"]
     j2_wall, j2_mem = results["job --jobs 2"]
     print()
-    print(f"job: {len(paths)} ranks in {a.data}, {min(sizes) / 1e6:.0f} to {max(sizes) / 1e6:.0f} MB "
-          f"of JSON each ({sum(sizes) / 1e9:.2f} GB in all); CPUs available: "
-          f"{len(os.sched_getaffinity(0))}; best of {a.repeat}")
+    print(
+        f"job: {len(paths)} ranks in {a.data}, {min(sizes) / 1e6:.0f} to {max(sizes) / 1e6:.0f} MB "
+        f"of JSON each ({sum(sizes) / 1e9:.2f} GB in all); CPUs available: "
+        f"{len(os.sched_getaffinity(0))}; best of {a.repeat}"
+    )
     print()
     print(f"{'run':<30} {'wall s':>8} {'vs --jobs 1':>12} {'peak MB':>9} {'vs one trace':>13}  report")
     for name, (wall, peak) in results.items():
-        print(f"{name:<30} {wall:>8.2f} {wall / j1_wall:>11.2f}x {peak / 1e6:>9.0f} "
-              f"{peak / one_mem:>12.2f}x  {reports[name] if name.startswith('job') else ''}")
+        print(
+            f"{name:<30} {wall:>8.2f} {wall / j1_wall:>11.2f}x {peak / 1e6:>9.0f} "
+            f"{peak / one_mem:>12.2f}x  {reports[name] if name.startswith('job') else ''}"
+        )
     print()
-    checks = [("--jobs 2 / --jobs 1 wall <= 0.6", j2_wall / j1_wall, 0.6),
-              ("--jobs 2 peak memory / one trace's <= 2.5", j2_mem / one_mem, 2.5)]
+    checks = [
+        ("--jobs 2 / --jobs 1 wall <= 0.6", j2_wall / j1_wall, 0.6),
+        ("--jobs 2 peak memory / one trace's <= 2.5", j2_mem / one_mem, 2.5),
+    ]
     if "job --engine dask --jobs 2" in results:
-        checks.append(("Dask LocalCluster / local pool wall <= 1.3",
-                       results["job --engine dask --jobs 2"][0] / j2_wall, 1.3))
+        checks.append(
+            (
+                "Dask LocalCluster / local pool wall <= 1.3",
+                results["job --engine dask --jobs 2"][0] / j2_wall,
+                1.3,
+            )
+        )
     same = len({v for k, v in reports.items() if k.startswith("job")}) == 1
     for text, value, limit in checks:
         print(f"{text:<45} {value:6.2f}  {'met' if value <= limit else 'NOT met'}")

@@ -22,8 +22,8 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import traceprof.capture as capture  # noqa: E402
-from traceprof.capture import sample_models as sm  # noqa: E402
+import traceprof.capture as capture
+from traceprof.capture import sample_models as sm
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WIDENED = "transformer.h.2.mlp"
@@ -44,8 +44,7 @@ def capture_run(widen: bool, path: str) -> None:
     targets = torch.roll(idx, -1, dims=1)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     model.train()
-    with capture.profile(model, wait=1, warmup=1, active=3,
-                         _trace_file=os.path.relpath(path)) as prof:
+    with capture.profile(model, wait=1, warmup=1, active=3, _trace_file=os.path.relpath(path)) as prof:
         for _ in range(5):
             loss = F.cross_entropy(model(idx).flatten(0, 1), targets.flatten())
             loss.backward()

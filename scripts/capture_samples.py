@@ -24,15 +24,16 @@ import json
 import os
 import re
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import traceprof.capture as capture  # noqa: E402
-from traceprof.capture import sample_models as sm  # noqa: E402
+import traceprof.capture as capture
+from traceprof.capture import sample_models as sm
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -43,13 +44,13 @@ def device_tag(device: torch.device) -> str:
         return device.type
     name = torch.cuda.get_device_name(device)
     upper = name.upper()
-    match = re.search(r"\b((?:MI|[A-Z])\d{1,4}[A-Z]?)\b", upper) or re.search(
-        r"\b(RTX) ?(\d{4})", upper)
+    match = re.search(r"\b((?:MI|[A-Z])\d{1,4}[A-Z]?)\b", upper) or re.search(r"\b(RTX) ?(\d{4})", upper)
     return "".join(g for g in match.groups() if g).lower() if match else "cuda"
 
 
-def sample(name: str, device: torch.device) -> tuple[torch.nn.Module, Callable[[], tuple],
-                                                     Callable[[Any, tuple], torch.Tensor]]:
+def sample(
+    name: str, device: torch.device
+) -> tuple[torch.nn.Module, Callable[[], tuple], Callable[[Any, tuple], torch.Tensor]]:
     """``(model, make_inputs, loss(output, inputs))`` for one sample model."""
     gen = torch.Generator().manual_seed(0)
 
@@ -69,8 +70,7 @@ def sample(name: str, device: torch.device) -> tuple[torch.nn.Module, Callable[[
         model = sm.GPT(config)
         idx = on(torch.randint(0, config.vocab_size, (2, 128), generator=gen))
         targets = on(torch.roll(idx, -1, dims=1))
-        return (model, lambda: (idx,),
-                lambda out, _: F.cross_entropy(out.flatten(0, 1), targets.flatten()))
+        return (model, lambda: (idx,), lambda out, _: F.cross_entropy(out.flatten(0, 1), targets.flatten()))
     if name == "bert":
         config = sm.BertConfig()  # 4 layers, hidden 256, 4 heads, vocab 8192
         model = sm.BertEncoder(config)
@@ -79,8 +79,7 @@ def sample(name: str, device: torch.device) -> tuple[torch.nn.Module, Callable[[
         mask[1, 96:] = 0  # padding in the second sequence
         mask = on(mask)
         labels = on(torch.tensor([0, 1]))
-        return (model, lambda: (ids, mask),
-                lambda out, _: F.cross_entropy(out["logits"], labels))
+        return (model, lambda: (ids, mask), lambda out, _: F.cross_entropy(out["logits"], labels))
     raise ValueError(f"unknown sample model {name!r}")
 
 
@@ -118,8 +117,7 @@ def capture_one(name: str, mode: str, device: torch.device, out_dir: str) -> str
 
     final = os.path.join(out_dir, f"{name}_{mode}_{device_tag(device)}.pt.trace.json.gz")
     # _trace_file: one file with this exact name instead of <worker>.<ms>.pt.trace.json.gz
-    with capture.profile(model, wait=1, warmup=1, active=2,
-                         _trace_file=os.path.relpath(final)) as prof:
+    with capture.profile(model, wait=1, warmup=1, active=2, _trace_file=os.path.relpath(final)) as prof:
         for _ in range(steps):
             step()
             prof.step()
@@ -131,12 +129,15 @@ def capture_one(name: str, mode: str, device: torch.device, out_dir: str) -> str
 def summarize(path: str) -> str:
     with gzip.open(path, "rt", encoding="utf-8") as f:
         trace = json.load(f)
-    n_scopes = sum(1 for e in trace["traceEvents"]
-                   if e.get("ph") == "X" and e.get("name", "").startswith("[traceprof:"))
+    n_scopes = sum(
+        1 for e in trace["traceEvents"] if e.get("ph") == "X" and e.get("name", "").startswith("[traceprof:")
+    )
     table = capture.decode_table(trace["traceprof"])
-    return (f"{os.path.relpath(path, ROOT)}: {os.path.getsize(path) / 1e6:.2f} MB, "
-            f"{len(trace['traceEvents'])} events, {n_scopes} scopes, "
-            f"{len(table['modules'])} modules, {table['modules'][0]['params_total']:,} params")
+    return (
+        f"{os.path.relpath(path, ROOT)}: {os.path.getsize(path) / 1e6:.2f} MB, "
+        f"{len(trace['traceEvents'])} events, {n_scopes} scopes, "
+        f"{len(table['modules'])} modules, {table['modules'][0]['params_total']:,} params"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -144,10 +145,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=os.path.join(ROOT, "sample_traces"))
     parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
-    parser.add_argument("--modes", nargs="+", default=["train", "infer"],
-                        choices=("train", "infer"))
-    parser.add_argument("--threads", type=int, default=None,
-                        help="torch intra-op threads (default: torch's choice)")
+    parser.add_argument("--modes", nargs="+", default=["train", "infer"], choices=("train", "infer"))
+    parser.add_argument(
+        "--threads", type=int, default=None, help="torch intra-op threads (default: torch's choice)"
+    )
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)

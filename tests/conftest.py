@@ -10,8 +10,9 @@ SAMPLE_TRACES = REPO / "sample_traces"
 
 
 def pytest_addoption(parser):
-    parser.addoption("--update-golden", action="store_true",
-                     help="rewrite tests/golden/* from the current output")
+    parser.addoption(
+        "--update-golden", action="store_true", help="rewrite tests/golden/* from the current output"
+    )
 
 
 @pytest.fixture

@@ -52,8 +52,7 @@ def wait_for(what: str, check, timeout_s: float, proc: subprocess.Popen | None =
     last_error = None
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
-            pytest.fail(f"TensorBoard exited ({proc.returncode}) while waiting for {what}:\n"
-                        f"{_tail(log)}")
+            pytest.fail(f"TensorBoard exited ({proc.returncode}) while waiting for {what}:\n{_tail(log)}")
         try:
             result = check()
             if result:
@@ -61,8 +60,7 @@ def wait_for(what: str, check, timeout_s: float, proc: subprocess.Popen | None =
         except (OSError, urllib.error.URLError, ValueError, KeyError) as e:
             last_error = e
         time.sleep(0.5)
-    pytest.fail(f"timed out after {timeout_s} s waiting for {what} (last error: {last_error})\n"
-                f"{_tail(log)}")
+    pytest.fail(f"timed out after {timeout_s} s waiting for {what} (last error: {last_error})\n{_tail(log)}")
 
 
 def _tail(log) -> str:
@@ -78,8 +76,9 @@ def start_process(argv: list[str], log_path: Path) -> subprocess.Popen:
     log = open(log_path, "wb")
     try:
         # its own process group: TensorBoard's helpers (data server, loaders) stop with it
-        return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+        return subprocess.Popen(
+            argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+        )
     finally:
         log.close()
 

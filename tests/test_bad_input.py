@@ -192,8 +192,7 @@ def test_cli_bad_file(bad_file_runs, case):
 def test_cli_lone_surrogate_escape(tmp_path, gz):
     """A lone surrogate escape is valid JSON syntax but no valid text: the trace is refused
     cleanly, or analyzed and printed."""
-    data = (b'[{"ph": "X", "cat": "cpu_op", "name": "a\\ud800b", "ts": 1, "dur": 2, '
-            b'"pid": 1, "tid": 1}]')
+    data = b'[{"ph": "X", "cat": "cpu_op", "name": "a\\ud800b", "ts": 1, "dur": 2, "pid": 1, "tid": 1}]'
     path = tmp_path / "surrogate.json"
     path.write_bytes(gzip.compress(data) if gz else data)
     proc = run_cli(path)
@@ -315,7 +314,7 @@ def odd_event_runs(tmp_path_factory, small_doc):
 def test_cli_odd_event_values(odd_event_runs, case):
     """Events with missing fields or values of unusual types: the event is coerced or skipped
     and the analysis goes on."""
-    path, proc = odd_event_runs[case]
+    _path, proc = odd_event_runs[case]
     assert_success(proc)
     json.loads(proc.stdout)
 
@@ -351,17 +350,20 @@ def test_cli_top_level_values_of_odd_types(tmp_path, small_doc):
 
 
 @needs_traces
-@pytest.mark.parametrize("table", [
-    {"format": "traceprof.modules", "modules": 5},
-    {"format": "traceprof.modules", "modules": [1, "x"]},
-    {"format": "traceprof.modules", "modules": [], "version": "v2"},
-    {"format": "traceprof.modules", "modules": [], "version": 2**70},
-    {"format": "traceprof.modules", "modules": [{"name": [], "class": {}}]},
-    [1, 2, 3],
-    12,
-    "eyJmb3JtYXQiOiA1fQ==",  # base64 of {"format": 5}
-    "//79",  # base64 of invalid UTF-8
-])
+@pytest.mark.parametrize(
+    "table",
+    [
+        {"format": "traceprof.modules", "modules": 5},
+        {"format": "traceprof.modules", "modules": [1, "x"]},
+        {"format": "traceprof.modules", "modules": [], "version": "v2"},
+        {"format": "traceprof.modules", "modules": [], "version": 2**70},
+        {"format": "traceprof.modules", "modules": [{"name": [], "class": {}}]},
+        [1, 2, 3],
+        12,
+        "eyJmb3JtYXQiOiA1fQ==",  # base64 of {"format": 5}
+        "//79",  # base64 of invalid UTF-8
+    ],
+)
 def test_cli_module_table_of_odd_shapes(tmp_path, small_doc, table):
     doc = copy.deepcopy(small_doc)
     doc["traceprof"] = table
@@ -378,12 +380,23 @@ def test_cli_invalid_utf8_in_name_is_replaced(tmp_path, small_doc, gz):
     doc = copy.deepcopy(small_doc)
     # a top-level CPU op of its own, so that its name shows up as a group of the output
     marker = "BADNAMEMARKER"
-    step = next(e for e in doc["traceEvents"]
-                if e.get("name") == "ProfilerStep#1" and e.get("cat") == "user_annotation")
-    doc["traceEvents"].append({
-        "ph": "X", "cat": "cpu_op", "name": marker, "pid": 999, "tid": 999,
-        "ts": step["ts"] + 1, "dur": 1.0, "args": {},
-    })
+    step = next(
+        e
+        for e in doc["traceEvents"]
+        if e.get("name") == "ProfilerStep#1" and e.get("cat") == "user_annotation"
+    )
+    doc["traceEvents"].append(
+        {
+            "ph": "X",
+            "cat": "cpu_op",
+            "name": marker,
+            "pid": 999,
+            "tid": 999,
+            "ts": step["ts"] + 1,
+            "dur": 1.0,
+            "args": {},
+        }
+    )
     data = dump(doc).replace(marker.encode(), b"bad\xff\xfename\xc3(")
     assert data.count(b"\xff\xfe") == 1
     path = tmp_path / ("bad_utf8.json.gz" if gz else "bad_utf8.json")
@@ -596,8 +609,11 @@ def check_robust(directory: Path, data: bytes, name: str) -> traceprof.ModulePro
 @needs_traces
 @_no_numpy_warnings
 @_FUZZ
-@given(seed=st.sampled_from(SEED_NAMES), frac=st.floats(0, 1), mode=st.sampled_from(
-    ["plain", "gzip_of_cut", "cut_of_gzip"]))
+@given(
+    seed=st.sampled_from(SEED_NAMES),
+    frac=st.floats(0, 1),
+    mode=st.sampled_from(["plain", "gzip_of_cut", "cut_of_gzip"]),
+)
 def test_fuzz_truncated(fuzz_dir, seed, frac, mode):
     data = SEEDS[seed]
     if mode == "cut_of_gzip":
@@ -605,8 +621,11 @@ def test_fuzz_truncated(fuzz_dir, seed, frac, mode):
         check_robust(fuzz_dir, gz[: int(len(gz) * frac)], "fuzz.json.gz")
     else:
         cut = data[: int(len(data) * frac)]
-        check_robust(fuzz_dir, gzip.compress(cut) if mode == "gzip_of_cut" else cut,
-                     "fuzz.json.gz" if mode == "gzip_of_cut" else "fuzz.json")
+        check_robust(
+            fuzz_dir,
+            gzip.compress(cut) if mode == "gzip_of_cut" else cut,
+            "fuzz.json.gz" if mode == "gzip_of_cut" else "fuzz.json",
+        )
 
 
 # bytes that matter to JSON and to the trace's meaning
@@ -650,8 +669,9 @@ def test_fuzz_mutated_bytes(fuzz_dir, mutated):
         check_robust(fuzz_dir, data, "fuzz.json")
 
 
-_big_ints = st.sampled_from([2**31, 2**53 + 1, 2**63 - 1, 2**63, 2**64, 2**64 + 1, 10**30,
-                             -(2**63), -(2**63) - 1, -(10**30)])
+_big_ints = st.sampled_from(
+    [2**31, 2**53 + 1, 2**63 - 1, 2**63, 2**64, 2**64 + 1, 10**30, -(2**63), -(2**63) - 1, -(10**30)]
+)
 _small_ints = st.integers(-3, 60)
 _numbers = st.one_of(
     _small_ints,
@@ -671,24 +691,77 @@ json_values = st.recursive(
 )
 
 _PH = ["X", "X", "X", "B", "E", "i", "I", "s", "f", "t", "M", "C", "", "x"]
-_CATS = ["cpu_op", "user_annotation", "python_function", "cuda_runtime", "cuda_driver",
-         "kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation", "ac2g", "async",
-         "fwdbwd", "Trace", "Operator", "Runtime", "Kernel", "Memcpy", ""]
+_CATS = [
+    "cpu_op",
+    "user_annotation",
+    "python_function",
+    "cuda_runtime",
+    "cuda_driver",
+    "kernel",
+    "gpu_memcpy",
+    "gpu_memset",
+    "gpu_user_annotation",
+    "ac2g",
+    "async",
+    "fwdbwd",
+    "Trace",
+    "Operator",
+    "Runtime",
+    "Kernel",
+    "Memcpy",
+    "",
+]
 _NAMES = st.one_of(
-    st.sampled_from([
-        "ProfilerStep#1", "ProfilerStep#2", "ProfilerStep#" + "9" * 25, "ProfilerStep#-1",
-        "nn.Module: Linear_0", "nn.Module: Conv2d_1", "nn.Module: _", "nn.Module: X_" + "1" * 30,
-        "[traceprof:1]Linear: model.fc", "[traceprof:1]Model: ", "[traceprof:9]X: a.b",
-        "[traceprof:" + "9" * 30 + "]X: a", "[traceprof:1]:", "[pl][module]torch.nn.Linear: fc",
-        "[pl][module]: x", "autograd::engine::evaluate_function: MmBackward0", "MmBackward0",
-        "AddmmBackward", "aten::mm", "cudaLaunchKernel", "hipLaunchKernel", "cudaMemcpyAsync",
-        "thread_name", "process_name", "process_labels", "Memcpy HtoD", "void kernel<>()",
-    ]),
+    st.sampled_from(
+        [
+            "ProfilerStep#1",
+            "ProfilerStep#2",
+            "ProfilerStep#" + "9" * 25,
+            "ProfilerStep#-1",
+            "nn.Module: Linear_0",
+            "nn.Module: Conv2d_1",
+            "nn.Module: _",
+            "nn.Module: X_" + "1" * 30,
+            "[traceprof:1]Linear: model.fc",
+            "[traceprof:1]Model: ",
+            "[traceprof:9]X: a.b",
+            "[traceprof:" + "9" * 30 + "]X: a",
+            "[traceprof:1]:",
+            "[pl][module]torch.nn.Linear: fc",
+            "[pl][module]: x",
+            "autograd::engine::evaluate_function: MmBackward0",
+            "MmBackward0",
+            "AddmmBackward",
+            "aten::mm",
+            "cudaLaunchKernel",
+            "hipLaunchKernel",
+            "cudaMemcpyAsync",
+            "thread_name",
+            "process_name",
+            "process_labels",
+            "Memcpy HtoD",
+            "void kernel<>()",
+        ]
+    ),
     st.text(max_size=16),
 )
-_ARG_KEYS = ["correlation", "External id", "external id", "Sequence number", "Fwd thread id",
-             "Python id", "Python parent id", "stream", "device", "Input Dims", "Input type",
-             "Concrete Inputs", "name", "labels", "sort_index"]
+_ARG_KEYS = [
+    "correlation",
+    "External id",
+    "external id",
+    "Sequence number",
+    "Fwd thread id",
+    "Python id",
+    "Python parent id",
+    "stream",
+    "device",
+    "Input Dims",
+    "Input type",
+    "Concrete Inputs",
+    "name",
+    "labels",
+    "sort_index",
+]
 
 
 def _maybe(strategy):
@@ -715,23 +788,49 @@ _event = st.fixed_dictionaries(
     },
 )
 _events = st.lists(st.one_of(_event, _event, _event, json_values), max_size=40)
-_top_extra = st.fixed_dictionaries({}, optional={
-    "schemaVersion": json_values,
-    "deviceProperties": st.one_of(json_values, st.lists(st.dictionaries(
-        st.sampled_from(["id", "name", "totalGlobalMem", "numSms", "computeMajor",
-                         "computeMinor"]), json_values), max_size=3)),
-    "distributedInfo": st.one_of(json_values, st.dictionaries(
-        st.sampled_from(["rank", "world_size", "backend"]), json_values)),
-    "baseTimeNanoseconds": json_values,
-    "record_shapes": json_values,
-    "with_stack": json_values,
-    "traceprof": st.one_of(json_values, st.fixed_dictionaries(
-        {"format": st.just("traceprof.modules"), "modules": st.one_of(json_values, st.lists(
-            st.fixed_dictionaries({"name": json_values, "class": json_values},
-                                  optional={"params": json_values, "extra_repr": json_values}),
-            max_size=3))},
-        optional={"version": json_values, "rank": json_values, "world_size": json_values})),
-})
+_top_extra = st.fixed_dictionaries(
+    {},
+    optional={
+        "schemaVersion": json_values,
+        "deviceProperties": st.one_of(
+            json_values,
+            st.lists(
+                st.dictionaries(
+                    st.sampled_from(
+                        ["id", "name", "totalGlobalMem", "numSms", "computeMajor", "computeMinor"]
+                    ),
+                    json_values,
+                ),
+                max_size=3,
+            ),
+        ),
+        "distributedInfo": st.one_of(
+            json_values, st.dictionaries(st.sampled_from(["rank", "world_size", "backend"]), json_values)
+        ),
+        "baseTimeNanoseconds": json_values,
+        "record_shapes": json_values,
+        "with_stack": json_values,
+        "traceprof": st.one_of(
+            json_values,
+            st.fixed_dictionaries(
+                {
+                    "format": st.just("traceprof.modules"),
+                    "modules": st.one_of(
+                        json_values,
+                        st.lists(
+                            st.fixed_dictionaries(
+                                {"name": json_values, "class": json_values},
+                                optional={"params": json_values, "extra_repr": json_values},
+                            ),
+                            max_size=3,
+                        ),
+                    ),
+                },
+                optional={"version": json_values, "rank": json_values, "world_size": json_values},
+            ),
+        ),
+    },
+)
 
 
 @st.composite
@@ -762,28 +861,103 @@ def test_fuzz_random_structures(fuzz_dir, doc, gz):
 # that value fuzzing on it reaches deep into the analysis
 def _linked_trace() -> list[dict]:
     evs = [
-        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#3", "pid": 1, "tid": 1,
-         "ts": 0, "dur": 100, "args": {}},
-        {"ph": "X", "cat": "python_function", "name": "nn.Module: Linear_0", "pid": 1, "tid": 1,
-         "ts": 1, "dur": 40, "args": {"Python id": 5, "Python parent id": 1}},
-        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 2, "dur": 10,
-         "args": {"Sequence number": 7, "Fwd thread id": 0, "External id": 11,
-                  "Input Dims": [[2, 3], [3, 4]]}},
-        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1,
-         "ts": 3, "dur": 2, "args": {"correlation": 21, "External id": 11}},
-        {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 6, "dur": 5,
-         "args": {"correlation": 21, "External id": 11, "stream": 7, "device": 0}},
+        {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": "ProfilerStep#3",
+            "pid": 1,
+            "tid": 1,
+            "ts": 0,
+            "dur": 100,
+            "args": {},
+        },
+        {
+            "ph": "X",
+            "cat": "python_function",
+            "name": "nn.Module: Linear_0",
+            "pid": 1,
+            "tid": 1,
+            "ts": 1,
+            "dur": 40,
+            "args": {"Python id": 5, "Python parent id": 1},
+        },
+        {
+            "ph": "X",
+            "cat": "cpu_op",
+            "name": "aten::mm",
+            "pid": 1,
+            "tid": 1,
+            "ts": 2,
+            "dur": 10,
+            "args": {
+                "Sequence number": 7,
+                "Fwd thread id": 0,
+                "External id": 11,
+                "Input Dims": [[2, 3], [3, 4]],
+            },
+        },
+        {
+            "ph": "X",
+            "cat": "cuda_runtime",
+            "name": "cudaLaunchKernel",
+            "pid": 1,
+            "tid": 1,
+            "ts": 3,
+            "dur": 2,
+            "args": {"correlation": 21, "External id": 11},
+        },
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "gemm",
+            "pid": 0,
+            "tid": 7,
+            "ts": 6,
+            "dur": 5,
+            "args": {"correlation": 21, "External id": 11, "stream": 7, "device": 0},
+        },
         {"ph": "s", "cat": "ac2g", "name": "ac2g", "id": 21, "pid": 1, "tid": 1, "ts": 3},
-        {"ph": "f", "cat": "ac2g", "name": "ac2g", "id": 21, "pid": 0, "tid": 7, "ts": 6,
-         "bp": "e"},
-        {"ph": "X", "cat": "cpu_op", "name": "autograd::engine::evaluate_function: MmBackward0",
-         "pid": 1, "tid": 2, "ts": 50, "dur": 30, "args": {}},
-        {"ph": "X", "cat": "cpu_op", "name": "MmBackward0", "pid": 1, "tid": 2, "ts": 51,
-         "dur": 20, "args": {"Sequence number": 7, "Fwd thread id": 1}},
-        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 2,
-         "ts": 52, "dur": 2, "args": {"correlation": 22}},
-        {"ph": "X", "cat": "kernel", "name": "gemm_bwd", "pid": 0, "tid": 7, "ts": 55, "dur": 8,
-         "args": {"correlation": 22, "stream": 7}},
+        {"ph": "f", "cat": "ac2g", "name": "ac2g", "id": 21, "pid": 0, "tid": 7, "ts": 6, "bp": "e"},
+        {
+            "ph": "X",
+            "cat": "cpu_op",
+            "name": "autograd::engine::evaluate_function: MmBackward0",
+            "pid": 1,
+            "tid": 2,
+            "ts": 50,
+            "dur": 30,
+            "args": {},
+        },
+        {
+            "ph": "X",
+            "cat": "cpu_op",
+            "name": "MmBackward0",
+            "pid": 1,
+            "tid": 2,
+            "ts": 51,
+            "dur": 20,
+            "args": {"Sequence number": 7, "Fwd thread id": 1},
+        },
+        {
+            "ph": "X",
+            "cat": "cuda_runtime",
+            "name": "cudaLaunchKernel",
+            "pid": 1,
+            "tid": 2,
+            "ts": 52,
+            "dur": 2,
+            "args": {"correlation": 22},
+        },
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "gemm_bwd",
+            "pid": 0,
+            "tid": 7,
+            "ts": 55,
+            "dur": 8,
+            "args": {"correlation": 22, "stream": 7},
+        },
         {"ph": "M", "name": "thread_name", "pid": 1, "tid": 1, "args": {"name": "main"}},
         {"ph": "M", "name": "process_labels", "pid": 0, "args": {"labels": "GPU 0"}},
     ]
@@ -801,10 +975,18 @@ _DELETE = "<delete>"
 _field_edits = st.lists(
     st.tuples(
         st.integers(0, len(_linked_trace()) - 1),  # which event
-        st.sampled_from(["ph", "cat", "name", "ts", "dur", "pid", "tid", "id", "args"]
-                        + [f"args.{k}" for k in _ARG_KEYS]),  # which field
-        st.one_of(json_values, _big_ints, _small_ints, _NAMES, st.sampled_from(_PH),
-                  st.sampled_from(_CATS), st.just(_DELETE)),  # its new value
+        st.sampled_from(
+            ["ph", "cat", "name", "ts", "dur", "pid", "tid", "id", "args"] + [f"args.{k}" for k in _ARG_KEYS]
+        ),  # which field
+        st.one_of(
+            json_values,
+            _big_ints,
+            _small_ints,
+            _NAMES,
+            st.sampled_from(_PH),
+            st.sampled_from(_CATS),
+            st.just(_DELETE),
+        ),  # its new value
     ),
     min_size=1,
     max_size=5,
@@ -837,8 +1019,18 @@ def test_huge_event_name(tmp_path):
     name = "m" * 50_000_000
     events = _linked_trace()
     events[2]["name"] = name  # a CPU op with a launch under it
-    events.append({"ph": "X", "cat": "user_annotation", "name": name, "pid": 1, "tid": 3,
-                   "ts": 10, "dur": 5, "args": {}})
+    events.append(
+        {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": name,
+            "pid": 1,
+            "tid": 3,
+            "ts": 10,
+            "dur": 5,
+            "args": {},
+        }
+    )
     path = tmp_path / "huge_name.json"
     path.write_bytes(dump({"traceEvents": events}))
     start = time.perf_counter()

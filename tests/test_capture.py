@@ -32,8 +32,9 @@ def load(path):
 
 def scopes(trace):
     """Module scope events (ph X), sorted by start."""
-    events = [e for e in trace["traceEvents"]
-              if e.get("ph") == "X" and e.get("name", "").startswith("[traceprof:")]
+    events = [
+        e for e in trace["traceEvents"] if e.get("ph") == "X" and e.get("name", "").startswith("[traceprof:")
+    ]
     return sorted(events, key=lambda e: (e["ts"], -e["dur"]))
 
 
@@ -60,8 +61,7 @@ class CallRecorder:
         self.calls = []  # (class, qualified name)
         self.first = {}  # name -> (args, kwargs, output) descriptions of the first call
         self.on = False
-        self.handles = [m.register_forward_hook(self.hook, with_kwargs=True)
-                        for m in model.modules()]
+        self.handles = [m.register_forward_hook(self.hook, with_kwargs=True) for m in model.modules()]
 
     def hook(self, module, args, kwargs, output):
         if not self.on:
@@ -136,8 +136,10 @@ class TwiceModel(nn.Module):
 
 
 def test_import_does_not_import_torch():
-    code = ("import sys, traceprof, traceprof.capture; assert 'torch' not in sys.modules;"
-            " assert traceprof.profile is traceprof.capture.profile")
+    code = (
+        "import sys, traceprof, traceprof.capture; assert 'torch' not in sys.modules;"
+        " assert traceprof.profile is traceprof.capture.profile"
+    )
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     subprocess.run([sys.executable, "-c", code], check=True, cwd=root)
 
@@ -173,8 +175,7 @@ def test_resnet_training_scopes_match_every_module_call(tmp_path):
         if name:
             assert open_stack, name
             parent = scope_key(open_stack[-1])[1]
-            assert name.rsplit(".", 1)[0] == parent or (parent == "" and "." not in name), (
-                name, parent)
+            assert name.rsplit(".", 1)[0] == parent or (parent == "" and "." not in name), (name, parent)
         else:
             assert not open_stack
         open_stack.append(e)
@@ -182,8 +183,9 @@ def test_resnet_training_scopes_match_every_module_call(tmp_path):
 
 def test_module_table_counts_match_live_model_with_tied_and_frozen(tmp_path):
     torch.manual_seed(0)
-    model = sample_models.GPT(sample_models.GPTConfig(vocab_size=512, block_size=32,
-                                                      n_layer=2, n_head=2, d_model=32))
+    model = sample_models.GPT(
+        sample_models.GPTConfig(vocab_size=512, block_size=32, n_layer=2, n_head=2, d_model=32)
+    )
     model.transformer.h[0].requires_grad_(False)  # frozen block
     assert model.lm_head.weight is model.transformer.wte.weight
     step = train_step_fn(model, lambda: (torch.randint(0, 512, (2, 16)),))
@@ -216,8 +218,9 @@ def test_module_table_counts_match_live_model_with_tied_and_frozen(tmp_path):
 
 def test_shapes_equal_what_a_forward_hook_sees_with_kwargs_and_dict_output(tmp_path):
     torch.manual_seed(0)
-    config = sample_models.BertConfig(vocab_size=256, hidden_size=32, num_hidden_layers=2,
-                                      num_attention_heads=2, intermediate_size=64)
+    config = sample_models.BertConfig(
+        vocab_size=256, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64
+    )
     model = sample_models.BertEncoder(config).eval()
     ids = torch.randint(0, 256, (2, 12))
     mask = torch.ones(2, 12, dtype=torch.long)
@@ -236,12 +239,15 @@ def test_shapes_equal_what_a_forward_hook_sees_with_kwargs_and_dict_output(tmp_p
         assert rows[name]["inputs"] == inputs, name
         assert rows[name]["outputs"] == outputs, name
     root = rows[""]
-    assert root["inputs"] == [{"shape": [2, 12], "dtype": "int64"},
-                              {"kwargs": {"attention_mask": {"shape": [2, 12], "dtype": "int64"}}}]
+    assert root["inputs"] == [
+        {"shape": [2, 12], "dtype": "int64"},
+        {"kwargs": {"attention_mask": {"shape": [2, 12], "dtype": "int64"}}},
+    ]
     assert set(root["outputs"]) == {"logits", "last_hidden_state"}
     # keyword call of a child: attn_mask=None is a kwarg -> null
-    assert rows["encoder.layer.0"]["inputs"][-1] == {"kwargs": {"attn_mask": {
-        "shape": [2, 1, 1, 12], "dtype": "bool"}}}
+    assert rows["encoder.layer.0"]["inputs"][-1] == {
+        "kwargs": {"attn_mask": {"shape": [2, 1, 1, 12], "dtype": "bool"}}
+    }
 
 
 def test_module_called_twice_gives_two_scopes_with_the_same_name(tmp_path):
@@ -250,8 +256,7 @@ def test_module_called_twice_gives_two_scopes_with_the_same_name(tmp_path):
     prof = run_session(model, step, tmp_path, active=1, steps=3)
     trace = load(prof.trace_paths[0])
     got = collections.Counter(scope_key(e) for e in scopes(trace))
-    assert got == {("TwiceModel", ""): 1, ("Linear", "shared"): 2, ("ReLU", "act"): 2,
-                   ("Linear", "head"): 1}
+    assert got == {("TwiceModel", ""): 1, ("Linear", "shared"): 2, ("ReLU", "act"): 2, ("Linear", "head"): 1}
     rows = {r["name"]: r for r in table_of(trace)["modules"]}
     assert rows["shared"]["inputs"] == [{"shape": [4, 8], "dtype": "float32"}]
     never = {r["name"] for r in rows.values() if "inputs" in r}
@@ -308,8 +313,14 @@ def test_exception_in_forward_closes_scopes_and_session_removes_hooks(tmp_path):
 
 
 def test_inplace_relu_model_trains(tmp_path):
-    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU(inplace=True),
-                          nn.Flatten(), nn.Linear(4 * 6 * 6, 2), nn.ReLU(inplace=True))
+    model = nn.Sequential(
+        nn.Conv2d(3, 4, 3),
+        nn.BatchNorm2d(4),
+        nn.ReLU(inplace=True),
+        nn.Flatten(),
+        nn.Linear(4 * 6 * 6, 2),
+        nn.ReLU(inplace=True),
+    )
     step = train_step_fn(model, lambda: (torch.randn(2, 3, 8, 8),))
     prof = run_session(model, step, tmp_path)
     trace = load(prof.trace_paths[0])
@@ -320,8 +331,9 @@ def test_inplace_relu_model_trains(tmp_path):
 
 def test_repeat_writes_one_trace_per_cycle_each_with_a_table(tmp_path):
     model = TwiceModel()
-    prof = run_session(model, lambda: model(torch.randn(3, 8)), tmp_path, steps=8,
-                       wait=1, warmup=1, active=1, repeat=2)
+    prof = run_session(
+        model, lambda: model(torch.randn(3, 8)), tmp_path, steps=8, wait=1, warmup=1, active=1, repeat=2
+    )
     assert len(prof.trace_paths) == 2 and len(set(prof.trace_paths)) == 2
     for path in prof.trace_paths:
         trace = load(path)
@@ -331,8 +343,7 @@ def test_repeat_writes_one_trace_per_cycle_each_with_a_table(tmp_path):
 
 def test_ranks_option_skips_other_ranks(tmp_path):
     model = TwiceModel()
-    with capture.profile(model, logdir=tmp_path / "logs", ranks=[1], wait=0, warmup=0,
-                         active=1) as prof:
+    with capture.profile(model, logdir=tmp_path / "logs", ranks=[1], wait=0, warmup=0, active=1) as prof:
         assert all_hooks_removed(model)
         for _ in range(3):
             model(torch.randn(2, 8))
@@ -345,11 +356,11 @@ def test_rank_and_world_size_from_torchrun_env(tmp_path, monkeypatch):
     monkeypatch.setenv("RANK", "1")
     monkeypatch.setenv("WORLD_SIZE", "2")
     model = TwiceModel()
-    prof = run_session(model, lambda: model(torch.randn(2, 8)), tmp_path, ranks=[1],
-                       wait=0, warmup=0, active=1, steps=2)
+    prof = run_session(
+        model, lambda: model(torch.randn(2, 8)), tmp_path, ranks=[1], wait=0, warmup=0, active=1, steps=2
+    )
     assert len(prof.trace_paths) == 1
-    assert re.fullmatch(r".+_\d+\.rank1of2\.\d+\.pt\.trace\.json\.gz",
-                        os.path.basename(prof.trace_paths[0]))
+    assert re.fullmatch(r".+_\d+\.rank1of2\.\d+\.pt\.trace\.json\.gz", os.path.basename(prof.trace_paths[0]))
     table = table_of(load(prof.trace_paths[0]))
     assert (table["rank"], table["world_size"]) == (1, 2)
 
@@ -358,12 +369,12 @@ def test_rank_from_initialized_process_group(tmp_path):
     dist = pytest.importorskip("torch.distributed")
     if not dist.is_available() or not dist.is_gloo_available():
         pytest.skip("torch.distributed with gloo is not available")
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0,
-                            world_size=1)
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
     try:
         model = TwiceModel()
-        prof = run_session(model, lambda: model(torch.randn(2, 8)), tmp_path, ranks=[0],
-                           wait=0, warmup=0, active=1, steps=2)
+        prof = run_session(
+            model, lambda: model(torch.randn(2, 8)), tmp_path, ranks=[0], wait=0, warmup=0, active=1, steps=2
+        )
     finally:
         dist.destroy_process_group()
     assert os.path.basename(prof.trace_paths[0]).split(".")[1] == "rank0of1"
@@ -380,8 +391,9 @@ def test_profile_once_forward_and_backward(tmp_path):
     assert not any(e["name"].startswith("autograd::engine") for e in trace["traceEvents"])
 
     before = model.head.weight.grad = torch.ones_like(model.head.weight)
-    path = capture.profile_once(model, x, backward=True, loss_fn=lambda out: out.pow(2).mean(),
-                                path=tmp_path / "bwd.pt.trace.json")
+    path = capture.profile_once(
+        model, x, backward=True, loss_fn=lambda out: out.pow(2).mean(), path=tmp_path / "bwd.pt.trace.json"
+    )
     with open(path, encoding="utf-8") as f:  # no .gz suffix: plain JSON
         trace = json.load(f)
     assert len(scopes(trace)) == 6
@@ -413,8 +425,9 @@ def test_record_function_fallback_scopes_nest(tmp_path, monkeypatch):
     """Without _RecordFunctionFast the record_function operators give the same scopes."""
     from traceprof.capture import scopes as scopes_module
 
-    monkeypatch.setattr(scopes_module, "_record_factory",
-                        lambda: ("record_function", scopes_module._OpsRecord))
+    monkeypatch.setattr(
+        scopes_module, "_record_factory", lambda: ("record_function", scopes_module._OpsRecord)
+    )
     model = TwiceModel()
     prof = run_session(model, lambda: model(torch.randn(2, 8)), tmp_path, active=1, steps=3)
     assert prof.scope_kind == "record_function"
@@ -422,16 +435,14 @@ def test_record_function_fallback_scopes_nest(tmp_path, monkeypatch):
     assert {e["cat"] for e in events} == {"user_annotation"}
     assert [scope_key(e)[1] for e in events] == ["", "shared", "act", "shared", "act", "head"]
     root = events[0]
-    assert all(root["ts"] <= e["ts"] and e["ts"] + e["dur"] <= root["ts"] + root["dur"]
-               for e in events[1:])
+    assert all(root["ts"] <= e["ts"] and e["ts"] + e["dur"] <= root["ts"] + root["dur"] for e in events[1:])
 
 
 def test_capture_doc_examples_run_and_analyze(tmp_path, monkeypatch):
     """The Python examples of docs/capture.md run as written, and their traces analyze."""
     import traceprof
 
-    doc = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                       "docs", "capture.md")
+    doc = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "capture.md")
     with open(doc, encoding="utf-8") as f:
         blocks = re.findall(r"```python\n(.*?)```", f.read(), re.S)
     assert len(blocks) == 2
@@ -459,15 +470,17 @@ def test_resnet18_cpu_sample_attributes_every_conv_forward_and_backward():
     import traceprof
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    profile = traceprof.analyze(os.path.join(root, "sample_traces",
-                                             "resnet18_train_cpu.pt.trace.json.gz"))
+    profile = traceprof.analyze(os.path.join(root, "sample_traces", "resnet18_train_cpu.pt.trace.json.gz"))
     profile.self_check()
     convs = [n for n in profile.nodes if n.class_name == "Conv2d"]
     assert len(convs) == 20  # 17 3x3 convolutions and 3 downsample projections
     assert all(n.forward.total.cpu_us > 0 and n.backward.total.cpu_us > 0 for n in convs)
     assert convs[0].qualified_name == "conv1" and convs[0].info.params_total == 9408
-    backward_in_modules = sum(profile.nodes[r].backward.total.cpu_us for r in profile.roots
-                              if profile.nodes[r].kind.value == "module")
+    backward_in_modules = sum(
+        profile.nodes[r].backward.total.cpu_us
+        for r in profile.roots
+        if profile.nodes[r].kind.value == "module"
+    )
     backward_outside = profile.unattributed.backward.total.cpu_us
     share_outside = backward_outside / (backward_in_modules + backward_outside)
     assert 0 < share_outside < 0.05, share_outside

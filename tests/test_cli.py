@@ -15,8 +15,9 @@ MI300 = SHARED_TRACES / "module_tree/mi300_resnet_activation_checkpoint_training
 
 
 def run(*args, check=True):
-    proc = subprocess.run([sys.executable, "-m", "traceprof", *map(str, args)],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "traceprof", *map(str, args)], capture_output=True, text=True, timeout=120
+    )
     if check:
         assert proc.returncode == 0, proc.stderr
     return proc
@@ -29,9 +30,11 @@ def test_default_is_the_tree_on_stdout():
 
 
 def test_output_format_follows_the_file_extension(tmp_path):
-    for name, check in (("p.json", lambda t: json.loads(t)["schema"] == "traceprof.profile/3"),
-                        ("p.csv", lambda t: t.startswith("id,parent,depth")),
-                        ("p.txt", lambda t: "traceprof module profile" in t)):
+    for name, check in (
+        ("p.json", lambda t: json.loads(t)["schema"] == "traceprof.profile/3"),
+        ("p.csv", lambda t: t.startswith("id,parent,depth")),
+        ("p.txt", lambda t: "traceprof module profile" in t),
+    ):
         target = tmp_path / name
         proc = run("analyze", BERT, "-o", target)
         assert proc.stdout == ""
@@ -94,8 +97,11 @@ def _run_with_terminal(*args, on: str, **env):
     master, slave = pty.openpty()
     streams = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, on: slave}
     try:
-        proc = subprocess.Popen([sys.executable, "-m", "traceprof", *map(str, args)],
-                                env={**os.environ, "COLUMNS": "250", **env}, **streams)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "traceprof", *map(str, args)],
+            env={**os.environ, "COLUMNS": "250", **env},
+            **streams,
+        )
         os.close(slave)
         seen = b""
         while True:
@@ -114,19 +120,22 @@ def _run_with_terminal(*args, on: str, **env):
 
 
 def test_progress_bar_on_a_terminal_and_never_on_stdout():
-    code, terminal, out = _run_with_terminal("analyze", BERT, "--depth", "0", on="stderr",
-                                             TRACEPROF_PROGRESS="always")
+    code, terminal, out = _run_with_terminal(
+        "analyze", BERT, "--depth", "0", on="stderr", TRACEPROF_PROGRESS="always"
+    )
     assert code == 0
     for stage in ("reading", "decoding", "indexing", "attributing"):
         assert stage in terminal, terminal
     assert "━" in terminal  # the bar itself
     assert out.startswith("traceprof module profile") and "\x1b" not in out
-    code, terminal, out = _run_with_terminal("analyze", BERT, "--depth", "0", on="stderr",
-                                             TRACEPROF_PROGRESS="never")
+    code, terminal, out = _run_with_terminal(
+        "analyze", BERT, "--depth", "0", on="stderr", TRACEPROF_PROGRESS="never"
+    )
     assert code == 0 and "decoding" not in terminal
     # small files get no bar by default: it would only flash
-    code, terminal, out = _run_with_terminal("analyze", BERT, "--depth", "0", on="stderr",
-                                             TRACEPROF_PROGRESS="auto")
+    code, terminal, out = _run_with_terminal(
+        "analyze", BERT, "--depth", "0", on="stderr", TRACEPROF_PROGRESS="auto"
+    )
     assert code == 0 and "decoding" not in terminal
 
 
@@ -136,15 +145,15 @@ def test_terminal_gets_colors_and_guides_and_the_same_text(fmt):
 
     trace = BERT if fmt == "table" else MI300
     piped = run("analyze", trace, "--format", fmt, "--depth", "2").stdout
-    code, shown, _ = _run_with_terminal("analyze", trace, "--format", fmt, "--depth", "2",
-                                        on="stdout")
+    code, shown, _ = _run_with_terminal("analyze", trace, "--format", fmt, "--depth", "2", on="stdout")
     assert code == 0
     assert "\x1b[" in shown  # colors
     if fmt == "tree":
         assert f"\x1b[2m{GUIDE}" in shown  # guides for the module tree's indentation
     assert plain(shown) == piped  # same layout and numbers as the plain text
-    code, shown, _ = _run_with_terminal("analyze", trace, "--format", fmt, "--depth", "2",
-                                        on="stdout", NO_COLOR="1")
+    code, shown, _ = _run_with_terminal(
+        "analyze", trace, "--format", fmt, "--depth", "2", on="stdout", NO_COLOR="1"
+    )
     assert code == 0 and "\x1b[" not in shown and shown == piped
 
 
@@ -162,35 +171,56 @@ def test_analyzing_one_trace_imports_only_what_it_uses():
     DataFrame, Parquet or TensorBoard code, the progress bar (no terminal here), torch, what
     only writing a file, capturing a trace or the HTML report use (tempfile, shutil, hashlib),
     nor numpy.ma (which np.unique and np.isin import: traceprof.trace.model.unique instead)."""
-    unused = ("traceprof.job.analyze", "traceprof.compare.diff", "pandas", "pyarrow", "tensorboard",
-              "torch", "importlib.resources", "rich", "tempfile", "shutil", "hashlib", "numpy.ma")
-    code = ("import sys; from traceprof.cli import main\n"
-            "try:\n    main(['analyze', sys.argv[1]])\nexcept SystemExit as e:\n    assert not e.code\n"
-            f"print(sorted(m for m in {unused!r} if m in sys.modules))")
-    proc = subprocess.run([sys.executable, "-c", code, str(BERT)], capture_output=True, text=True,
-                          timeout=120)
+    unused = (
+        "traceprof.job.analyze",
+        "traceprof.compare.diff",
+        "pandas",
+        "pyarrow",
+        "tensorboard",
+        "torch",
+        "importlib.resources",
+        "rich",
+        "tempfile",
+        "shutil",
+        "hashlib",
+        "numpy.ma",
+    )
+    code = (
+        "import sys; from traceprof.cli import main\n"
+        "try:\n    main(['analyze', sys.argv[1]])\nexcept SystemExit as e:\n    assert not e.code\n"
+        f"print(sorted(m for m in {unused!r} if m in sys.modules))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(BERT)], capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines()[-1] == "[]"
 
 
-@pytest.mark.parametrize("argv, code", [(["--version"], 0), (["analyze", "missing.json"], 2),
-                                        (["analyze", str(BERT), "-o", "."], 4)])
+@pytest.mark.parametrize(
+    "argv, code",
+    [(["--version"], 0), (["analyze", "missing.json"], 2), (["analyze", str(BERT), "-o", "."], 4)],
+)
 def test_the_command_ends_after_its_exit_handlers_with_its_status(tmp_path, argv, code):
     """The command ends the process without tearing the interpreter down, but only after the
     exit handlers have run and its output is flushed, with the status main() gives."""
     marker = tmp_path / "handlers ran"
-    script = ("import atexit, sys\n"
-              f"atexit.register(lambda: open({str(marker)!r}, 'w').write('yes'))\n"
-              f"sys.argv = ['traceprof', *{argv!r}]\n"
-              "from traceprof.cli import run\n"
-              "print('unflushed', end='')\n"
-              "run()\n"
-              "print('not reached')\n")
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          timeout=120, cwd=tmp_path)
+    script = (
+        "import atexit, sys\n"
+        f"atexit.register(lambda: open({str(marker)!r}, 'w').write('yes'))\n"
+        f"sys.argv = ['traceprof', *{argv!r}]\n"
+        "from traceprof.cli import run\n"
+        "print('unflushed', end='')\n"
+        "run()\n"
+        "print('not reached')\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=tmp_path
+    )
     assert proc.returncode == code, proc.stderr
     assert marker.read_text() == "yes"
     assert proc.stdout.startswith("unflushed") and "not reached" not in proc.stdout
-    direct = subprocess.run([sys.executable, "-m", "traceprof", *argv], capture_output=True,
-                            text=True, timeout=120, cwd=tmp_path)
+    direct = subprocess.run(
+        [sys.executable, "-m", "traceprof", *argv], capture_output=True, text=True, timeout=120, cwd=tmp_path
+    )
     assert direct.returncode == code

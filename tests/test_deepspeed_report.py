@@ -12,12 +12,11 @@ import pytest
 from click.testing import CliRunner
 
 import traceprof
-from traceprof.cli import main
-from traceprof.result.model import NodeKind
 from traceprof import units
-from traceprof.render import render
-from traceprof.render import RenderOptions
+from traceprof.cli import main
+from traceprof.render import RenderOptions, render
 from traceprof.render.tree import is_optimizer_group, summarize
+from traceprof.result.model import NodeKind
 from traceprof.result.transforms import ignore_modules, limit_depth
 
 from .conftest import SAMPLE_TRACES, SHARED_TRACES
@@ -100,8 +99,9 @@ def test_optimizer_step_and_batch_come_from_the_trace(profiles):
     mi = summarize(mi300)
     assert (mi.world_size, mi.dp_size, mi.mp_size) == (8, 8, None)  # DDP root over 8 ranks
     assert mi.batch_size is None  # no module table
-    foreach = next(mi300.nodes[c] for c in mi300.unattributed.children
-                   if mi300.nodes[c].name == "aten::_foreach_add_")
+    foreach = next(
+        mi300.nodes[c] for c in mi300.unattributed.children if mi300.nodes[c].name == "aten::_foreach_add_"
+    )
     assert mi.step_us == pytest.approx(_time(mi300, foreach.total))
     bert = render(profiles["bert_small"], "tree")
     assert re.search(r"^world size:\s+unknown$", bert, re.M)
@@ -117,21 +117,33 @@ def test_layout_follows_deepspeed(profiles):
         "-------------------------- DeepSpeed Flops Profiler --------------------------",
         "Profile Summary at step ",
         "Notations:",
-        "params per GPU:", "fwd MACs per GPU:", "fwd flops per GPU:", "fwd latency:",
-        "fwd FLOPS per GPU = fwd flops per GPU / fwd latency:", "bwd latency:",
-        "bwd FLOPS per GPU", "fwd+bwd FLOPS per GPU", "step latency:", "iter latency:",
+        "params per GPU:",
+        "fwd MACs per GPU:",
+        "fwd flops per GPU:",
+        "fwd latency:",
+        "fwd FLOPS per GPU = fwd flops per GPU / fwd latency:",
+        "bwd latency:",
+        "bwd FLOPS per GPU",
+        "fwd+bwd FLOPS per GPU",
+        "step latency:",
+        "iter latency:",
         "samples/second:",
         "----------------------------- Aggregated Profile per GPU -----------------------------",
         "Top 3 modules in terms of params, MACs or fwd latency at different model depths:",
-        "depth 0:", f"    params      - {{'ResNet18': '{units.params(root.info.params_total)}'}}",
-        "    MACs        - ", "    fwd latency - ",
+        "depth 0:",
+        f"    params      - {{'ResNet18': '{units.params(root.info.params_total)}'}}",
+        "    MACs        - ",
+        "    fwd latency - ",
         "------------------------------ Detailed Profile per GPU ------------------------------",
         "Each module profile is listed after its name in the following order:",
         f"ResNet18(\n  {units.params(root.info.params_total)} = 100% Params, ",
-        "  (conv1): Conv2d(", " = 0.08% Params, ",
+        "  (conv1): Conv2d(",
+        " = 0.08% Params, ",
         "kernel_size=(7, 7), stride=(2, 2), padding=(3, 3), bias=False)",
         "(not in any module)(",
-        "(Optimizer.step#AdamW.step)(fwd ", "iter latency", "optimizer step)",
+        "(Optimizer.step#AdamW.step)(fwd ",
+        "iter latency",
+        "optimizer step)",
     ]
     at = 0
     for piece in order:
@@ -177,8 +189,9 @@ def test_ignore_hides_modules_and_keeps_their_time_in_the_parent():
 
 
 def test_cli_options_reach_the_report():
-    r = CliRunner().invoke(main, ["analyze", str(RESNET_CPU), "--depth", "1", "--ignore", "Conv2d",
-                                  "--batch-size", "4"])
+    r = CliRunner().invoke(
+        main, ["analyze", str(RESNET_CPU), "--depth", "1", "--ignore", "Conv2d", "--batch-size", "4"]
+    )
     assert r.exit_code == 0, r.output
     assert "(conv1)" not in r.output and "(layer1): Sequential(" in r.output
     assert re.search(r"^batch size per GPU:\s+4 \(--batch-size\)$", r.output, re.M)
@@ -201,8 +214,7 @@ def test_depth_and_top_do_not_hide_the_optimizer_step():
 
 def test_golden_raw_report_with_options(update_golden):
     profile = ignore_modules(traceprof.analyze(RESNET_CPU, depth=1), ["MaxPool2d", "relu"])
-    out = _stable(render(profile, "tree", RenderOptions(raw_numbers=True, batch_size=4,
-                                                        top_modules=2)))
+    out = _stable(render(profile, "tree", RenderOptions(raw_numbers=True, batch_size=4, top_modules=2)))
     golden = GOLDEN / "resnet18_cpu.report_raw.txt"
     if update_golden or not golden.exists():
         golden.write_text(out)

@@ -16,8 +16,8 @@ import traceprof
 from traceprof.cli import main
 from traceprof.compare.diff import SLOWER_EXIT_CODE, Status, compare
 from traceprof.compare.side import side_of
-from traceprof.result.model import Pass
 from traceprof.render.diff import DIFF_REGISTRY, render_diff
+from traceprof.result.model import Pass
 
 from .conftest import SAMPLE_TRACES
 from .tracebuilder import TraceBuilder
@@ -27,8 +27,17 @@ BASE_SAMPLE = SAMPLE_TRACES / "gpt_diff_base_cpu.pt.trace.json.gz"
 WIDE_SAMPLE = SAMPLE_TRACES / "gpt_diff_wide_mlp_cpu.pt.trace.json.gz"
 
 
-def model(steps=(1, 2), fc_us=(30.0, 30.0), act_us=10.0, fc_kernel="gemm_a", act_name="act",
-          extra: str | None = None, jitter=0.0, gpu=True, cpu_only_dur=None) -> TraceBuilder:
+def model(
+    steps=(1, 2),
+    fc_us=(30.0, 30.0),
+    act_us=10.0,
+    fc_kernel="gemm_a",
+    act_name="act",
+    extra: str | None = None,
+    jitter=0.0,
+    gpu=True,
+    cpu_only_dur=None,
+) -> TraceBuilder:
     """Net -> fc (Linear: one kernel), act (ReLU: one kernel) [, extra (Dropout: one kernel)],
     one ProfilerStep each; ``fc_us``: fc's kernel time per step; ``jitter``: added to act's
     kernel in odd steps (step-to-step noise)."""
@@ -83,8 +92,7 @@ def test_a_module_made_slower_is_found_first_with_its_kernel(built):
     net = d.nodes[d.roots[0]]
     assert d.nodes[net.children[0]].qualified_name == "fc"  # siblings by |Δ|
     [k] = fc.inside
-    assert (k.kind, k.name, k.status, k.delta_us) == ("kernel", "gemm_a", Status.MATCHED,
-                                                      pytest.approx(30))
+    assert (k.kind, k.name, k.status, k.delta_us) == ("kernel", "gemm_a", Status.MATCHED, pytest.approx(30))
     assert d.wall_delta_us == 0  # same step spans
     assert dict(d.where())["modules"] == pytest.approx(30)
     assert d.slower(10) is None  # the step's wall time did not change
@@ -162,16 +170,14 @@ def test_a_trace_against_itself_is_all_zero_and_exit_0(tmp_path):
     assert all(not n.inside for n in d.nodes)
     assert d.wall_delta_us == 0 and all(v == 0 for _, v in d.where())
     assert all(n.status is Status.MATCHED for n in d.nodes)
-    r = CliRunner().invoke(main, ["diff", str(BASE_SAMPLE), str(BASE_SAMPLE),
-                                  "--fail-if-slower", "0"])
+    r = CliRunner().invoke(main, ["diff", str(BASE_SAMPLE), str(BASE_SAMPLE), "--fail-if-slower", "0"])
     assert r.exit_code == 0, r.output
     assert "most changed" not in r.output
 
 
 def test_sample_pair_puts_the_widened_mlp_first():
     d = traceprof.diff(BASE_SAMPLE, WIDE_SAMPLE)
-    assert d.matched_by == "qualified name" and not [n for n in d.nodes
-                                                     if n.status is not Status.MATCHED]
+    assert d.matched_by == "qualified name" and not [n for n in d.nodes if n.status is not Status.MATCHED]
     # down the tree, the largest change at each level leads to the widened MLP
     node = d.nodes[d.roots[0]]
     path = []
@@ -185,10 +191,16 @@ def test_sample_pair_puts_the_widened_mlp_first():
     mlp = d.find("transformer.h.2.mlp")
     assert mlp.delta_ratio > 1.5  # 4x wider: over 2.5x the time
     assert mlp.phase(Pass.FORWARD).new_flops == pytest.approx(
-        4 * mlp.phase(Pass.FORWARD).base_flops, rel=0.01)
+        4 * mlp.phase(Pass.FORWARD).base_flops, rel=0.01
+    )
     assert not mlp.noise
-    others = [n for n in d.modules() if n.qualified_name.startswith("transformer.h.")
-              and n.qualified_name.count(".") == 2 and n.qualified_name != "transformer.h.2"]
+    others = [
+        n
+        for n in d.modules()
+        if n.qualified_name.startswith("transformer.h.")
+        and n.qualified_name.count(".") == 2
+        and n.qualified_name != "transformer.h.2"
+    ]
     assert len(others) == 3  # the other blocks, unchanged but for noise
     assert all(abs(n.delta_us) < abs(d.find("transformer.h.2").delta_us) / 3 for n in others)
     df = d.to_dataframe()
@@ -198,15 +210,36 @@ def test_sample_pair_puts_the_widened_mlp_first():
 
 def test_fail_if_slower_exit_code_on_the_step_and_on_a_module():
     runner = CliRunner()
-    r = runner.invoke(main, ["diff", str(BASE_SAMPLE), str(WIDE_SAMPLE), "--fail-if-slower", "5",
-                             "--module", "transformer.h.2.mlp"])
+    r = runner.invoke(
+        main,
+        [
+            "diff",
+            str(BASE_SAMPLE),
+            str(WIDE_SAMPLE),
+            "--fail-if-slower",
+            "5",
+            "--module",
+            "transformer.h.2.mlp",
+        ],
+    )
     assert r.exit_code == SLOWER_EXIT_CODE == 10
     assert "module transformer.h.2.mlp is" in r.output and "slower" in r.output
-    r = runner.invoke(main, ["diff", str(WIDE_SAMPLE), str(BASE_SAMPLE), "--fail-if-slower", "5",
-                             "--module", "transformer.h.2.mlp"])
+    r = runner.invoke(
+        main,
+        [
+            "diff",
+            str(WIDE_SAMPLE),
+            str(BASE_SAMPLE),
+            "--fail-if-slower",
+            "5",
+            "--module",
+            "transformer.h.2.mlp",
+        ],
+    )
     assert r.exit_code == 0
-    r = runner.invoke(main, ["diff", str(BASE_SAMPLE), str(WIDE_SAMPLE), "--fail-if-slower",
-                             "5", "--module", "no.such"])
+    r = runner.invoke(
+        main, ["diff", str(BASE_SAMPLE), str(WIDE_SAMPLE), "--fail-if-slower", "5", "--module", "no.such"]
+    )
     assert r.exit_code == 3 and r.output.count("\n") == 1
     assert "traceprof: error: module 'no.such' is in neither trace" in r.output
 
@@ -279,9 +312,10 @@ def test_job_directories_are_compared_rank_by_rank(built, tmp_path):
 
 
 CASES = {
-    "diff_slower_swapped_added": lambda: (model(act_name="act"),
-                                          model(fc_us=(45.0, 45.0), fc_kernel="gemm_b",
-                                                extra="drop")),
+    "diff_slower_swapped_added": lambda: (
+        model(act_name="act"),
+        model(fc_us=(45.0, 45.0), fc_kernel="gemm_b", extra="drop"),
+    ),
 }
 EXT = {"tree": "txt", "json": "json", "csv": "csv"}
 
@@ -311,8 +345,18 @@ def test_sides_can_be_computed_once_and_compared_many_times():
 def test_tensorboard_run_pair(tmp_path):
     pytest.importorskip("tensorboard")
     logdir = tmp_path / "tb"
-    r = CliRunner().invoke(main, ["diff", str(BASE_SAMPLE), str(WIDE_SAMPLE), "-o",
-                                  str(tmp_path / "d.json"), "--tensorboard", str(logdir)])
+    r = CliRunner().invoke(
+        main,
+        [
+            "diff",
+            str(BASE_SAMPLE),
+            str(WIDE_SAMPLE),
+            "-o",
+            str(tmp_path / "d.json"),
+            "--tensorboard",
+            str(logdir),
+        ],
+    )
     assert r.exit_code == 0, r.output
     assert sorted(p.name for p in logdir.iterdir()) == ["base", "new"]
     assert "wrote TensorBoard run base" in r.output and "wrote TensorBoard run new" in r.output
@@ -322,8 +366,16 @@ def test_two_job_directories_show_the_rank_that_changed_most(tmp_path):
     from traceprof.testing import generate_job
 
     generate_job(tmp_path / "a", ranks=2, steps=3, layers=2, quiet=True)
-    generate_job(tmp_path / "b", ranks=2, slow_rank=1, slow_module="transformer.h.1.mlp.c_fc",
-                 slow_factor=3.0, steps=3, layers=2, quiet=True)
+    generate_job(
+        tmp_path / "b",
+        ranks=2,
+        slow_rank=1,
+        slow_module="transformer.h.1.mlp.c_fc",
+        slow_factor=3.0,
+        steps=3,
+        layers=2,
+        quiet=True,
+    )
     d = traceprof.compare.diff.diff_jobs(tmp_path / "a", tmp_path / "b")
     assert "shown: rank 1, the largest step change" in d.warnings[0]
     assert d.ranked()[0].qualified_name == "transformer.h.1.mlp.c_fc"
@@ -357,8 +409,11 @@ def test_the_command_offers_every_diff_format():
     assert r.exit_code == 3 and "is binary" in r.output
 
 
-DLRM = sorted((SAMPLE_TRACES.parent.parent / "shared" / "traces" / "multi_rank").glob(
-    "dlrm_v100_8ranks_worker*.pt.trace.json.gz"))
+DLRM = sorted(
+    (SAMPLE_TRACES.parent.parent / "shared" / "traces" / "multi_rank").glob(
+        "dlrm_v100_8ranks_worker*.pt.trace.json.gz"
+    )
+)
 
 
 @pytest.mark.skipif(len(DLRM) < 6, reason="../shared/traces not present")

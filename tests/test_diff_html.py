@@ -20,8 +20,12 @@ WIDE = SAMPLE_TRACES / "gpt_diff_wide_mlp_cpu.pt.trace.json.gz"
 @pytest.fixture(scope="module")
 def page(tmp_path_factory):
     out = tmp_path_factory.mktemp("diff") / "diff.html"
-    proc = subprocess.run([sys.executable, "-m", "traceprof", "diff", str(BASE), str(WIDE),
-                           "-o", str(out)], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "traceprof", "diff", str(BASE), str(WIDE), "-o", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     return out
 
@@ -40,11 +44,11 @@ def test_chromium_draws_two_icicles_on_one_scale_and_a_change_icicle(page, brows
     browser.get_log("browser")
     browser.get(page.as_uri())
     WebDriverWait(browser, 30).until(
-        lambda d: d.find_elements(By.CSS_SELECTOR, ".tp-diff-delta .tp-diff-cell"))
+        lambda d: d.find_elements(By.CSS_SELECTOR, ".tp-diff-delta .tp-diff-cell")
+    )
     errors = [m for m in browser.get_log("browser") if m["level"] == "SEVERE"]
     assert not errors, errors
-    fetched = browser.execute_script(
-        "return performance.getEntriesByType('resource').map((e) => e.name)")
+    fetched = browser.execute_script("return performance.getEntriesByType('resource').map((e) => e.name)")
     assert fetched == [], "the page loaded something"
 
     def root_width(cls):
@@ -54,7 +58,8 @@ def test_chromium_draws_two_icicles_on_one_scale_and_a_change_icicle(page, brows
     base, new = root_width("tp-diff-base"), root_width("tp-diff-new")
     assert new > base * 1.1  # the new run is slower: its root is wider on the shared scale
     mlp = browser.find_element(
-        By.CSS_SELECTOR, '.tp-diff-delta .tp-diff-cell[data-key="transformer.h.2.mlp (MLP)"]')
+        By.CSS_SELECTOR, '.tp-diff-delta .tp-diff-cell[data-key="transformer.h.2.mlp (MLP)"]'
+    )
     assert "transformer.h.2.mlp" in mlp.get_attribute("title")
     assert "hsl(0" in mlp.get_attribute("style") or "rgb(" in mlp.get_attribute("style")
     first = browser.find_element(By.CSS_SELECTOR, ".tp-diff-table tbody tr td").text
@@ -69,8 +74,9 @@ def test_a_click_zooms_all_three_icicles_to_a_module_and_back(page, browser):  #
 
     browser.get(page.as_uri())
     key = "transformer.h.2.mlp (MLP)"
-    WebDriverWait(browser, 30).until(lambda d: d.find_elements(
-        By.CSS_SELECTOR, f'.tp-diff-delta .tp-diff-cell[data-key="{key}"]'))
+    WebDriverWait(browser, 30).until(
+        lambda d: d.find_elements(By.CSS_SELECTOR, f'.tp-diff-delta .tp-diff-cell[data-key="{key}"]')
+    )
     browser.find_element(By.CSS_SELECTOR, f'.tp-diff-delta .tp-diff-cell[data-key="{key}"]').click()
     for cls in ("tp-diff-base", "tp-diff-new", "tp-diff-delta"):
         first = browser.find_elements(By.CSS_SELECTOR, f".{cls} .tp-diff-cell")[0]

@@ -5,13 +5,13 @@ peak. Also: every shared trace analyzes with FLOPs, and coverage gaps are named.
 from __future__ import annotations
 
 from collections import defaultdict
-from functools import lru_cache
+from functools import cache
 
 import pytest
 
 import traceprof
-from traceprof.analysis.op_costs import count_ops
 from traceprof.analysis.link import link
+from traceprof.analysis.op_costs import count_ops
 from traceprof.render import render
 
 from .conftest import SHARED_TRACES
@@ -21,7 +21,7 @@ BERT = SHARED_TRACES / "module_tree/h100_bert_small_inference.json.gz"
 H100_BF16_PEAK = 989.5e12
 
 
-@lru_cache(maxsize=None)
+@cache
 def flops_by_op(path) -> dict[str, float]:
     trace = traceprof.load_trace(path)
     costs = count_ops(trace, link(trace))
@@ -31,7 +31,7 @@ def flops_by_op(path) -> dict[str, float]:
     return dict(out)
 
 
-@lru_cache(maxsize=None)
+@cache
 def profile_of(path):
     return traceprof.analyze(path)
 
@@ -67,7 +67,9 @@ def test_qwen_gemm_and_attention_flops():
     attention = p.find("Qwen2Model_0.Qwen2DecoderLayer_3.Qwen2Attention_3")
     # gate, up and down projections (Linear children), SiLU (a child), act(gate) * up (own)
     assert mlp.forward.own.flops == QWEN_TOKENS * QWEN_MLP
-    assert mlp.forward.total.flops == 2 * QWEN_TOKENS * 3 * QWEN_HIDDEN * QWEN_MLP + 2 * QWEN_TOKENS * QWEN_MLP
+    assert (
+        mlp.forward.total.flops == 2 * QWEN_TOKENS * 3 * QWEN_HIDDEN * QWEN_MLP + 2 * QWEN_TOKENS * QWEN_MLP
+    )
     gemm_and_attention = 2 * QWEN_TOKENS * 4 * QWEN_HIDDEN**2 + QWEN_ATTENTION
     assert attention.forward.total.flops == pytest.approx(gemm_and_attention, rel=0.01)
     assert attention.forward.total.flops > gemm_and_attention  # + rotary embedding arithmetic
@@ -117,8 +119,10 @@ SHARED = sorted(SHARED_TRACES.glob("*/*.json.gz"))
 #: traces with shapes whose steps run no op that computes: allocations and gloo all-reduces
 #: (cpu_only); a fill, a barrier and NCCL all-reduce / send / recv on each rank of the T4 job
 #: (multi_rank_t4, see ../shared/traces/SOURCES.md)
-NO_COMPUTE = {"cpu_only/cpu_only_rank34.pt.trace.json.gz",
-              *(f"multi_rank_t4/t4x4_p2p_sendrecv_step100_rank{r}.pt.trace.json.gz" for r in range(4))}
+NO_COMPUTE = {
+    "cpu_only/cpu_only_rank34.pt.trace.json.gz",
+    *(f"multi_rank_t4/t4x4_p2p_sendrecv_step100_rank{r}.pt.trace.json.gz" for r in range(4)),
+}
 
 
 @pytest.mark.parametrize("path", SHARED, ids=lambda p: f"{p.parent.name}/{p.name[:32]}")

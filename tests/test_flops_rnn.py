@@ -20,12 +20,12 @@ nn = torch.nn
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
 import traceprof  # noqa: E402
-from traceprof.capture import profile_once  # noqa: E402
-from traceprof.analysis.op_costs import count_ops  # noqa: E402
-from traceprof.flops import REGISTRY, Family  # noqa: E402
 from traceprof.analysis.link import link  # noqa: E402
+from traceprof.analysis.op_costs import count_ops  # noqa: E402
+from traceprof.capture import profile_once  # noqa: E402
+from traceprof.flops import REGISTRY, Family  # noqa: E402
 
-I, H, T, B = 32, 64, 6, 4  # input size, hidden size, time steps, batch
+I, H, T, B = 32, 64, 6, 4  # noqa: E741 - PyTorch's names for them: input size, hidden size, time steps, batch
 ROWS = T * B
 TOLERANCE = 0.10
 
@@ -73,8 +73,9 @@ def captured(tmp_path_factory):
         torch.manual_seed(0)
         model = Recurrent()
         x = torch.randn(T, B, I)
-        path = profile_once(model, x, backward=True,
-                            path=tmp_path_factory.mktemp("rnn") / "trace.pt.trace.json.gz")
+        path = profile_once(
+            model, x, backward=True, path=tmp_path_factory.mktemp("rnn") / "trace.pt.trace.json.gz"
+        )
     finally:
         torch.set_num_threads(threads)
     trace = traceprof.load_trace(path)
@@ -92,8 +93,7 @@ def test_the_rnn_ops_are_counted(captured):
     # GRU, RNN and the cells run as linear layers and gate math on CPU: those are counted, and
     # the composite ops around them are not counted a second time
     assert {"aten::linear", "aten::sigmoid_", "aten::tanh"} <= counted
-    assert not counted & {"aten::lstm", "aten::gru", "aten::rnn_tanh", "aten::lstm_cell",
-                          "aten::gru_cell"}
+    assert not counted & {"aten::lstm", "aten::gru", "aten::rnn_tanh", "aten::lstm_cell", "aten::gru_cell"}
 
 
 def test_no_view_metadata_or_rnn_op_is_unsupported(captured):

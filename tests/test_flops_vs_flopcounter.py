@@ -61,13 +61,27 @@ def _cpu_flash(q, k, v, dropout_p=0.0, is_causal=False, *args, out_shape=None, *
     return sdpa_flop_count(q, k, v) * (_causal_fraction(q[2], k[2]) if is_causal else 1)
 
 
-def _cpu_flash_backward(grad, q, k, v, out, lse, dropout_p=0.0, is_causal=False, *args,
-                        out_shape=None, **kwargs):
+def _cpu_flash_backward(
+    grad, q, k, v, out, lse, dropout_p=0.0, is_causal=False, *args, out_shape=None, **kwargs
+):
     return sdpa_backward_flop_count(grad, q, k, v) * (_causal_fraction(q[2], k[2]) if is_causal else 1)
 
 
-def _conv_backward_per_group(grad_out, x, w, bias_sizes, stride, padding, dilation, transposed,
-                             output_padding, groups, output_mask, out_shape=None, **kwargs):
+def _conv_backward_per_group(
+    grad_out,
+    x,
+    w,
+    bias_sizes,
+    stride,
+    padding,
+    dilation,
+    transposed,
+    output_padding,
+    groups,
+    output_mask,
+    out_shape=None,
+    **kwargs,
+):
     def per_group(shape, dim):
         if shape is None:
             return None
@@ -77,8 +91,19 @@ def _conv_backward_per_group(grad_out, x, w, bias_sizes, stride, padding, dilati
 
     outs = [per_group(out_shape[0], 1), per_group(out_shape[1], 0), out_shape[2]]
     return groups * conv_backward_flop.__wrapped__(
-        per_group(grad_out, 1), per_group(x, 1), per_group(w, 0), bias_sizes, stride, padding,
-        dilation, transposed, output_padding, 1, output_mask, outs)
+        per_group(grad_out, 1),
+        per_group(x, 1),
+        per_group(w, 0),
+        bias_sizes,
+        stride,
+        padding,
+        dilation,
+        transposed,
+        output_padding,
+        1,
+        output_mask,
+        outs,
+    )
 
 
 ADDITIONS = {
@@ -95,7 +120,7 @@ def _float_sum(output):
 
 def _qualified(fcm_name: str, root: str) -> str:
     """FlopCounterMode names modules ``Root.a.b``; traceprof ``a.b`` ('' for the root)."""
-    return "" if fcm_name == root else fcm_name[len(root) + 1:]
+    return "" if fcm_name == root else fcm_name[len(root) + 1 :]
 
 
 def reference_flops(model, inputs) -> dict[str, list[float]]:
@@ -114,8 +139,9 @@ def reference_flops(model, inputs) -> dict[str, list[float]]:
             output = model(*inputs)
             forward = {k: sum(v.values()) for k, v in counter.get_flop_counts().items()}
             _float_sum(output).backward()
-            tracked_backward = {k: sum(v.values()) - forward.get(k, 0)
-                                for k, v in counter.get_flop_counts().items()}
+            tracked_backward = {
+                k: sum(v.values()) - forward.get(k, 0) for k, v in counter.get_flop_counts().items()
+            }
     finally:
         for h in hooks:
             h.remove()
@@ -131,8 +157,11 @@ def reference_flops(model, inputs) -> dict[str, list[float]]:
 
     for name, module, args, kwargs in calls:
         call_args, call_kwargs = tree_map(fresh, (args, kwargs))
-        outputs = [t for t in tree_flatten(module(*call_args, **call_kwargs))[0]
-                   if isinstance(t, torch.Tensor) and t.requires_grad]
+        outputs = [
+            t
+            for t in tree_flatten(module(*call_args, **call_kwargs))[0]
+            if isinstance(t, torch.Tensor) and t.requires_grad
+        ]
         if not outputs:
             continue
         with FlopCounterMode(display=False, custom_mapping=ADDITIONS) as counter:
@@ -223,20 +252,29 @@ class Recurrent(nn.Module):
 def _models():
     gen = torch.Generator().manual_seed(0)
     gpt = sample_models.GPTConfig(vocab_size=512, block_size=64, n_layer=2, n_head=4, d_model=64)
-    bert = sample_models.BertConfig(vocab_size=512, hidden_size=64, num_hidden_layers=2,
-                                    num_attention_heads=4, intermediate_size=128,
-                                    max_position_embeddings=64)
+    bert = sample_models.BertConfig(
+        vocab_size=512,
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=128,
+        max_position_embeddings=64,
+    )
     mask = torch.ones(2, 32, dtype=torch.long)
     mask[1, 24:] = 0
     return {
         "lenet5": (sample_models.LeNet5, (torch.randn(4, 1, 32, 32, generator=gen),)),
-        "resnet18": (lambda: sample_models.ResNet18(num_classes=10),
-                     (torch.randn(2, 3, 32, 32, generator=gen),)),
+        "resnet18": (
+            lambda: sample_models.ResNet18(num_classes=10),
+            (torch.randn(2, 3, 32, 32, generator=gen),),
+        ),
         # is_causal=True: CPU flash attention, causal
         "gpt": (lambda: sample_models.GPT(gpt), (torch.randint(0, 512, (2, 64), generator=gen),)),
         # padding mask and dropout in training: the math fallback (matmuls, softmax, dropout)
-        "bert": (lambda: sample_models.BertEncoder(bert),
-                 (torch.randint(0, 512, (2, 32), generator=gen), mask)),
+        "bert": (
+            lambda: sample_models.BertEncoder(bert),
+            (torch.randint(0, 512, (2, 32), generator=gen), mask),
+        ),
         "depthwise_cnn": (DepthwiseCNN, (torch.randn(2, 3, 32, 32, generator=gen),)),
         "causal_attention": (CausalLM, (torch.randint(0, 100, (2, 48), generator=gen),)),
         "recurrent": (Recurrent, (torch.randn(5, 3, 16, generator=gen),)),
@@ -264,8 +302,9 @@ def compared(tmp_path_factory):
             make, inputs = MODELS[name]
             torch.manual_seed(0)
             model = make()
-            path = profile_once(model, *inputs, backward=True,
-                                path=tmp_path_factory.mktemp(name) / "trace.pt.trace.json.gz")
+            path = profile_once(
+                model, *inputs, backward=True, path=tmp_path_factory.mktemp(name) / "trace.pt.trace.json.gz"
+            )
             trace = traceprof.load_trace(path)
             matrix = traceprof.analyze(trace, formulas=REGISTRY.only(*MATRIX_FAMILIES))
             full = traceprof.analyze(trace)
@@ -300,7 +339,8 @@ def test_per_module_flops_match_flopcountermode(compared, name):
     counted = [q for q, (f, b) in reference.items() if f > 0 and b > 0]
     assert len(counted) >= 3, counted
     assert profile.flops.unsupported == () or all(
-        "arguments not understood" not in u.name for u in profile.flops.unsupported)
+        "arguments not understood" not in u.name for u in profile.flops.unsupported
+    )
 
 
 def test_the_comparison_covers_what_it_claims(compared):
@@ -314,8 +354,11 @@ def test_the_comparison_covers_what_it_claims(compared):
     plain = conv_backward_flop.__wrapped__(*args, out_shape=[None, w, None])
     assert plain == 16 * _conv_backward_per_group(*args, out_shape=[None, w, None])
     _, _, gpt = compared("gpt")
-    attention = gpt["transformer.h.0.attn"][0] - gpt["transformer.h.0.attn.c_attn"][0] \
+    attention = (
+        gpt["transformer.h.0.attn"][0]
+        - gpt["transformer.h.0.attn.c_attn"][0]
         - gpt["transformer.h.0.attn.c_proj"][0]
+    )
     assert attention == pytest.approx(4 * 2 * 4 * (64 * 65 // 2) * 16)  # causal pairs, d = 16
     _, _, lm = compared("causal_attention")
     attention = lm["attn"][0] - lm["attn.qkv"][0] - lm["attn.proj"][0]

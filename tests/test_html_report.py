@@ -90,6 +90,7 @@ def parse(page: str) -> PageParts:
 
 # ---- fixtures ------------------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def reports(tmp_path_factory):
     """HTML reports: the sample and BERT through the command line, the others through the API."""
@@ -97,8 +98,12 @@ def reports(tmp_path_factory):
     pages = {}
     for name, trace in (("sample", SAMPLE), ("bert", BERT)):
         target = out / f"{name}.html"
-        proc = subprocess.run([sys.executable, "-m", "traceprof", "analyze", str(trace),
-                               "-o", str(target)], capture_output=True, text=True, timeout=120)
+        proc = subprocess.run(
+            [sys.executable, "-m", "traceprof", "analyze", str(trace), "-o", str(target)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert proc.returncode == 0, proc.stderr
         assert proc.stdout == ""
         pages[name] = target
@@ -132,8 +137,7 @@ def open_report(driver, page: Path):
     WebDriverWait(driver, 30).until(lambda d: d.find_elements(By.CSS_SELECTOR, "tr.tp-row"))
     errors = [m for m in driver.get_log("browser") if m["level"] == "SEVERE"]
     assert not errors, errors
-    fetched = driver.execute_script(
-        "return performance.getEntriesByType('resource').map((e) => e.name)")
+    fetched = driver.execute_script("return performance.getEntriesByType('resource').map((e) => e.name)")
     assert fetched == [], "the report loaded something"
 
 
@@ -147,8 +151,7 @@ def row_names(driver) -> list[str]:
     """The qualified name of each table row (the name's tooltip; the class name for a root)."""
     from selenium.webdriver.common.by import By
 
-    return [r.find_element(By.CSS_SELECTOR, ".tp-name").get_attribute("title")
-            for r in rows(driver)]
+    return [r.find_element(By.CSS_SELECTOR, ".tp-name").get_attribute("title") for r in rows(driver)]
 
 
 def cells(driver, phase: str):
@@ -176,11 +179,16 @@ def set_filter(driver, text: str):
 
 # ---- the file ------------------------------------------------------------------------------------
 
+
 def test_format_html_by_option_and_by_extension(reports, tmp_path):
     assert render.for_path("out/report.html").name == "html"
     assert render.for_path("REPORT.HTM").name == "html"
-    proc = subprocess.run([sys.executable, "-m", "traceprof", "analyze", str(SAMPLE),
-                           "--format", "html"], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "traceprof", "analyze", str(SAMPLE), "--format", "html"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == reports["sample"].read_text(encoding="utf-8")  # same page on stdout
     assert proc.stdout.startswith("<!DOCTYPE html>") and proc.stdout.endswith("</html>\n")
@@ -192,8 +200,7 @@ def test_the_page_embeds_the_json_document_and_loads_nothing(reports, name, trac
     parts = parse(page)
 
     # the embedded document is the JSON output, field for field
-    data = {attrs.get("id"): text for attrs, text in parts.scripts
-            if attrs.get("type") == "application/json"}
+    data = {attrs.get("id"): text for attrs, text in parts.scripts if attrs.get("type") == "application/json"}
     expected = json.loads(render.render(traceprof.analyze(trace), "json"))
     assert json.loads(data["traceprof-profile"]) == expected
     assert json.loads(data["traceprof-report"])["title"] == trace.name
@@ -215,8 +222,11 @@ def test_the_page_embeds_the_json_document_and_loads_nothing(reports, name, trac
     assert not re.search(r"""(src|href)\s*=\s*["']?\s*(https?:)?//""", page, re.I)
 
     # the Content-Security-Policy allows that one script (by its hash) and nothing remote
-    csp = next(a["content"] for t, a in parts.tags
-               if t == "meta" and a.get("http-equiv") == "Content-Security-Policy")
+    csp = next(
+        a["content"]
+        for t, a in parts.tags
+        if t == "meta" and a.get("http-equiv") == "Content-Security-Policy"
+    )
     digest = base64.b64encode(hashlib.sha256(script.encode()).digest()).decode()
     assert f"script-src 'sha256-{digest}'" in csp and csp.startswith("default-src 'none';")
 
@@ -243,6 +253,7 @@ def test_a_frontend_that_cannot_be_inlined_is_refused(monkeypatch):
 
 # ---- headless Chromium ---------------------------------------------------------------------------
 
+
 def test_chromium_renders_the_sample_report(reports, browser):
     """A CPU-only training trace: forward, backward and other (optimizer step, time between ops)
     icicles side by side (CPU time), the table with qualified names, the filter."""
@@ -253,14 +264,15 @@ def test_chromium_renders_the_sample_report(reports, browser):
     assert browser.title == f"traceprof · {SAMPLE.name}"
     assert not browser.find_elements(By.ID, "tp-run") and not browser.find_elements(By.ID, "tp-step")
     assert Select(browser.find_element(By.ID, "tp-metric")).first_selected_option.text == "CPU time"
-    assert Select(browser.find_element(By.ID, "tp-phase")).first_selected_option.get_attribute(
-        "value") == "split"
+    assert (
+        Select(browser.find_element(By.ID, "tp-phase")).first_selected_option.get_attribute("value")
+        == "split"
+    )
     heads = [h.text for h in browser.find_elements(By.CSS_SELECTOR, ".tp-pass-head")]
     assert [h.split()[0] for h in heads] == ["Forward", "Backward", "Other"]
     forward, backward = cells(browser, "forward"), cells(browser, "backward")
     assert len(forward) > 30 and len(backward) > 30
-    assert cell_titles(forward)[0].startswith("ResNet18") and cell_titles(backward)[0].startswith(
-        "ResNet18")
+    assert cell_titles(forward)[0].startswith("ResNet18") and cell_titles(backward)[0].startswith("ResNet18")
     # one scale: each pass as wide as its share of the time
     widths = [p.size["width"] for p in browser.find_elements(By.CSS_SELECTOR, ".tp-pass")]
     shares = [float(re.search(r"· ([\d.]+)% of all passes$", h)[1]) for h in heads]
@@ -279,13 +291,10 @@ def test_chromium_renders_the_sample_report(reports, browser):
     assert {"conv1", "layer1.0.conv1", "layer4.1.bn2", "fc"} <= set(names)
 
     set_filter(browser, "layer1.0.conv")
-    assert row_names(browser) == ["ResNet18", "layer1", "layer1.0", "layer1.0.conv1",
-                                  "layer1.0.conv2"]
+    assert row_names(browser) == ["ResNet18", "layer1", "layer1.0", "layer1.0.conv1", "layer1.0.conv2"]
     for phase in ("forward", "backward"):  # the icicles dim what the filter does not match
-        lit = [c for c in cells(browser, phase)
-               if "tp-cell-dim" not in c.get_attribute("class")]
-        assert sorted(t.split(" ")[0] for t in cell_titles(lit)) == ["layer1.0.conv1",
-                                                                      "layer1.0.conv2"]
+        lit = [c for c in cells(browser, phase) if "tp-cell-dim" not in c.get_attribute("class")]
+        assert sorted(t.split(" ")[0] for t in cell_titles(lit)) == ["layer1.0.conv1", "layer1.0.conv2"]
     set_filter(browser, "")
     assert len(rows(browser)) == len(names)
     assert not browser.find_elements(By.CSS_SELECTOR, ".tp-cell-dim")
@@ -338,8 +347,9 @@ def test_chromium_runs_no_script_but_the_reports_own(reports, browser, tmp_path)
     tampered.write_text(page.replace("renderReport(doc,", "renderReport( doc,"), encoding="utf-8")
     browser.get_log("browser")
     browser.get(tampered.as_uri())
-    blocked = WebDriverWait(browser, 20).until(lambda d: [
-        m for m in d.get_log("browser") if "Content Security Policy" in m["message"]])
+    blocked = WebDriverWait(browser, 20).until(
+        lambda d: [m for m in d.get_log("browser") if "Content Security Policy" in m["message"]]
+    )
     assert blocked and not browser.find_elements(By.CSS_SELECTOR, "tr.tp-row")
 
 
@@ -349,8 +359,11 @@ def test_chromium_renders_a_gpu_training_report_and_zooms(reports, browser, tmp_
     from selenium.webdriver.common.by import By
 
     open_report(browser, reports["mi300"])
-    target = next(c for c in cells(browser, "forward")
-                  if cell_titles([c])[0].startswith("DistributedDataParallel_0.ResNet_0 "))
+    target = next(
+        c
+        for c in cells(browser, "forward")
+        if cell_titles([c])[0].startswith("DistributedDataParallel_0.ResNet_0 ")
+    )
     target.click()
     crumbs = browser.find_element(By.CSS_SELECTOR, ".tp-crumbs").text
     assert crumbs == "all modules›DistributedDataParallel_0›ResNet_0"
@@ -369,8 +382,7 @@ def test_chromium_renders_a_gpu_training_report_and_zooms(reports, browser, tmp_
     assert shot.stat().st_size > 10_000
 
 
-def test_chromium_shows_a_modules_kernels_the_timeline_and_the_memory_peak(reports, browser,
-                                                                           tmp_path):
+def test_chromium_shows_a_modules_kernels_the_timeline_and_the_memory_peak(reports, browser, tmp_path):
     """BERT inference on an H100: click a module and see its top kernels (those of the JSON's
     ops section, largest first); find a kernel of a known module on the timeline of the step and
     click it: the module is selected in the tree; the memory curve labels its peak with the
@@ -383,8 +395,10 @@ def test_chromium_shows_a_modules_kernels_the_timeline_and_the_memory_peak(repor
     assert title == f"Kernels of {encoder}"
     from traceprof.result.records import op_records
 
-    expected = sorted((r for r in op_records(profile, profile.find(encoder))
-                       if r["kind"] == "kernel"), key=lambda r: -r["gpu_busy_us"])
+    expected = sorted(
+        (r for r in op_records(profile, profile.find(encoder)) if r["kind"] == "kernel"),
+        key=lambda r: -r["gpu_busy_us"],
+    )
     assert len(names) == min(25, len(expected)) and names[0] == expected[0]["name"]
     viewer_checks.screenshot(browser, "tp-ops", "viewer-ops.png", tmp_path)
 

@@ -6,6 +6,7 @@ UTF-8, events cut exactly at run edges, one giant event, a trailing comma, a tru
 from __future__ import annotations
 
 import gzip
+import itertools
 import json
 import os
 import random
@@ -20,6 +21,7 @@ import numpy as np
 import pytest
 
 hypothesis = pytest.importorskip("hypothesis")
+
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
@@ -30,8 +32,7 @@ from traceprof.read.build import load_trace  # noqa: E402
 from .conftest import SHARED_TRACES  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
-ALL_TRACES = sorted(SHARED_TRACES.glob("*/*.json.gz")) + sorted(
-    (REPO / "sample_traces").glob("*.json.gz"))
+ALL_TRACES = sorted(SHARED_TRACES.glob("*/*.json.gz")) + sorted((REPO / "sample_traces").glob("*.json.gz"))
 WHOLE = 1 << 40  # a run size no test file reaches: the whole-document decoder
 
 
@@ -73,8 +74,7 @@ def assert_same_outcome(path, **kw) -> None:
 
 #: how the runs are cut: likely boundaries checked by decoding (then the scanner when a cut was
 #: wrong), the likely boundaries alone (then the whole-document decoder), the scanner alone
-SPLITTERS = {"default": load.SPLITTERS, "cutter": (chunks.Cutter,),
-             "scanner": (chunks.Scanner,)}
+SPLITTERS = {"default": load.SPLITTERS, "cutter": (chunks.Cutter,), "scanner": (chunks.Scanner,)}
 
 
 def cut_by(name: str):
@@ -82,8 +82,7 @@ def cut_by(name: str):
 
 
 def is_streamed(path, chunk_bytes: int) -> bool:
-    return isinstance(load.load_raw(path, jobs=1, chunk_bytes=chunk_bytes),
-                      load.StreamedDocument)
+    return isinstance(load.load_raw(path, jobs=1, chunk_bytes=chunk_bytes), load.StreamedDocument)
 
 
 # -- every real trace --------------------------------------------------------------------------
@@ -120,14 +119,36 @@ def test_plain_json_is_read_by_the_workers_at_offsets(tmp_path):
 
 # -- hostile text ------------------------------------------------------------------------------
 
-NASTY = ['"', "\\", '\\"', "[", "]", "{", "}", "},{", '"},{"ph":"X"', "\\\\", ",", ":", "é",
-         "\u2028", "\x01", "nn.Module: X_1"]
+NASTY = [
+    '"',
+    "\\",
+    '\\"',
+    "[",
+    "]",
+    "{",
+    "}",
+    "},{",
+    '"},{"ph":"X"',
+    "\\\\",
+    ",",
+    ":",
+    "é",
+    "\u2028",
+    "\x01",
+    "nn.Module: X_1",
+]
 
 
 def event(i: int, name: str, rng: random.Random) -> dict:
-    ev = {"ph": "X", "cat": rng.choice(["cpu_op", "kernel", "cuda_runtime", "user_annotation"]),
-          "name": name, "pid": rng.choice([1, "1", 2]), "tid": rng.choice([7, "7"]),
-          "ts": 1000.0 + i * 10 + rng.random(), "dur": rng.choice([1, 2.5, 0])}
+    ev = {
+        "ph": "X",
+        "cat": rng.choice(["cpu_op", "kernel", "cuda_runtime", "user_annotation"]),
+        "name": name,
+        "pid": rng.choice([1, "1", 2]),
+        "tid": rng.choice([7, "7"]),
+        "ts": 1000.0 + i * 10 + rng.random(),
+        "dur": rng.choice([1, 2.5, 0]),
+    }
     args = {}
     if rng.random() < 0.5:
         args["correlation"] = i
@@ -147,9 +168,14 @@ def document(events: list, rng: random.Random, bare: bool, indent) -> bytes:
     if bare:
         doc = events
     else:
-        doc = {"schemaVersion": 1, "deviceProperties": [{"name": "x[]{}", "id": 0}],
-               "before": {"traceEvents": ["not", "these"], "s": "\"traceEvents\": ["},
-               "traceEvents": events, "traceName": "t\"]}", "baseTimeNanoseconds": 12}
+        doc = {
+            "schemaVersion": 1,
+            "deviceProperties": [{"name": "x[]{}", "id": 0}],
+            "before": {"traceEvents": ["not", "these"], "s": '"traceEvents": ['},
+            "traceEvents": events,
+            "traceName": 't"]}',
+            "baseTimeNanoseconds": 12,
+        }
         if rng.random() < 0.5:  # Kineto writes some keys after the events
             doc["distributedInfo"] = {"rank": 3, "world_size": 8, "backend": "nccl"}
     return json.dumps(doc, ensure_ascii=rng.random() < 0.5, indent=indent).encode()
@@ -159,12 +185,18 @@ names = st.lists(st.sampled_from(NASTY), max_size=4).map("".join) | st.text(max_
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(names=st.lists(names, min_size=1, max_size=12), seed=st.integers(0, 2**16),
-       bare=st.booleans(), indent=st.sampled_from([None, 0, 2]),
-       chunk=st.integers(1, 400), jobs=st.sampled_from([1, 1, 2]),
-       splitter=st.sampled_from(list(SPLITTERS)))
-def test_hostile_names_split_like_the_whole_document(tmp_path_factory, names, seed, bare, indent,
-                                                     chunk, jobs, splitter):
+@given(
+    names=st.lists(names, min_size=1, max_size=12),
+    seed=st.integers(0, 2**16),
+    bare=st.booleans(),
+    indent=st.sampled_from([None, 0, 2]),
+    chunk=st.integers(1, 400),
+    jobs=st.sampled_from([1, 1, 2]),
+    splitter=st.sampled_from(list(SPLITTERS)),
+)
+def test_hostile_names_split_like_the_whole_document(
+    tmp_path_factory, names, seed, bare, indent, chunk, jobs, splitter
+):
     rng = random.Random(seed)
     events = [event(i, n, rng) for i, n in enumerate(names)]
     path = tmp_path_factory.mktemp("h") / "t.json"
@@ -175,11 +207,17 @@ def test_hostile_names_split_like_the_whole_document(tmp_path_factory, names, se
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(seed=st.integers(0, 2**16), cut=st.integers(0, 10**6), chunk=st.integers(1, 300),
-       mutate=st.sampled_from(["truncate", "invalid_utf8", "byte", "trailing_comma", "none"]),
-       splitter=st.sampled_from(list(SPLITTERS)), jobs=st.sampled_from([1, 1, 2]))
-def test_damaged_text_gives_the_whole_documents_answer(tmp_path_factory, seed, cut, chunk, mutate,
-                                                       splitter, jobs):
+@given(
+    seed=st.integers(0, 2**16),
+    cut=st.integers(0, 10**6),
+    chunk=st.integers(1, 300),
+    mutate=st.sampled_from(["truncate", "invalid_utf8", "byte", "trailing_comma", "none"]),
+    splitter=st.sampled_from(list(SPLITTERS)),
+    jobs=st.sampled_from([1, 1, 2]),
+)
+def test_damaged_text_gives_the_whole_documents_answer(
+    tmp_path_factory, seed, cut, chunk, mutate, splitter, jobs
+):
     rng = random.Random(seed)
     events = [event(i, rng.choice(NASTY) + "op", rng) for i in range(8)]
     data = document(events, rng, bare=rng.random() < 0.3, indent=rng.choice([None, 1]))
@@ -188,13 +226,16 @@ def test_damaged_text_gives_the_whole_documents_answer(tmp_path_factory, seed, c
         data = data[:at]
     elif mutate == "invalid_utf8":
         k = data.index(b'"op"') if b'"op"' in data else data.index(b'op"')
-        data = data[:k + 1] + b"\xff\xfe" + data[k + 1:]
+        data = data[: k + 1] + b"\xff\xfe" + data[k + 1 :]
     elif mutate == "byte":
-        data = data[:at] + bytes([rng.choice(b'{}[]",:\\ x')]) + data[at + 1:]
+        data = data[:at] + bytes([rng.choice(b'{}[]",:\\ x')]) + data[at + 1 :]
     elif mutate == "trailing_comma":
-        k = data.rindex(b"}", 0, data.rindex(b"]") + 1) if not data.rstrip().endswith(b"]") \
+        k = (
+            data.rindex(b"}", 0, data.rindex(b"]") + 1)
+            if not data.rstrip().endswith(b"]")
             else data.rstrip().rindex(b"}")
-        data = data[:k + 1] + b"," + data[k + 1:]
+        )
+        data = data[: k + 1] + b"," + data[k + 1 :]
     path = tmp_path_factory.mktemp("d") / "t.json"
     path.write_bytes(data)
     with cut_by(splitter):
@@ -217,17 +258,25 @@ def test_runs_cut_exactly_at_every_event_edge(tmp_path):
     gz = tmp_path / "t.json.gz"
     gz.write_bytes(gzip.compress(data))
     for block in (1, 2, 3, 7, 64):
-        seen = list(chunks.scan([data[i:i + block] for i in range(0, len(data), block)], 1))
+        seen = list(chunks.scan([data[i : i + block] for i in range(0, len(data), block)], 1))
         runs, outline = seen[:-1], seen[-1]
         assert outline.top == b'{"traceEvents":[]}'
         assert len(runs) == len(sizes)
-        assert b"".join(data[r.start:r.end] for r in runs) == data[16:-2]
+        assert b"".join(data[r.start : r.end] for r in runs) == data[16:-2]
     assert_same_outcome(gz, chunk_bytes=1, jobs=2)
 
 
 def test_one_giant_event(tmp_path):
-    big = {"ph": "X", "cat": "cpu_op", "name": "x" * 300_000 + '"]}{[', "ts": 1, "dur": 2,
-           "pid": 1, "tid": 1, "args": {"unread": ["[{"] * 20_000}}
+    big = {
+        "ph": "X",
+        "cat": "cpu_op",
+        "name": "x" * 300_000 + '"]}{[',
+        "ts": 1,
+        "dur": 2,
+        "pid": 1,
+        "tid": 1,
+        "args": {"unread": ["[{"] * 20_000},
+    }
     small = {"ph": "X", "cat": "cpu_op", "name": "y", "ts": 2, "dur": 1, "pid": 1, "tid": 1}
     path = tmp_path / "t.json"
     path.write_bytes(json.dumps({"traceEvents": [small, big, small]}).encode())
@@ -237,16 +286,17 @@ def test_one_giant_event(tmp_path):
             assert_same_outcome(path, chunk_bytes=1000, jobs=2)
 
 
-@pytest.mark.parametrize("text, says", [
-    (b'{"traceEvents":[{"ph":"X","ts":1,"dur":1,"name":"a"},]}', "not valid JSON"),
-    (b'{"traceEvents":[{"ph":"X","ts":1,"dur":1,"name":"a"},{"ph":"X","ts":2', "truncated"),
-    (b'[{"ph":"X","ts":1,"dur":1,"name":"a"}{"ph":"X","ts":2,"dur":1,"name":"b"}]',
-     "not valid JSON"),
-    (b'{"traceEvents":[{"ph":"X","ts":1,"dur":1,"name":"a"}],"traceEvents":[]}', None),
-    (b'{"traceEvents":[{"ph":"X","ts":"x","dur":1,"name":"a"},{"ph":"X","ts":1,"name":"b"}]}',
-     None),
-    (b'{"traceEvents":[{"ph":"B","ts":1,"name":"a"},{"ph":"E","ts":3,"name":"a"}]}', None),
-])
+@pytest.mark.parametrize(
+    "text, says",
+    [
+        (b'{"traceEvents":[{"ph":"X","ts":1,"dur":1,"name":"a"},]}', "not valid JSON"),
+        (b'{"traceEvents":[{"ph":"X","ts":1,"dur":1,"name":"a"},{"ph":"X","ts":2', "truncated"),
+        (b'[{"ph":"X","ts":1,"dur":1,"name":"a"}{"ph":"X","ts":2,"dur":1,"name":"b"}]', "not valid JSON"),
+        (b'{"traceEvents":[{"ph":"X","ts":1,"dur":1,"name":"a"}],"traceEvents":[]}', None),
+        (b'{"traceEvents":[{"ph":"X","ts":"x","dur":1,"name":"a"},{"ph":"X","ts":1,"name":"b"}]}', None),
+        (b'{"traceEvents":[{"ph":"B","ts":1,"name":"a"},{"ph":"E","ts":3,"name":"a"}]}', None),
+    ],
+)
 def test_what_runs_cannot_say_is_said_by_the_whole_document(tmp_path, text, says):
     path = tmp_path / "t.json"
     path.write_bytes(text + b" " * 64)
@@ -285,7 +335,7 @@ def cutter_runs(data: bytes, chunk: int, block: int) -> tuple[list, chunks.Outli
     cutter = chunks.Cutter(chunk)
     runs = []
     for i in range(0, len(data), block):
-        runs += cutter.feed(data[i:i + block])
+        runs += cutter.feed(data[i : i + block])
     runs += cutter.finish()
     return runs, cutter.outline
 
@@ -295,13 +345,13 @@ def test_the_cutter_cuts_at_event_boundaries(block):
     """Runs one after the other over the whole array, each ending after an event (a boundary
     that straddles two blocks is passed over: the run ends at the next one); in one block,
     the scanner's runs."""
-    data, sizes = _events_text(12)
+    data, _sizes = _events_text(12)
     runs, outline = cutter_runs(data, 150, block)
     scanned = list(chunks.scan([data], 150))
     assert outline == scanned[-1]
     event_ends = {r.end for r in list(chunks.scan([data], 1))[:-1]}
     assert runs[0].start == 16 and runs[-1].end == len(data) - 2
-    assert all(a.end == b.start for a, b in zip(runs, runs[1:]))
+    assert all(a.end == b.start for a, b in itertools.pairwise(runs))
     assert {r.end for r in runs} <= event_ends
     assert [r.first for r in runs] == [True] + [False] * (len(runs) - 1)
     if block > len(data):
@@ -317,10 +367,11 @@ def test_the_cutter_leaves_the_scanner_only_the_last_event_and_what_follows(tmp_
     for e in events:
         e.pop("args", None)  # no nested objects: every "},{" between two events
     devices = [{"id": i, "name": "NVIDIA H100 80GB HBM3", "numSms": 132} for i in range(8)]
-    text = json.dumps({"traceEvents": events, "deviceProperties": devices,
-                       "traceName": "t"}, indent=2).encode()
+    text = json.dumps(
+        {"traceEvents": events, "deviceProperties": devices, "traceName": "t"}, indent=2
+    ).encode()
     runs, outline = cutter_runs(text, len(text) // 3, 1 << 20)
-    assert json.loads(text[runs[-1].start:runs[-1].end].strip(b" \n,")) == events[-1]
+    assert json.loads(text[runs[-1].start : runs[-1].end].strip(b" \n,")) == events[-1]
     assert outline == list(chunks.scan([text], len(text)))[-1]
     path = tmp_path / "t.json"
     path.write_bytes(text)
@@ -362,8 +413,7 @@ def test_no_likely_boundary_at_all(tmp_path):
     events = [event(i, "op", random.Random(i)) for i in range(30)]
     for sep in (b",", b"\n,\n", b" , "):
         path = tmp_path / "t.json"
-        path.write_bytes(b'{"traceEvents":[' + sep.join(json.dumps(e).encode() for e in events)
-                         + b"]}")
+        path.write_bytes(b'{"traceEvents":[' + sep.join(json.dumps(e).encode() for e in events) + b"]}")
         assert_same_outcome(path, chunk_bytes=200, jobs=1)
     path.write_bytes(json.dumps({"traceEvents": [events[0]], "pad": "x" * 5000}).encode())
     assert_same_outcome(path, chunk_bytes=200, jobs=2)
@@ -410,8 +460,11 @@ def test_a_shared_trace_is_decoded_by_this_process_and_a_forked_worker(tmp_path)
         return decode_run(text, first)
 
     log.write_text("")
-    with mock.patch.object(parallel, "decode_run", logged), cut_by("scanner"), \
-            mock.patch.object(parallel, "decode_shared", wraps=parallel.decode_shared) as shared:
+    with (
+        mock.patch.object(parallel, "decode_run", logged),
+        cut_by("scanner"),
+        mock.patch.object(parallel, "decode_shared", wraps=parallel.decode_shared) as shared,
+    ):
         assert_same_outcome(path, chunk_bytes=chunk, jobs=2)
     assert shared.call_count == 1
     takers = log.read_text().split()
@@ -468,11 +521,12 @@ def test_more_text_than_a_gzip_trailer_claims_goes_to_a_pool(tmp_path):
     data = path.read_bytes()
     whole = load_trace(path, jobs=1, chunk_bytes=WHOLE)
     chunk = len(data) // (4 * parallel.POOL_MIN_RUNS)
-    blocks = (data[i:i + 4096] for i in range(0, len(data), 4096))
+    blocks = (data[i : i + 4096] for i in range(0, len(data), 4096))
     budget = parallel.MemoryBudget(path, None, 1.0)
     with mock.patch.object(parallel, "decode_shared") as shared:
-        outline, columns = parallel.stream_document(path, blocks, None, 2, chunk, budget,
-                                                  chunks.Scanner, json_bytes=chunk * 3)
+        outline, columns = parallel.stream_document(
+            path, blocks, None, 2, chunk, budget, chunks.Scanner, json_bytes=chunk * 3
+        )
     assert shared.call_count == 0
     assert len(columns) == len(whole.events) and outline.size_bytes == len(data)
 
@@ -487,10 +541,12 @@ def test_zlib_ng_inflates_like_zlib(tmp_path):
     text = gzip.decompress(src.read_bytes())
     gz = gzip.compress(text)
     half = len(text) // 2
-    files = {"one member": gz,
-             "two members": gzip.compress(text[:half]) + b"\0\0" + gzip.compress(text[half:]),
-             "truncated": gz[: len(gz) // 2],
-             "bad checksum": gz[:-8] + bytes([gz[-8] ^ 0xFF]) + gz[-7:]}
+    files = {
+        "one member": gz,
+        "two members": gzip.compress(text[:half]) + b"\0\0" + gzip.compress(text[half:]),
+        "truncated": gz[: len(gz) // 2],
+        "bad checksum": gz[:-8] + bytes([gz[-8] ^ 0xFF]) + gz[-7:],
+    }
     assert source.zlib.__name__ == "zlib_ng.zlib_ng"  # a dependency: installed here
     for name, data in files.items():
         path = tmp_path / f"{name}.json.gz"
@@ -530,19 +586,27 @@ run()
 """
 
 
-@pytest.mark.parametrize("signum, code, message, group", [
-    (signal.SIGINT, 130, "interrupted", True),  # Ctrl-C: the whole process group
-    (signal.SIGTERM, 143, "terminated", False),
-], ids=["ctrl-c", "sigterm"])
+@pytest.mark.parametrize(
+    "signum, code, message, group",
+    [
+        (signal.SIGINT, 130, "interrupted", True),  # Ctrl-C: the whole process group
+        (signal.SIGTERM, 143, "terminated", False),
+    ],
+    ids=["ctrl-c", "sigterm"],
+)
 def test_a_signal_while_a_shared_trace_is_decoded(tmp_path, signum, code, message, group):
     """One error line and the exit status of the signal, no traceback from a worker, and no
     worker left running."""
     path = shared_text(tmp_path, 300)
     assert parallel.shared_run_bytes(path.stat().st_size, 2, 20_000) is not None
     worker_pid = tmp_path / "worker.pid"
-    proc = subprocess.Popen([sys.executable, "-c", _HELD_SHARED_DECODE, str(path),
-                             str(worker_pid)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _HELD_SHARED_DECODE, str(path), str(worker_pid)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         assert proc.stdout.readline() == "a worker is decoding\n", proc.stderr.read()
         if group:
@@ -601,14 +665,17 @@ def test_sharing_a_trace_does_not_import_multiprocessing(tmp_path):
     """Forking and two pipes are all a shared trace needs; multiprocessing takes 12 ms to
     import, a tenth of the start-up."""
     path = shared_text(tmp_path, 120)
-    code = ("import sys\nfrom traceprof.read import parallel\nfrom traceprof.read.build import load_trace\n"
-            "from unittest import mock\n"
-            "with mock.patch.object(parallel, 'decode_shared', wraps=parallel.decode_shared) as s:\n"
-            f"    load_trace(sys.argv[1], jobs=2, chunk_bytes={path.stat().st_size // 3})\n"
-            "assert s.call_count >= 1\n"
-            "print('multiprocessing' in sys.modules)")
-    proc = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True,
-                          text=True, timeout=120)
+    code = (
+        "import sys\nfrom traceprof.read import parallel\nfrom traceprof.read.build import load_trace\n"
+        "from unittest import mock\n"
+        "with mock.patch.object(parallel, 'decode_shared', wraps=parallel.decode_shared) as s:\n"
+        f"    load_trace(sys.argv[1], jobs=2, chunk_bytes={path.stat().st_size // 3})\n"
+        "assert s.call_count >= 1\n"
+        "print('multiprocessing' in sys.modules)"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["False"]
 

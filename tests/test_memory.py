@@ -91,11 +91,21 @@ def test_bert_memory_adds_up_to_the_raw_events():
     p = traceprof.analyze(path)
     with gzip.open(path, "rt") as f:
         raw = json.load(f)["traceEvents"]
-    steps = [e for e in raw if e.get("ph") == "X" and e.get("cat") != "gpu_user_annotation"
-             and e.get("name", "").startswith("ProfilerStep#")
-             and int(e["name"].split("#")[1]) in p.selection.numbers]
-    mem = [e for e in raw if e.get("name") == "[memory]" and e["args"].get("Device Type") == 1
-           and any(s["ts"] <= e["ts"] <= s["ts"] + s["dur"] for s in steps)]
+    steps = [
+        e
+        for e in raw
+        if e.get("ph") == "X"
+        and e.get("cat") != "gpu_user_annotation"
+        and e.get("name", "").startswith("ProfilerStep#")
+        and int(e["name"].split("#")[1]) in p.selection.numbers
+    ]
+    mem = [
+        e
+        for e in raw
+        if e.get("name") == "[memory]"
+        and e["args"].get("Device Type") == 1
+        and any(s["ts"] <= e["ts"] <= s["ts"] + s["dur"] for s in steps)
+    ]
     assert mem, "the bert trace has CUDA [memory] events in its steps"
     expect_alloc = sum(e["args"]["Bytes"] for e in mem if e["args"]["Bytes"] > 0) / len(steps)
     expect_peak = max(e["args"]["Total Allocated"] for e in mem)

@@ -26,8 +26,11 @@ SAMPLE = SAMPLE_TRACES / "resnet18_train_cpu.pt.trace.json.gz"
 
 def kernel_rows(profile, node, phase=None):
     """The kernel rows (kernels only, not memcpy or memset) of ``node`` and its subtree."""
-    return [r for r in op_records(profile, node)
-            if r["kind"] == "kernel" and r["kernels"] > 0 and phase in (None, r["pass"])]
+    return [
+        r
+        for r in op_records(profile, node)
+        if r["kind"] == "kernel" and r["kernels"] > 0 and phase in (None, r["pass"])
+    ]
 
 
 def test_a_modules_kernel_rows_are_the_kernels_launched_in_its_scope_on_a_real_trace():
@@ -37,22 +40,32 @@ def test_a_modules_kernel_rows_are_the_kernels_launched_in_its_scope_on_a_real_t
     counts and summed durations."""
     doc = json.loads(gzip.decompress(BERT.read_bytes()))
     events = doc["traceEvents"]
-    kernels = {e["args"]["correlation"]: e for e in events
-               if e.get("cat") == "kernel" and "correlation" in e.get("args", {})}
+    kernels = {
+        e["args"]["correlation"]: e
+        for e in events
+        if e.get("cat") == "kernel" and "correlation" in e.get("args", {})
+    }
     launches = [e for e in events if e.get("cat") in ("cuda_runtime", "cuda_driver")]
     profile = traceprof.analyze(BERT)
     checked = 0
-    for qualified in ("BertLMHeadModel_0.BertOnlyMLMHead_0",
-                      "BertLMHeadModel_0.BertModel_0.BertEmbeddings_0",
-                      "BertLMHeadModel_0.BertModel_0.BertEncoder_0.BertLayer_1"):
+    for qualified in (
+        "BertLMHeadModel_0.BertOnlyMLMHead_0",
+        "BertLMHeadModel_0.BertModel_0.BertEmbeddings_0",
+        "BertLMHeadModel_0.BertModel_0.BertEncoder_0.BertLayer_1",
+    ):
         node = profile.find(qualified)
-        scope = [e for e in events if e.get("cat") == "python_function"
-                 and e["name"] == f"nn.Module: {node.name}"]
+        scope = [
+            e for e in events if e.get("cat") == "python_function" and e["name"] == f"nn.Module: {node.name}"
+        ]
         assert len(scope) == 1
         s = scope[0]
-        inside = [kernels[e["args"]["correlation"]] for e in launches
-                  if e["tid"] == s["tid"] and s["ts"] <= e["ts"] <= s["ts"] + s["dur"]
-                  and e["args"].get("correlation") in kernels]
+        inside = [
+            kernels[e["args"]["correlation"]]
+            for e in launches
+            if e["tid"] == s["tid"]
+            and s["ts"] <= e["ts"] <= s["ts"] + s["dur"]
+            and e["args"].get("correlation") in kernels
+        ]
         expected: dict[str, list[float]] = {}
         for k in inside:
             expected.setdefault(k["name"], []).append(k["dur"])
@@ -79,25 +92,29 @@ def test_kernel_rows_match_the_generators_kernel_time_per_module(tmp_path):
     for qualified, want in expect["module_kernel_us"].items():
         node = profile.find(qualified)
         for phase, key in (("forward", "fwd"), ("backward", "bwd")):
-            own = sum(r.gpu_work_us for r in node.ops
-                      if r.kind.value == "kernel" and r.kernels > 0 and r.phase == phase)
+            own = sum(
+                r.gpu_work_us
+                for r in node.ops
+                if r.kind.value == "kernel" and r.kernels > 0 and r.phase == phase
+            )
             assert own * n == pytest.approx(want[key], rel=1e-6, abs=1e-3), (qualified, phase)
 
 
 @pytest.mark.parametrize("trace", [BERT, MI300, SAMPLE], ids=lambda p: p.name.split(".")[0])
 def test_rows_add_up_to_every_nodes_own_work_also_after_depth_and_top(trace):
-    for profile in (traceprof.analyze(trace), traceprof.analyze(trace, depth=1),
-                    traceprof.analyze(trace, top=2, depth=3)):
+    for profile in (
+        traceprof.analyze(trace),
+        traceprof.analyze(trace, depth=1),
+        traceprof.analyze(trace, top=2, depth=3),
+    ):
         profile.self_check()  # checks each node's rows against its own work, per pass
         for node in profile.nodes:
             for phase in ("forward", "backward", "other"):
                 own = node.phase(phase).own
                 ops = [r for r in node.ops if r.phase == phase and r.kind.value == "op"]
-                assert sum(r.gpu_busy_us for r in ops) == pytest.approx(own.gpu_busy_us,
-                                                                       abs=1e-6)
+                assert sum(r.gpu_busy_us for r in ops) == pytest.approx(own.gpu_busy_us, abs=1e-6)
                 assert sum(r.cpu_us for r in ops) == pytest.approx(own.cpu_us, abs=1e-6)
-                assert sum(r.flops for r in ops) == pytest.approx(own.flops, rel=1e-9,
-                                                                  abs=1e-3)
+                assert sum(r.flops for r in ops) == pytest.approx(own.flops, rel=1e-9, abs=1e-3)
 
 
 def test_json_has_one_ops_row_per_node_op_and_pass():
@@ -112,8 +129,12 @@ def test_json_has_one_ops_row_per_node_op_and_pass():
 
 
 def _cli(*args):
-    return subprocess.run([sys.executable, "-m", "traceprof", "analyze", *map(str, args)],
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "traceprof", "analyze", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_cli_ops_of_a_module_as_text_csv_and_json(tmp_path):

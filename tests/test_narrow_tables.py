@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from traceprof.analysis import attribution, hierarchy, link, module_ops
-from traceprof.trace.model import PythonFrames, Trace, index_dtype, narrowed, release_freed_memory
 from traceprof.read.build import load_trace
+from traceprof.trace.model import PythonFrames, Trace, index_dtype, narrowed, release_freed_memory
 
 from .conftest import SAMPLE_TRACES, SHARED_TRACES
 from .tracebuilder import TraceBuilder
@@ -68,15 +68,18 @@ def shifted_ids(path, tmp_path, shift: int):
 # -- the rule -----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("values, dtype", [
-    ([], np.int8),
-    ([-1, 0, 127], np.int8),
-    ([-1, 128], np.int16),
-    ([-1, 40_000], np.int32),
-    ([-(2**31), 2**31 - 1], np.int32),
-    ([-1, 2**31], np.int64),
-    ([-(2**31) - 1], np.int64),
-])
+@pytest.mark.parametrize(
+    "values, dtype",
+    [
+        ([], np.int8),
+        ([-1, 0, 127], np.int8),
+        ([-1, 128], np.int16),
+        ([-1, 40_000], np.int32),
+        ([-(2**31), 2**31 - 1], np.int32),
+        ([-1, 2**31], np.int64),
+        ([-(2**31) - 1], np.int64),
+    ],
+)
 def test_narrowed_is_the_narrowest_type_that_holds_every_value(values, dtype):
     column = narrowed(np.array(values, np.int64))
     assert column.dtype == dtype
@@ -113,20 +116,26 @@ def test_widened_tables_give_the_profile_of_narrow_ones():
     trace = load_trace(GPU_TRAINING)
 
     def widened(table):
-        return msgspec.structs.replace(table, **{
-            name: getattr(table, name).astype(np.int64) for name in table.__struct_fields__
-            if isinstance(getattr(table, name), np.ndarray)
-            and getattr(table, name).dtype.kind == "i"})
+        return msgspec.structs.replace(
+            table,
+            **{
+                name: getattr(table, name).astype(np.int64)
+                for name in table.__struct_fields__
+                if isinstance(getattr(table, name), np.ndarray) and getattr(table, name).dtype.kind == "i"
+            },
+        )
 
-    wide = msgspec.structs.replace(trace, events=widened(trace.events),
-                                   python=widened(trace.python),
-                                   memory=widened(trace.memory) if trace.memory else None)
+    wide = msgspec.structs.replace(
+        trace,
+        events=widened(trace.events),
+        python=widened(trace.python),
+        memory=widened(trace.memory) if trace.memory else None,
+    )
     assert wide.events.correlation.dtype == np.int64
     assert_same_profile(analyzed(trace), analyzed(wide))
 
 
-@pytest.mark.parametrize("path", [GPU_TRAINING, CPU_TRAINING, PYTHON_FRAMES],
-                         ids=lambda p: p.name)
+@pytest.mark.parametrize("path", [GPU_TRAINING, CPU_TRAINING, PYTHON_FRAMES], ids=lambda p: p.name)
 def test_int64_event_indices_give_the_profile_of_int32_ones(path, monkeypatch):
     """The links of a trace of 2**31 events or more index with int64: the same results."""
     trace = load_trace(path)
@@ -154,8 +163,7 @@ def test_python_ids_are_rows_of_the_python_events(tmp_path):
     parents = trace.python_parent_ids
     assert len(ids) == len(parents) == len(trace.events)
     frames = trace.python.event
-    assert sorted(ids[frames].tolist()) == sorted([outer["args"]["Python id"],
-                                                   inner["args"]["Python id"]])
+    assert sorted(ids[frames].tolist()) == sorted([outer["args"]["Python id"], inner["args"]["Python id"]])
     assert (np.delete(ids, frames) == -1).all() and (np.delete(parents, frames) == -1).all()
     assert sorted(parents[frames].tolist()) == [-1, outer["args"]["Python id"]]
 
@@ -177,8 +185,9 @@ def test_keys_too_wide_for_one_int64_group_like_narrow_ones():
         keys = module_ops._Keys(radix, [n // 2, n - n // 2])
         for at, part in ((0, slice(0, n // 2)), (n // 2, slice(n // 2, n))):
             keys.write(at, node[part], phase[part], label[part], shapes[part])
-        return module_ops._grouped(keys, [{"cpu_us": weight[: n // 2], "calls": counted[: n // 2]},
-                                          {"flops": weight[n // 2:]}])
+        return module_ops._grouped(
+            keys, [{"cpu_us": weight[: n // 2], "calls": counted[: n // 2]}, {"flops": weight[n // 2 :]}]
+        )
 
     narrow = module_ops._Radix(50, 3, 40, 31)
     wide = module_ops._Radix(2**40, 3, 2**31, 2**31)

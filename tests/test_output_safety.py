@@ -141,7 +141,11 @@ def test_dash_takes_binary_formats_too(tmp_path, trace):
     pytest.importorskip("pyarrow")
     proc = subprocess.run(
         [sys.executable, "-m", "traceprof", "analyze", str(trace), "-f", "parquet", "-o", "-"],
-        capture_output=True, cwd=tmp_path, env=_env(), timeout=60)
+        capture_output=True,
+        cwd=tmp_path,
+        env=_env(),
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith(b"PAR1") and proc.stdout.endswith(b"PAR1")
     assert not (tmp_path / "-").exists()
@@ -172,17 +176,25 @@ def _env() -> dict[str, str]:
     return dict(os.environ, PYTHONIOENCODING="utf-8", PYTHONPATH=os.pathsep.join(pythonpath))
 
 
-@pytest.mark.parametrize("signum, code, message", [
-    (signal.SIGINT, 130, "interrupted"),
-    (signal.SIGTERM, 143, "terminated"),
-], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize(
+    "signum, code, message",
+    [
+        (signal.SIGINT, 130, "interrupted"),
+        (signal.SIGTERM, 143, "terminated"),
+    ],
+    ids=["SIGINT", "SIGTERM"],
+)
 def test_a_signal_while_writing_leaves_no_temporary_file(tmp_path, signum, code, message):
     trace = _small_trace().write(tmp_path / "trace.json")
     out = tmp_path / "report.json"
     out.write_text("previous report\n")
-    proc = subprocess.Popen([sys.executable, "-c", _HELD_WRITE, str(trace), "-o", str(out)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=_env())
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _HELD_WRITE, str(trace), "-o", str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_env(),
+    )
     try:
         assert proc.stdout.readline() == "writing\n", proc.stderr.read()
         assert len(_leftovers(tmp_path)) == 1  # the temporary file, written, not yet renamed

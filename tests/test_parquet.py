@@ -16,8 +16,9 @@ BERT = SHARED_TRACES / "module_tree/h100_bert_small_inference.json.gz"
 
 
 def cli(*args):
-    return subprocess.run([sys.executable, "-m", "traceprof", *map(str, args)],
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "traceprof", *map(str, args)], capture_output=True, text=True, timeout=120
+    )
 
 
 def test_cli_writes_parquet_equal_to_the_dataframe(tmp_path):
@@ -51,14 +52,18 @@ def test_parquet_needs_an_explicit_output():
     assert proc.returncode == 3
     assert proc.stderr.strip() == (
         "traceprof: error: --format parquet is binary: give an output file with -o FILE, "
-        "or -o - for standard output")
+        "or -o - for standard output"
+    )
 
 
 def test_without_pyarrow_one_line_error(tmp_path):
-    code = ("import sys; sys.modules['pyarrow'] = None; from traceprof.cli import main; "
-            f"main(['analyze', {str(BERT)!r}, '-o', {str(tmp_path / 'x.parquet')!r}])")
+    code = (
+        "import sys; sys.modules['pyarrow'] = None; from traceprof.cli import main; "
+        f"main(['analyze', {str(BERT)!r}, '-o', {str(tmp_path / 'x.parquet')!r}])"
+    )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 6
-    assert proc.stderr.strip() == ("traceprof: error: Parquet output needs pyarrow: "
-                                   "pip install 'traceprof[parquet]'")
+    assert proc.stderr.strip() == (
+        "traceprof: error: Parquet output needs pyarrow: pip install 'traceprof[parquet]'"
+    )
     assert not (tmp_path / "x.parquet").exists()

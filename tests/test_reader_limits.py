@@ -26,8 +26,8 @@ import pytest
 
 import traceprof
 from traceprof import TraceReadError
-from traceprof.read import limits
 from traceprof.errors import MemoryLimitError, OptionError
+from traceprof.read import limits
 from traceprof.tensorboard.tb_profiler import tb_profiler_copy
 
 from .tracebuilder import TraceBuilder
@@ -40,9 +40,15 @@ def run_cli(*args, env: dict | None = None, timeout: float = 60) -> subprocess.C
     full_env = dict(os.environ, PYTHONIOENCODING="utf-8", PYTHONPATH=os.pathsep.join(pythonpath))
     full_env.pop(limits.ENV_VAR, None)
     full_env.update(env or {})
-    return subprocess.run([sys.executable, "-m", "traceprof", *map(str, args)],
-                          capture_output=True, text=True, encoding="utf-8", errors="replace",
-                          env=full_env, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "traceprof", *map(str, args)],
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        errors="replace",
+        env=full_env,
+        timeout=timeout,
+    )
 
 
 def assert_one_line_error(proc, path, code: int) -> str:
@@ -85,8 +91,9 @@ def _with_deep_values(doc: dict, marker_value: str = DEEP) -> str:
     return json.dumps(doc).replace('"@DEEP@"', marker_value)
 
 
-@pytest.mark.parametrize("where", ["unread_arg", "unread_field", "unread_top_level_key",
-                                   "object_before_events", "bare_array"])
+@pytest.mark.parametrize(
+    "where", ["unread_arg", "unread_field", "unread_top_level_key", "object_before_events", "bare_array"]
+)
 def test_deep_values_traceprof_does_not_read_are_skipped(tmp_path, where):
     b = small_trace()
     reference = traceprof.analyze(b.write(tmp_path / "ref.json"))
@@ -112,7 +119,7 @@ def test_deep_values_traceprof_does_not_read_are_skipped(tmp_path, where):
     proc = run_cli("analyze", path, "--format", "json")
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     # the TensorBoard copy reads the whole document: it skips them too
-    copy, stats = tb_profiler_copy(path)
+    _copy, stats = tb_profiler_copy(path)
     assert stats.events == len(b.events)
 
 
@@ -135,8 +142,9 @@ def test_brackets_and_quotes_inside_strings_do_not_count_as_nesting(tmp_path):
     assert len(trace.events) == len(doc["traceEvents"])
 
 
-@pytest.mark.parametrize("where, named", [
-    ("Input Dims", '"Input Dims"'), ("ts", '"ts"'), ("traceprof", 'top-level "traceprof"')])
+@pytest.mark.parametrize(
+    "where, named", [("Input Dims", '"Input Dims"'), ("ts", '"ts"'), ("traceprof", 'top-level "traceprof"')]
+)
 def test_deep_value_traceprof_reads_is_a_clean_error(tmp_path, where, named):
     doc = small_trace().document()
     if where == "traceprof":
@@ -153,6 +161,7 @@ def test_deep_value_traceprof_reads_is_a_clean_error(tmp_path, where, named):
 
 
 # -- 5. memory: bombs, endless streams, the limit ----------------------------------------------
+
 
 def _gzip_stream(parts, repeat: int) -> bytes:
     c = zlib.compressobj(9, zlib.DEFLATED, 31)
@@ -224,7 +233,7 @@ def test_endless_fifo_stops_at_the_limit(tmp_path, gz):
     writer = threading.Thread(target=feed, daemon=True)
     writer.start()
     try:
-        with pytest.raises(MemoryLimitError, match="memory limit of 30.0 MB"):
+        with pytest.raises(MemoryLimitError, match=r"memory limit of 30\.0 MB"):
             traceprof.load_trace(fifo, max_memory="30M")
     finally:
         stop.set()
@@ -246,8 +255,9 @@ def test_limit_from_the_environment(tmp_path):
     assert_one_line_error(proc, path, MemoryLimitError.exit_code)
     proc = run_cli("analyze", path, env={limits.ENV_VAR: "lots"})
     assert proc.returncode == OptionError.exit_code and limits.ENV_VAR in proc.stderr
-    assert run_cli("analyze", path, "--max-memory", "1G",
-                   env={limits.ENV_VAR: "1K"}).returncode == 0  # the option wins
+    assert (
+        run_cli("analyze", path, "--max-memory", "1G", env={limits.ENV_VAR: "1K"}).returncode == 0
+    )  # the option wins
 
 
 def test_tensorboard_command_has_the_limit(tmp_path):
@@ -267,9 +277,19 @@ def test_tensorboard_copy_counts_twice_the_memory(tmp_path):
     tb_profiler_copy(path, max_memory=int(need * 2.5))
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("8G", 8 * 10**9), ("500M", 500 * 10**6), ("1.5GB", 1.5e9), ("12GiB", 12 * 2**30),
-    ("64k", 64_000), ("1000", 1000), (" 2 t ", 2 * 10**12), (4096, 4096)])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("8G", 8 * 10**9),
+        ("500M", 500 * 10**6),
+        ("1.5GB", 1.5e9),
+        ("12GiB", 12 * 2**30),
+        ("64k", 64_000),
+        ("1000", 1000),
+        (" 2 t ", 2 * 10**12),
+        (4096, 4096),
+    ],
+)
 def test_parse_size(text, expected):
     assert limits.parse_size(text) == expected
 
@@ -296,13 +316,19 @@ def test_default_limit_follows_the_available_memory(monkeypatch):
 
 # -- 8. dropped events are counted; no usable event is an error ---------------------------------
 
-@pytest.mark.parametrize("events, says", [
-    ([{"ph": "X", "ts": "abc", "dur": None, "name": 7}], "with a name that is not a string"),
-    ([{"ph": "X", "cat": "cpu_op", "name": "a", "dur": 1}] * 3, "3 without a valid timestamp"),
-    ([], "no events"),
-    ([{"ph": "M", "name": "thread_name", "pid": 1, "tid": 1, "args": {"name": "main"}}],
-     "no usable event"),
-])
+
+@pytest.mark.parametrize(
+    "events, says",
+    [
+        ([{"ph": "X", "ts": "abc", "dur": None, "name": 7}], "with a name that is not a string"),
+        ([{"ph": "X", "cat": "cpu_op", "name": "a", "dur": 1}] * 3, "3 without a valid timestamp"),
+        ([], "no events"),
+        (
+            [{"ph": "M", "name": "thread_name", "pid": 1, "tid": 1, "args": {"name": "main"}}],
+            "no usable event",
+        ),
+    ],
+)
 def test_no_usable_event_is_an_error(tmp_path, events, says):
     path = write(tmp_path / "nothing.json", json.dumps({"traceEvents": events}))
     line = assert_one_line_error(run_cli("analyze", path), path, TraceReadError.exit_code)
@@ -318,8 +344,10 @@ def test_dropped_events_are_counted_by_reason_in_every_format(tmp_path):
         [1, 2],
     ]
     path = write(tmp_path / "dropped.json", json.dumps(doc))
-    expected = ("4 events dropped: 2 without a valid timestamp, 1 not a JSON object, "
-                "1 with a name that is not a string")
+    expected = (
+        "4 events dropped: 2 without a valid timestamp, 1 not a JSON object, "
+        "1 with a name that is not a string"
+    )
     trace = traceprof.load_trace(path)
     assert expected in trace.metadata.warnings
     tree = run_cli("analyze", path)
@@ -342,9 +370,10 @@ def test_repeated_trace_events_key_does_not_empty_the_trace(tmp_path):
 
 def test_repeated_top_level_key_that_is_read_is_said(tmp_path):
     events = json.dumps(small_trace().events)
-    path = write(tmp_path / "dup.json",
-                 f'{{"schemaVersion": 1, "traceEvents": {events}, "schemaVersion": 2, "x": 1, '
-                 f'"x": 2}}')
+    path = write(
+        tmp_path / "dup.json",
+        f'{{"schemaVersion": 1, "traceEvents": {events}, "schemaVersion": 2, "x": 1, "x": 2}}',
+    )
     trace = traceprof.load_trace(path)
     assert trace.metadata.schema_version == 2
     assert any('"schemaVersion" (2 times)' in w for w in trace.metadata.warnings)
@@ -353,14 +382,14 @@ def test_repeated_top_level_key_that_is_read_is_said(tmp_path):
 
 # -- 9. repairs of times are said ---------------------------------------------------------------
 
+
 def test_negative_durations_are_said_with_their_total(tmp_path):
     b = small_trace()
     kernels = [e for e in b.events if e["cat"] == "kernel"]
     kernels[0]["dur"] = -55.4
     kernels[1]["dur"] = -10
     trace = traceprof.load_trace(b.write(tmp_path / "neg.json"))
-    assert "2 events with a negative duration set to 0 (their total -65.4 us)" in \
-        trace.metadata.warnings
+    assert "2 events with a negative duration set to 0 (their total -65.4 us)" in trace.metadata.warnings
     assert not (trace.events.dur < 0).any()
 
 
@@ -396,6 +425,7 @@ def test_clean_trace_has_no_reader_warnings(tmp_path):
 
 
 # -- 10. byte order marks and UTF-16 ------------------------------------------------------------
+
 
 @pytest.mark.parametrize("gz", [False, True])
 def test_utf8_byte_order_mark_is_accepted(tmp_path, gz):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
-from functools import lru_cache
+from functools import cache
 
 import numpy as np
 import pytest
@@ -24,12 +24,12 @@ def test_the_shared_traces_are_there():
     assert len(ALL_TRACES) >= 18, f"expected the shared traces under {SHARED_TRACES}"
 
 
-@lru_cache(maxsize=None)
+@cache
 def raw_events(path) -> list:
     return json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
 
 
-@lru_cache(maxsize=None)
+@cache
 def profile_of(path):
     return traceprof.analyze(path)
 
@@ -63,8 +63,11 @@ MODULE_TRACES = {
 def test_module_events_form_one_tree_rooted_at_the_model(name):
     path = SHARED_TRACES / name
     events, root_class = MODULE_TRACES[name]
-    names = [e["name"] for e in raw_events(path) if e.get("cat") == "python_function"
-             and e["name"].startswith("nn.Module: ")]
+    names = [
+        e["name"]
+        for e in raw_events(path)
+        if e.get("cat") == "python_function" and e["name"].startswith("nn.Module: ")
+    ]
     assert len(names) == events
     p = profile_of(path)
     assert p.source == "nn.Module"
@@ -108,12 +111,19 @@ def test_mi300_forward_backward_and_bucket_add_up_to_the_step():
     # the union of the GPU work intervals launched in the steps, per step, computed here
     # independently (work of one step may still run while the next step's starts: counted once)
     events = raw_events(MI300)
-    steps = {int(e["name"].split("#")[1]): (e["ts"], e["ts"] + e["dur"]) for e in events
-             if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#")}
-    launches = {e["args"]["correlation"]: e["ts"] for e in events
-                if e.get("cat") == "cuda_runtime" and "correlation" in e.get("args", {})}
+    steps = {
+        int(e["name"].split("#")[1]): (e["ts"], e["ts"] + e["dur"])
+        for e in events
+        if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#")
+    }
+    launches = {
+        e["args"]["correlation"]: e["ts"]
+        for e in events
+        if e.get("cat") == "cuda_runtime" and "correlation" in e.get("args", {})
+    }
     spans = sorted(
-        (e["ts"], e["ts"] + e["dur"]) for e in events
+        (e["ts"], e["ts"] + e["dur"])
+        for e in events
         if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")
         and any(lo <= launches.get(e["args"]["correlation"], e["ts"]) < hi for lo, hi in steps.values())
     )
@@ -125,8 +135,13 @@ def test_mi300_forward_backward_and_bucket_add_up_to_the_step():
     assert p.selection.gpu_busy_us == pytest.approx(union / len(steps), rel=1e-9)
 
 
-@pytest.mark.parametrize("name", ["module_tree/mi300_resnet_activation_checkpoint_training.json.gz",
-                                  "small/mi250_minitoy_training.json.gz"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "module_tree/mi300_resnet_activation_checkpoint_training.json.gz",
+        "small/mi250_minitoy_training.json.gz",
+    ],
+)
 def test_sequence_number_links_agree_with_fwdbwd_flows(name):
     path = SHARED_TRACES / name
     trace = traceprof.load_trace(path)
@@ -183,11 +198,18 @@ def test_qwen_gpu_work_launched_before_the_trace_is_named_and_warned():
     path = SHARED_TRACES / "module_tree" / "h100_qwen1.5_0.5b_inference.json.gz"
     p = profile_of(path)
     raw = raw_events(path)
-    launches = {e["args"]["correlation"] for e in raw
-                if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})}
+    launches = {
+        e["args"]["correlation"]
+        for e in raw
+        if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})
+    }
     first_launch = min(launches)
-    orphans = [e for e in raw if e.get("cat") in KERNEL_CATEGORIES | {"gpu_memcpy", "gpu_memset"}
-               and e["args"].get("correlation") not in launches]
+    orphans = [
+        e
+        for e in raw
+        if e.get("cat") in KERNEL_CATEGORIES | {"gpu_memcpy", "gpu_memset"}
+        and e["args"].get("correlation") not in launches
+    ]
     assert orphans and all(e["args"]["correlation"] < first_launch for e in orphans)
 
     group = {p.nodes[c].name: p.nodes[c] for c in p.unattributed.children}

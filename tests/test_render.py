@@ -21,8 +21,10 @@ from .conftest import REPO, SAMPLE_TRACES, SHARED_TRACES
 GOLDEN = Path(__file__).parent / "golden"
 CASES = {
     "bert_small": (SHARED_TRACES / "module_tree/h100_bert_small_inference.json.gz", {}),
-    "mi300_depth2": (SHARED_TRACES / "module_tree/mi300_resnet_activation_checkpoint_training.json.gz",
-                     {"depth": 2}),
+    "mi300_depth2": (
+        SHARED_TRACES / "module_tree/mi300_resnet_activation_checkpoint_training.json.gz",
+        {"depth": 2},
+    ),
     "resnet18_cpu": (SAMPLE_TRACES / "resnet18_train_cpu.pt.trace.json.gz", {"depth": 2}),
 }
 EXT = {"tree": "txt", "table": "table.txt", "json": "json", "csv": "csv"}

@@ -144,8 +144,18 @@ def test_a_step_with_a_launch_whose_kernel_is_missing_is_left_out(analyze_built)
     b = TraceBuilder()
     forward_model(b, t0=0, k_fc=30, step=1)
     forward_model(b, t0=2000, k_fc=50, step=2)
-    b.events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 100,
-                     "tid": 1, "ts": 2900, "dur": 2, "args": {"correlation": 99999}})
+    b.events.append(
+        {
+            "ph": "X",
+            "cat": "cuda_runtime",
+            "name": "cudaLaunchKernel",
+            "pid": 100,
+            "tid": 1,
+            "ts": 2900,
+            "dur": 2,
+            "args": {"correlation": 99999},
+        }
+    )
     p = analyze_built(b)
     assert p.selection.numbers == (1,)
     assert p.selection.incomplete == (2,)
@@ -177,7 +187,9 @@ def test_begin_end_pairs_float_timestamps_and_base_time(analyze_built, tmp_path)
     b2.top["baseTimeNanoseconds"] = 1_700_000_000_000_000_000
     p = analyze_built(b2)
     for name in ("", "fc", "act"):
-        assert p.find(name).forward.total.gpu_busy_us == pytest.approx(ref.find(name).forward.total.gpu_busy_us)
+        assert p.find(name).forward.total.gpu_busy_us == pytest.approx(
+            ref.find(name).forward.total.gpu_busy_us
+        )
     assert p.metadata.base_time_ns == 1_700_000_000_000_000_000
 
 
@@ -267,8 +279,18 @@ def test_partially_overlapping_slices_are_repaired(analyze_built):
     """A Python frame that opens before the step and closes inside it (seen in real traces)
     must not steal the step's children."""
     b = TraceBuilder()
-    b.events.append({"ph": "X", "cat": "python_function", "name": "<built-in method _record_function_enter_new>",
-                     "pid": 100, "tid": 1, "ts": -5, "dur": 20, "args": {}})
+    b.events.append(
+        {
+            "ph": "X",
+            "cat": "python_function",
+            "name": "<built-in method _record_function_enter_new>",
+            "pid": 100,
+            "tid": 1,
+            "ts": -5,
+            "dur": 20,
+            "args": {},
+        }
+    )
     forward_model(b)
     p = analyze_built(b)
     assert p.stats.nesting_conflicts == 1
@@ -325,14 +347,38 @@ def test_module_table_joins_params_and_shapes(analyze_built):
     import base64
 
     b = forward_model(TraceBuilder())
-    table = {"format": "traceprof.modules", "version": 1, "rank": 0, "world_size": 1, "modules": [
-        {"name": "", "class": "Net", "params": 0, "params_total": 110, "trainable_total": 110,
-         "frozen_total": 0, "buffers_total": 0, "extra_repr": "",
-         "inputs": [{"shape": [4, 10], "dtype": "float32"}], "outputs": {"shape": [4, 10], "dtype": "float32"}},
-        {"name": "fc", "class": "Linear", "params": 110, "params_total": 110, "trainable_total": 110,
-         "frozen_total": 0, "buffers_total": 0, "extra_repr": "in_features=10, out_features=10, bias=True",
-         "inputs": [{"shape": [4, 10], "dtype": "float32"}], "outputs": {"shape": [4, 10], "dtype": "float32"}},
-    ]}
+    table = {
+        "format": "traceprof.modules",
+        "version": 1,
+        "rank": 0,
+        "world_size": 1,
+        "modules": [
+            {
+                "name": "",
+                "class": "Net",
+                "params": 0,
+                "params_total": 110,
+                "trainable_total": 110,
+                "frozen_total": 0,
+                "buffers_total": 0,
+                "extra_repr": "",
+                "inputs": [{"shape": [4, 10], "dtype": "float32"}],
+                "outputs": {"shape": [4, 10], "dtype": "float32"},
+            },
+            {
+                "name": "fc",
+                "class": "Linear",
+                "params": 110,
+                "params_total": 110,
+                "trainable_total": 110,
+                "frozen_total": 0,
+                "buffers_total": 0,
+                "extra_repr": "in_features=10, out_features=10, bias=True",
+                "inputs": [{"shape": [4, 10], "dtype": "float32"}],
+                "outputs": {"shape": [4, 10], "dtype": "float32"},
+            },
+        ],
+    }
     b.top["traceprof"] = base64.b64encode(json.dumps(table).encode()).decode()
     p = analyze_built(b)
     assert p.find("fc").info.params_total == 110
@@ -381,9 +427,9 @@ def training_step(b: TraceBuilder) -> TraceBuilder:
 
 
 def test_work_neither_forward_nor_backward_is_the_other_pass(analyze_built):
-    from traceprof.result.model import PASSES, Pass
     from traceprof.render import render
     from traceprof.render.tree import summarize
+    from traceprof.result.model import PASSES, Pass
 
     p = analyze_built(training_step(TraceBuilder()))
     group = {p.nodes[c].name: p.nodes[c] for c in p.unattributed.children}
@@ -434,8 +480,7 @@ def test_cpu_time_of_a_cpu_only_trace_leaves_out_the_time_between_ops(analyze_bu
     assert sel.cpu_in_ops_us == pytest.approx(300)  # the union of the top-level slices
     assert sel.cpu_between_ops_us == pytest.approx(700)
     assert sel.cpu_us == pytest.approx(1000)  # what the tree adds up to, gaps included
-    gaps = next(p.nodes[c] for c in p.unattributed.children
-                if p.nodes[c].name == "(step, between ops)")
+    gaps = next(p.nodes[c] for c in p.unattributed.children if p.nodes[c].name == "(step, between ops)")
     assert gaps.other.total.cpu_us == pytest.approx(700)
     line = next(x for x in render(p, "tree").splitlines() if x.startswith("per step:"))
     assert line == "per step:  wall 1.00 ms, CPU 300.0 us in ops + 700.0 us between ops"
@@ -524,8 +569,7 @@ def test_a_trace_without_modules_says_how_to_get_them(analyze_built):
     assert f"warning:   {hint[0]}" in render(p, "tree")
     forced = analyze_built(b, hierarchy="annotations")  # the user chose: no hint
     assert not [w for w in forced.warnings if "no module events" in w]
-    assert not [w for w in analyze_built(forward_model(TraceBuilder())).warnings
-                if "no module events" in w]
+    assert not [w for w in analyze_built(forward_model(TraceBuilder())).warnings if "no module events" in w]
 
 
 def test_an_unknown_step_names_the_file(tmp_path):
@@ -551,5 +595,6 @@ def test_peak_tflops_gives_mfu_on_a_cpu_only_trace(analyze_built):
     assert rates.mfu == pytest.approx(65536 / 500e-6 / 1e9)
     assert given.flops.peak.source == "given (--peak-tflops)"
     assert given.throughput(given.find("").total).mfu == pytest.approx(rates.mfu)
-    assert re.search(r"^achieved: .* MFU [\d.]+% of the CPU fp32 peak .* \(--peak-tflops\)",
-                     render(given, "tree"), re.M)
+    assert re.search(
+        r"^achieved: .* MFU [\d.]+% of the CPU fp32 peak .* \(--peak-tflops\)", render(given, "tree"), re.M
+    )

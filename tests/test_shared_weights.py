@@ -87,14 +87,24 @@ def test_a_module_list_is_a_level_of_the_tree_as_in_the_model(tmp_path):
     model = Stack()
     profile = _profile(model, torch.randn(4, 8), tmp_path)
     names = [n.qualified_name for n in profile.walk() if n.kind.value == "module"]
-    assert names == ["", "inp", "blocks", "blocks.0", "blocks.0.fc", "blocks.1", "blocks.1.fc",
-                     "blocks.2", "blocks.2.fc"]
+    assert names == [
+        "",
+        "inp",
+        "blocks",
+        "blocks.0",
+        "blocks.0.fc",
+        "blocks.1",
+        "blocks.1.fc",
+        "blocks.2",
+        "blocks.2.fc",
+    ]
     blocks = profile.find("blocks")
     assert blocks.class_name == "ModuleList" and blocks.name == "blocks"
     assert [profile.nodes[c].name for c in blocks.children] == ["0", "1", "2"]
     assert blocks.calls == 0 and blocks.forward.own.cpu_us == 0  # never called itself
     assert blocks.forward.total.cpu_us == pytest.approx(
-        sum(profile.nodes[c].forward.total.cpu_us for c in blocks.children))
+        sum(profile.nodes[c].forward.total.cpu_us for c in blocks.children)
+    )
     text = render.render(profile, "table")
     assert "├─ModuleList: 1-2" in text and "│    └─Block: 2-1" in text
     # what torchinfo prints for the same model

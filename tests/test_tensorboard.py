@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from traceprof.trace import schema
 from traceprof.tensorboard import events, layout, write_logdir
 from traceprof.tensorboard.tb_profiler import convert_document
+from traceprof.trace import schema
 
 from .browser import start_chromium
 from .conftest import REPO, SAMPLE_TRACES, SHARED_TRACES
@@ -39,12 +39,21 @@ LOAD_TIMEOUT_S = 90
 
 # ---- helpers -------------------------------------------------------------------------------------
 
+
 def tiny_gpu_trace_with_scopes(path: Path) -> Path:
     """A small GPU trace with traceprof module scopes (as traceprof.capture writes them on a GPU):
     Net -> fc (one 30 us kernel), act (one 10 us kernel), inside ProfilerStep#1."""
     b = TraceBuilder()
-    b.top["deviceProperties"] = [{"id": 0, "name": "Test GPU", "totalGlobalMem": 1 << 34,
-                                  "computeMajor": 9, "computeMinor": 0, "numSms": 132}]
+    b.top["deviceProperties"] = [
+        {
+            "id": 0,
+            "name": "Test GPU",
+            "totalGlobalMem": 1 << 34,
+            "computeMajor": 9,
+            "computeMinor": 0,
+            "numSms": 132,
+        }
+    ]
     b.step(1, 0, 1000)
     b.scope("", "Net", 10, 500)
     b.scope("fc", "Linear", 20, 100)
@@ -78,6 +87,7 @@ def sha256(path: Path) -> str:
 
 # ---- fixtures ------------------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def inputs(tmp_path_factory):
     tiny = tiny_gpu_trace_with_scopes(tmp_path_factory.mktemp("inputs") / f"{TINY_RUN}.json.gz")
@@ -91,8 +101,12 @@ def logdir(tmp_path_factory, inputs):
     runs = write_logdir(inputs, logdir)
     assert [r.name for r in runs] == [BERT_RUN, SAMPLE_RUN, TINY_RUN]
     # a second write of the same trace adds a run beside the first one
-    again = subprocess.run([sys.executable, "-m", "traceprof", "tensorboard", str(BERT),
-                            "--logdir", str(logdir)], capture_output=True, text=True, timeout=120)
+    again = subprocess.run(
+        [sys.executable, "-m", "traceprof", "tensorboard", str(BERT), "--logdir", str(logdir)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert again.returncode == 0, again.stderr
     assert f"run {BERT_RUN}-2" in again.stdout
     # the PyTorch Profiler tab needs internet access (Google Charts); the output says so
@@ -109,26 +123,43 @@ def tensorboard(logdir, tmp_path_factory):
     """A real TensorBoard on 127.0.0.1 serving the logdir; always stopped afterwards."""
     log = tmp_path_factory.mktemp("tb") / "tensorboard.log"
     port = free_port()
-    proc = start_process([sys.executable, "-m", "tensorboard.main", "--logdir", str(logdir),
-                          "--host", "127.0.0.1", "--port", str(port)], log)
+    proc = start_process(
+        [
+            sys.executable,
+            "-m",
+            "tensorboard.main",
+            "--logdir",
+            str(logdir),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+        ],
+        log,
+    )
     try:
         url = f"http://127.0.0.1:{port}"
-        wait_for("TensorBoard to answer", lambda: get(f"{url}/data/plugins_listing")[0] == 200,
-                 START_TIMEOUT_S, proc, log)
+        wait_for(
+            "TensorBoard to answer",
+            lambda: get(f"{url}/data/plugins_listing")[0] == 200,
+            START_TIMEOUT_S,
+            proc,
+            log,
+        )
         want = {BERT_RUN, f"{BERT_RUN}-2", SAMPLE_RUN, TINY_RUN}
 
         def tb_profiler_loaded():
             status, body = get(f"{url}/data/plugin/pytorch_profiler/runs")
             return status == 200 and not body["loading"] and want <= set(body["runs"])
 
-        wait_for("torch-tb-profiler to load the runs", tb_profiler_loaded, LOAD_TIMEOUT_S,
-                 proc, log)
+        wait_for("torch-tb-profiler to load the runs", tb_profiler_loaded, LOAD_TIMEOUT_S, proc, log)
         yield url
     finally:
         stop_process(proc)
 
 
 # ---- the logdir ----------------------------------------------------------------------------------
+
 
 def test_one_run_per_trace_with_plugin_data_trace_copy_and_event_file(logdir):
     runs = layout.find_runs(str(logdir))
@@ -175,11 +206,24 @@ def test_traceprof_scopes_become_nested_module_events(tmp_path):
 
 
 def test_scalars_use_flops_and_a_peak_when_the_profile_has_them():
-    node = {"id": 0, "kind": "module", "depth": 0, "path": [""], "qualified_name": "",
-            "name": "Net", "forward_total_gpu_busy_us": 40.0, "backward_total_gpu_busy_us": 0.0,
-            "forward_total_flops": 3e9, "backward_total_flops": 1e9}
-    doc = {"stats": {"kernels": 2, "memcpys": 0, "memsets": 0}, "roots": [0], "nodes": [node],
-           "steps": {"gpu_busy_us": 40.0, "wall_us": 100.0, "cpu_us": 50.0, "kernels": 2}}
+    node = {
+        "id": 0,
+        "kind": "module",
+        "depth": 0,
+        "path": [""],
+        "qualified_name": "",
+        "name": "Net",
+        "forward_total_gpu_busy_us": 40.0,
+        "backward_total_gpu_busy_us": 0.0,
+        "forward_total_flops": 3e9,
+        "backward_total_flops": 1e9,
+    }
+    doc = {
+        "stats": {"kernels": 2, "memcpys": 0, "memsets": 0},
+        "roots": [0],
+        "nodes": [node],
+        "steps": {"gpu_busy_us": 40.0, "wall_us": 100.0, "cpu_us": 50.0, "kernels": 2},
+    }
     points = {p.tag: p.value for p in events.scalars(doc, [(7, doc)], peak_flops=4e14)}
     assert points["gpu_busy_us/step"] == 40 and points["gpu_busy_us/Net"] == 40
     assert points["tflops/step"] == pytest.approx(100)  # 4 GFLOP in 40 us of GPU busy time
@@ -194,14 +238,16 @@ def test_scalars_use_flops_and_a_peak_when_the_profile_has_them():
 
 
 COPY_CASES = sorted(SAMPLE_TRACES.glob("*.json.gz")) + [
-    SHARED_TRACES / f for f in (
+    SHARED_TRACES / f
+    for f in (
         "module_tree/h100_bert_small_inference.json.gz",
         "module_tree/mi300_resnet_activation_checkpoint_training.json.gz",
         "gpu_attribution/alexnet_benchmark.json.gz",
         "gpu_attribution/torch_compile_triton.json.gz",
         "small/mi250_minitoy_training.json.gz",
         "cpu_only/cpu_only_rank34.pt.trace.json.gz",
-    )]
+    )
+]
 
 
 # torch-tb-profiler on pandas 3
@@ -229,8 +275,7 @@ def test_torch_tb_profiler_loads_every_copy(trace, tmp_path):
     if any(e.get("cat") == "kernel" for e in events):
         assert parts["Kernel"] > 0 and parts["Runtime"] > 0
         assert stats.launch_categories_renamed > 0
-    if stats.module_scopes_converted or any(
-            e.get("name", "").startswith("nn.Module: ") for e in events):
+    if stats.module_scopes_converted or any(e.get("name", "").startswith("nn.Module: ") for e in events):
         modules = run.get_module_view()["data"]
         assert modules and modules[0]["host_duration"] > 0
 
@@ -241,8 +286,12 @@ def test_cli_errors_are_one_line_and_write_nothing(tmp_path):
         ([str(tmp_path / "missing.json")], 2, "no such file or directory"),
         ([str(tmp_path)], 2, "no .json or .json.gz trace files"),
     ):
-        proc = subprocess.run([sys.executable, "-m", "traceprof", "tensorboard", *args,
-                               "--logdir", str(target)], capture_output=True, text=True, timeout=60)
+        proc = subprocess.run(
+            [sys.executable, "-m", "traceprof", "tensorboard", *args, "--logdir", str(target)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert proc.returncode == code
         lines = proc.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("traceprof: error: ") and message in lines[0]
@@ -259,9 +308,22 @@ def test_without_tensorboard_installed_the_error_names_the_extra(monkeypatch, tm
 
 
 def test_analyze_writes_a_run_with_its_tensorboard_option(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "traceprof", "analyze", str(SAMPLE),
-                           "--depth", "0", "--tensorboard", str(tmp_path / "tb")],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "traceprof",
+            "analyze",
+            str(SAMPLE),
+            "--depth",
+            "0",
+            "--tensorboard",
+            str(tmp_path / "tb"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("traceprof module profile")
     assert f"wrote TensorBoard run {SAMPLE_RUN}" in proc.stderr
@@ -270,11 +332,14 @@ def test_analyze_writes_a_run_with_its_tensorboard_option(tmp_path):
 
 # ---- a real TensorBoard --------------------------------------------------------------------------
 
+
 def test_both_tabs_are_listed(tensorboard):
     listing = get_json(f"{tensorboard}/data/plugins_listing")
     assert listing["traceprof"]["enabled"]
     assert listing["traceprof"]["loading_mechanism"] == {
-        "type": "IFRAME", "module_path": "/data/plugin/traceprof/index.js"}
+        "type": "IFRAME",
+        "module_path": "/data/plugin/traceprof/index.js",
+    }
     assert listing["pytorch_profiler"]["enabled"]
     status, script = get(f"{tensorboard}/data/plugin/traceprof/index.js")
     assert status == 200 and b"export async function render" in script
@@ -334,8 +399,9 @@ def test_pytorch_profiler_tab_shows_gpu_time_of_a_modern_trace(tensorboard):
     tree = _tb_profiler(tensorboard, "tree", BERT_RUN)
     assert tree["name"] == "CallTreeRoot" and tree["children"]
 
-    status, trace = get(f"{tensorboard}/data/plugin/pytorch_profiler/trace?run={BERT_RUN}"
-                        f"&worker={BERT_RUN}&span=default")
+    status, trace = get(
+        f"{tensorboard}/data/plugin/pytorch_profiler/trace?run={BERT_RUN}&worker={BERT_RUN}&span=default"
+    )
     assert status == 200
     assert any(e.get("cat") == "Runtime" for e in trace["traceEvents"])
 
@@ -364,8 +430,7 @@ def test_scalars_and_text_summary_in_tensorboards_own_tabs(tensorboard):
     scalar_tags = wait_for("the scalars", tags, LOAD_TIMEOUT_S)
     assert {"gpu_busy_us/step", "wall_us/step", "kernels/step"} <= set(scalar_tags[BERT_RUN])
     assert any(t.startswith("gpu_busy_us/BertLMHeadModel_0") for t in scalar_tags[BERT_RUN])
-    points = get_json(f"{tensorboard}/data/plugin/scalars/scalars?run={BERT_RUN}"
-                      f"&tag=gpu_busy_us/step")
+    points = get_json(f"{tensorboard}/data/plugin/scalars/scalars?run={BERT_RUN}&tag=gpu_busy_us/step")
     assert [p[1] for p in points] == [6] and points[0][2] > 100
     sample = get_json(f"{tensorboard}/data/plugin/scalars/scalars?run={SAMPLE_RUN}&tag=cpu_us/step")
     assert [p[1] for p in sample] == [2, 3] and all(p[2] > 0 for p in sample)
@@ -381,14 +446,30 @@ def test_scalars_and_text_summary_in_tensorboards_own_tabs(tensorboard):
 
 def test_serve_starts_tensorboard_on_localhost(tmp_path):
     port = free_port()
-    proc = start_process([sys.executable, "-m", "traceprof", "tensorboard", str(SAMPLE),
-                          "--logdir", str(tmp_path / "tb"), "--serve", "--port", str(port)],
-                         tmp_path / "serve.log")
+    proc = start_process(
+        [
+            sys.executable,
+            "-m",
+            "traceprof",
+            "tensorboard",
+            str(SAMPLE),
+            "--logdir",
+            str(tmp_path / "tb"),
+            "--serve",
+            "--port",
+            str(port),
+        ],
+        tmp_path / "serve.log",
+    )
     try:
         url = f"http://127.0.0.1:{port}"
-        runs = wait_for("traceprof tensorboard --serve",
-                        lambda: get_json(f"{url}/data/plugin/traceprof/runs")["runs"],
-                        START_TIMEOUT_S, proc, tmp_path / "serve.log")
+        runs = wait_for(
+            "traceprof tensorboard --serve",
+            lambda: get_json(f"{url}/data/plugin/traceprof/runs")["runs"],
+            START_TIMEOUT_S,
+            proc,
+            tmp_path / "serve.log",
+        )
         assert [r["name"] for r in runs] == [SAMPLE_RUN]
     finally:
         stop_process(proc)
@@ -396,6 +477,7 @@ def test_serve_starts_tensorboard_on_localhost(tmp_path):
 
 
 # ---- headless Chromium ---------------------------------------------------------------------------
+
 
 def test_chromium_renders_the_module_tree(tensorboard, tmp_path):
     from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
@@ -405,14 +487,14 @@ def test_chromium_renders_the_module_tree(tensorboard, tmp_path):
     driver = start_chromium()
     try:
         driver.get(f"{tensorboard}/#traceprof")
-        wait = WebDriverWait(driver, 60, ignored_exceptions=(NoSuchElementException,
-                                                             StaleElementReferenceException))
+        wait = WebDriverWait(
+            driver, 60, ignored_exceptions=(NoSuchElementException, StaleElementReferenceException)
+        )
         frame = wait.until(lambda d: d.find_element(By.CSS_SELECTOR, "iframe"))
         driver.switch_to.frame(frame)
         wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "tr.tp-row"))
         Select(driver.find_element(By.ID, "tp-run")).select_by_value(BERT_RUN)
-        wait.until(lambda d: "BertLMHeadModel_0" in d.find_element(By.CSS_SELECTOR,
-                                                                    "tr.tp-row").text)
+        wait.until(lambda d: "BertLMHeadModel_0" in d.find_element(By.CSS_SELECTOR, "tr.tp-row").text)
         driver.find_element(By.XPATH, "//button[text()='Expand all']").click()
 
         rows = driver.find_elements(By.CSS_SELECTOR, "tr.tp-row")
@@ -438,14 +520,18 @@ def test_chromium_renders_the_module_tree(tensorboard, tmp_path):
 
         # a profile with FLOPs gets FLOPs and throughput columns
         Select(driver.find_element(By.ID, "tp-run")).select_by_value(TINY_RUN)
+
         def header_cells(d):
             return [th.text for th in d.find_elements(By.CSS_SELECTOR, ".tp-tree th")]
 
         wait.until(lambda d: "Throughput" in header_cells(d))
         header = header_cells(driver)
         assert {"Fwd FLOPs", "Bwd FLOPs"} <= set(header)
-        fc = next(r for r in driver.find_elements(By.CSS_SELECTOR, "tr.tp-row")
-                  if r.find_element(By.TAG_NAME, "td").text.endswith("Linear"))
+        fc = next(
+            r
+            for r in driver.find_elements(By.CSS_SELECTOR, "tr.tp-row")
+            if r.find_element(By.TAG_NAME, "td").text.endswith("Linear")
+        )
         cells = dict(zip(header, (c.text for c in fc.find_elements(By.TAG_NAME, "td"))))
         assert cells["Forward"] == "30.0 us"
         assert cells["Fwd FLOPs"] == "3.00 GFLOP"
@@ -454,8 +540,7 @@ def test_chromium_renders_the_module_tree(tensorboard, tmp_path):
         driver.quit()
 
 
-def test_chromium_tab_shows_a_modules_kernels_the_timeline_and_the_memory_peak(tensorboard,
-                                                                             tmp_path):
+def test_chromium_tab_shows_a_modules_kernels_the_timeline_and_the_memory_peak(tensorboard, tmp_path):
     """The same module views as the HTML report's, in the TensorBoard tab, offline: no request
     leaves TensorBoard's own origin and the console has no error."""
     from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
@@ -467,13 +552,13 @@ def test_chromium_tab_shows_a_modules_kernels_the_timeline_and_the_memory_peak(t
     driver = start_chromium()
     try:
         driver.get(f"{tensorboard}/#traceprof")
-        wait = WebDriverWait(driver, 60, ignored_exceptions=(NoSuchElementException,
-                                                             StaleElementReferenceException))
+        wait = WebDriverWait(
+            driver, 60, ignored_exceptions=(NoSuchElementException, StaleElementReferenceException)
+        )
         driver.switch_to.frame(wait.until(lambda d: d.find_element(By.CSS_SELECTOR, "iframe")))
         wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "tr.tp-row"))
         Select(driver.find_element(By.ID, "tp-run")).select_by_value(BERT_RUN)
-        wait.until(lambda d: "BertLMHeadModel_0" in d.find_element(By.CSS_SELECTOR,
-                                                                    "tr.tp-row").text)
+        wait.until(lambda d: "BertLMHeadModel_0" in d.find_element(By.CSS_SELECTOR, "tr.tp-row").text)
         encoder = "BertLMHeadModel_0.BertModel_0.BertEncoder_0"
         viewer_checks.click_module_row(driver, encoder)
         title, names = viewer_checks.top_kernels(driver)
@@ -486,13 +571,11 @@ def test_chromium_tab_shows_a_modules_kernels_the_timeline_and_the_memory_peak(t
         assert label.startswith("peak 101.31 MB · ") and on_curve == label
 
         origin = tensorboard.rstrip("/")
-        fetched = driver.execute_script(
-            "return performance.getEntriesByType('resource').map((e) => e.name)")
+        fetched = driver.execute_script("return performance.getEntriesByType('resource').map((e) => e.name)")
         assert fetched and all(u.startswith(origin) for u in fetched), fetched
         viewer_checks.screenshot(driver, "tp-timeline", "tensorboard-timeline.png", tmp_path)
         driver.switch_to.default_content()
-        top = driver.execute_script(
-            "return performance.getEntriesByType('resource').map((e) => e.name)")
+        top = driver.execute_script("return performance.getEntriesByType('resource').map((e) => e.name)")
         assert all(u.startswith(origin) for u in top), top
         errors = [m for m in driver.get_log("browser") if m["level"] == "SEVERE"]
         assert not errors, errors

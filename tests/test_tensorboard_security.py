@@ -30,11 +30,31 @@ START_TIMEOUT_S = 60
 GOOD = "good"
 
 # runs whose files are fine, or whose profiles are bad (their run.json is fine: listed)
-LISTED = {GOOD, "inside_link", "passwd_link", "secret_step", "missing_profile", "bad_profile",
-          "array_profile", "utf8_profile", "fifo_profile", "dir_profile"}
+LISTED = {
+    GOOD,
+    "inside_link",
+    "passwd_link",
+    "secret_step",
+    "missing_profile",
+    "bad_profile",
+    "array_profile",
+    "utf8_profile",
+    "fifo_profile",
+    "dir_profile",
+}
 # runs whose run.json is unusable or leaves the logdir: not listed
-NOT_LISTED = {"index_link", "plugins_link", "run_link", "bad_json", "bad_utf8", "array_index",
-              "deep_index", "no_profiles", "wrong_shape", "traversal_name"}
+NOT_LISTED = {
+    "index_link",
+    "plugins_link",
+    "run_link",
+    "bad_json",
+    "bad_utf8",
+    "array_index",
+    "deep_index",
+    "no_profiles",
+    "wrong_shape",
+    "traversal_name",
+}
 
 
 def _plugin_dir(logdir: Path, run: str) -> Path:
@@ -72,12 +92,15 @@ def _hostile_logdir(root: Path) -> tuple[Path, Path]:
 
     # symlinks: one that stays inside the logdir is fine, every one that leaves it is refused
     plugin = _copy_run(logdir, "inside_link", profile=False)
-    os.symlink(os.path.join("..", "..", "..", GOOD, layout.PLUGIN_DIR, layout.MEAN_PROFILE),
-               plugin / layout.MEAN_PROFILE)
+    os.symlink(
+        os.path.join("..", "..", "..", GOOD, layout.PLUGIN_DIR, layout.MEAN_PROFILE),
+        plugin / layout.MEAN_PROFILE,
+    )
     plugin = _copy_run(logdir, "passwd_link", profile=False)
     os.symlink(PASSWD, plugin / layout.MEAN_PROFILE)
-    plugin = _copy_run(logdir, "secret_step", {
-        **good_index, "steps": [{"step": 1, "profile": layout.step_profile_name(1)}]})
+    plugin = _copy_run(
+        logdir, "secret_step", {**good_index, "steps": [{"step": 1, "profile": layout.step_profile_name(1)}]}
+    )
     os.symlink(outside / "secret.json", plugin / layout.step_profile_name(1))
 
     (outside / "index.json").write_text(json.dumps(good_index))
@@ -94,22 +117,30 @@ def _hostile_logdir(root: Path) -> tuple[Path, Path]:
     os.symlink(outside / "elsewhere", logdir / "run_link")
 
     # malformed run.json
-    for run, data in (("bad_json", b"{not json"),
-                      ("bad_utf8", b'{"schema": "\xff\xfe"}'),
-                      ("array_index", b"[1, 2]"),
-                      ("deep_index", b"[" * 100_000)):
+    for run, data in (
+        ("bad_json", b"{not json"),
+        ("bad_utf8", b'{"schema": "\xff\xfe"}'),
+        ("array_index", b"[1, 2]"),
+        ("deep_index", b"[" * 100_000),
+    ):
         _copy_run(logdir, run)
         (_plugin_dir(logdir, run) / layout.RUN_INDEX).write_bytes(data)
     _copy_run(logdir, "no_profiles", {"schema": layout.RUN_SCHEMA, "run": "no_profiles"})
     _copy_run(logdir, "wrong_shape", {**good_index, "profiles": [], "steps": "x"})
-    _copy_run(logdir, "traversal_name", {
-        **good_index, "profiles": {"mean": f"../../../{GOOD}/{layout.PLUGIN_DIR}/profile.json"}},
-        profile=False)
+    _copy_run(
+        logdir,
+        "traversal_name",
+        {**good_index, "profiles": {"mean": f"../../../{GOOD}/{layout.PLUGIN_DIR}/profile.json"}},
+        profile=False,
+    )
 
     # missing or malformed profiles
     _copy_run(logdir, "missing_profile", profile=False)
-    for run, data in (("bad_profile", b"{oops"), ("array_profile", b"[]"),
-                      ("utf8_profile", b'{"a": "\xff"}')):
+    for run, data in (
+        ("bad_profile", b"{oops"),
+        ("array_profile", b"[]"),
+        ("utf8_profile", b'{"a": "\xff"}'),
+    ):
         (_copy_run(logdir, run, profile=False) / layout.MEAN_PROFILE).write_bytes(data)
     os.mkfifo(_copy_run(logdir, "fifo_profile", profile=False) / layout.MEAN_PROFILE)
     (_copy_run(logdir, "dir_profile", profile=False) / layout.MEAN_PROFILE).mkdir()
@@ -123,12 +154,29 @@ def server(tmp_path_factory):
     logdir, outside = _hostile_logdir(root)
     log = root / "tensorboard.log"
     port = free_port()
-    proc = start_process([sys.executable, "-m", "tensorboard.main", "--logdir", str(logdir),
-                          "--host", "127.0.0.1", "--port", str(port)], log)
+    proc = start_process(
+        [
+            sys.executable,
+            "-m",
+            "tensorboard.main",
+            "--logdir",
+            str(logdir),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+        ],
+        log,
+    )
     try:
         url = f"http://127.0.0.1:{port}"
-        wait_for("TensorBoard to answer", lambda: get(f"{url}/data/plugins_listing")[0] == 200,
-                 START_TIMEOUT_S, proc, log)
+        wait_for(
+            "TensorBoard to answer",
+            lambda: get(f"{url}/data/plugins_listing")[0] == 200,
+            START_TIMEOUT_S,
+            proc,
+            log,
+        )
         yield f"{url}/data/plugin/traceprof", logdir, outside, log
     finally:
         stop_process(proc)
@@ -189,21 +237,26 @@ def test_files_inside_the_logdir_are_served(server):
         assert status == 200 and body["schema"].startswith("traceprof.profile/"), (run, body)
 
 
-@pytest.mark.parametrize("run, step", [
-    ("passwd_link", None),  # profile.json -> /etc/passwd
-    ("secret_step", "1"),  # step-1.json -> a JSON file outside
-    ("index_link", None),  # run.json -> outside
-    ("plugins_link", None),  # plugins/ -> outside
-])
+@pytest.mark.parametrize(
+    "run, step",
+    [
+        ("passwd_link", None),  # profile.json -> /etc/passwd
+        ("secret_step", "1"),  # step-1.json -> a JSON file outside
+        ("index_link", None),  # run.json -> outside
+        ("plugins_link", None),  # plugins/ -> outside
+    ],
+)
 def test_symlinks_leaving_the_logdir_are_refused(server, run, step):
     status, body = _profile(server[0], run, step)
     assert status == 403, body
     assert "outside the log directory" in _error_message(body)
 
 
-@pytest.mark.parametrize("run", sorted(NOT_LISTED - {"index_link", "plugins_link"}) + [
-    "missing_profile", "bad_profile", "array_profile", "utf8_profile", "fifo_profile",
-    "dir_profile"])
+@pytest.mark.parametrize(
+    "run",
+    sorted(NOT_LISTED - {"index_link", "plugins_link"})
+    + ["missing_profile", "bad_profile", "array_profile", "utf8_profile", "fifo_profile", "dir_profile"],
+)
 def test_malformed_or_missing_run_files_are_a_404_with_a_message(server, run):
     status, body = _profile(server[0], run)
     assert status == 404, body
@@ -211,12 +264,23 @@ def test_malformed_or_missing_run_files_are_a_404_with_a_message(server, run):
     assert run in message or "no traceprof run" in message
 
 
-@pytest.mark.parametrize("query", [
-    "run=nope", "run=..", "run=../..", "run=../../etc/passwd", "run=%2Fetc%2Fpasswd",
-    "run=%2E%2E%2F%2E%2E%2Fetc", f"run={GOOD}%2F..%2F..%2Foutside", "run=.",
-    f"run={GOOD}&step=..%2F..%2F..%2Foutside%2Fsecret.json", f"run={GOOD}&step=%2Fetc%2Fpasswd",
-    f"run={GOOD}&step=99", "run=run_link",
-])
+@pytest.mark.parametrize(
+    "query",
+    [
+        "run=nope",
+        "run=..",
+        "run=../..",
+        "run=../../etc/passwd",
+        "run=%2Fetc%2Fpasswd",
+        "run=%2E%2E%2F%2E%2E%2Fetc",
+        f"run={GOOD}%2F..%2F..%2Foutside",
+        "run=.",
+        f"run={GOOD}&step=..%2F..%2F..%2Foutside%2Fsecret.json",
+        f"run={GOOD}&step=%2Fetc%2Fpasswd",
+        f"run={GOOD}&step=99",
+        "run=run_link",
+    ],
+)
 def test_path_parameters_cannot_escape_the_logdir(server, query):
     status, body = _request(f"{server[0]}/profile?{query}")
     assert status == 404, body
@@ -229,10 +293,17 @@ def test_a_missing_run_is_a_bad_request(server):
     _error_message(body)
 
 
-@pytest.mark.parametrize("route", [
-    "/../../../../etc/passwd", "/%2E%2E/%2E%2E/%2E%2E/etc/passwd", "/index.js/../../../etc/passwd",
-    "/..%2F..%2F..%2Fetc%2Fpasswd", "/%2Fetc%2Fpasswd", "/static/../../../../etc/passwd",
-])
+@pytest.mark.parametrize(
+    "route",
+    [
+        "/../../../../etc/passwd",
+        "/%2E%2E/%2E%2E/%2E%2E/etc/passwd",
+        "/index.js/../../../etc/passwd",
+        "/..%2F..%2F..%2Fetc%2Fpasswd",
+        "/%2Fetc%2Fpasswd",
+        "/static/../../../../etc/passwd",
+    ],
+)
 def test_other_plugin_paths_serve_nothing_outside(server, route):
     status, _body = _request(f"{server[0]}{route}")
     assert status == 404

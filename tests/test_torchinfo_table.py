@@ -18,10 +18,9 @@ torchinfo = pytest.importorskip("torchinfo")
 import traceprof  # noqa: E402
 import traceprof.capture as capture  # noqa: E402
 from traceprof.capture import sample_models as sm  # noqa: E402
-from traceprof.render import render  # noqa: E402
-from traceprof.render import RenderOptions  # noqa: E402
-from traceprof.render.table import parse_columns, torchinfo_stats  # noqa: E402
 from traceprof.errors import OptionError  # noqa: E402
+from traceprof.render import RenderOptions, render  # noqa: E402
+from traceprof.render.table import parse_columns, torchinfo_stats  # noqa: E402
 
 
 def _lenet():
@@ -38,17 +37,25 @@ def _gpt():
 
 
 def _bert():
-    config = sm.BertConfig(vocab_size=512, hidden_size=64, num_hidden_layers=2,
-                           num_attention_heads=2, intermediate_size=128)
+    config = sm.BertConfig(
+        vocab_size=512, hidden_size=64, num_hidden_layers=2, num_attention_heads=2, intermediate_size=128
+    )
     mask = torch.ones(2, 16, dtype=torch.long)
     mask[1, 12:] = 0
     return sm.BertEncoder(config), (torch.randint(0, 512, (2, 16)), mask)
 
 
 MODELS = {"lenet5": _lenet, "resnet18": _resnet, "gpt": _gpt, "bert": _bert}
-TOTALS = ("Total params", "Trainable params", "Non-trainable params", "Total mult-adds",
-          "Forward/backward pass size (MB)", "Params size (MB)", "Input size (MB)",
-          "Estimated Total Size (MB)")
+TOTALS = (
+    "Total params",
+    "Trainable params",
+    "Non-trainable params",
+    "Total mult-adds",
+    "Forward/backward pass size (MB)",
+    "Params size (MB)",
+    "Input size (MB)",
+    "Estimated Total Size (MB)",
+)
 
 
 def _totals(text: str) -> dict[str, str]:
@@ -57,7 +64,7 @@ def _totals(text: str) -> dict[str, str]:
     for line in text.splitlines():
         for key in TOTALS:
             if line.startswith(key) and key not in out:
-                out[key] = line[len(key):]
+                out[key] = line[len(key) :]
     return out
 
 
@@ -68,8 +75,13 @@ def captured(request, tmp_path_factory):
     model.eval()
     path = tmp_path_factory.mktemp(request.param) / "trace.pt.trace.json.gz"
     capture.profile_once(model, *inputs, path=path)
-    stats = torchinfo.summary(model, input_data=list(inputs), verbose=0, depth=10,
-                              col_names=("input_size", "output_size", "num_params", "mult_adds"))
+    stats = torchinfo.summary(
+        model,
+        input_data=list(inputs),
+        verbose=0,
+        depth=10,
+        col_names=("input_size", "output_size", "num_params", "mult_adds"),
+    )
     return request.param, model, traceprof.analyze(path), stats
 
 
@@ -102,37 +114,59 @@ def test_totals_equal_torchinfo(captured):
 
 
 def test_table_layout_follows_torchinfo(captured):
-    name, model, profile, expected = captured
+    _name, model, profile, expected = captured
     table = render(profile, "table")
     lines = table.splitlines()
     header = next(line for line in lines if line.startswith("Layer (type:depth-idx)"))
-    for title in ("Input Shape", "Output Shape", "Param #", "Param %", "Kernel Shape",
-                  "Mult-Adds", "MACs (fwd)", "Fwd CPU", "Bwd CPU"):
+    for title in (
+        "Input Shape",
+        "Output Shape",
+        "Param #",
+        "Param %",
+        "Kernel Shape",
+        "Mult-Adds",
+        "MACs (fwd)",
+        "Fwd CPU",
+        "Bwd CPU",
+    ):
         assert title in header
     i = lines.index(header)
     assert set(lines[i - 1]) == {"="} and set(lines[i + 1]) == {"="}
     assert lines[i + 2].startswith(type(model).__name__)
     assert re.match(r"├─\w+: 1-1\b", lines[i + 3])
-    rows = [m for m in (re.match(r"^((?:├─|│    )*(?:└─)?)(\w+): (\d+)-(\d+)", l)
-                        for l in lines[i + 3:]) if m]
-    ran = [l for l in expected.summary_list if l.depth > 0 and not l.is_recursive
-           and (l.executed or l.class_name in ("ModuleList", "ModuleDict"))]
+    rows = [
+        m
+        for m in (re.match(r"^((?:├─|│    )*(?:└─)?)(\w+): (\d+)-(\d+)", line) for line in lines[i + 3 :])
+        if m
+    ]
+    ran = [
+        info
+        for info in expected.summary_list
+        if info.depth > 0
+        and not info.is_recursive
+        and (info.executed or info.class_name in ("ModuleList", "ModuleDict"))
+    ]
     # the modules that ran and the containers around them that are never called (GPT's
     # ModuleDict and ModuleList: levels of the tree from the module table), in torchinfo's
     # order; depth-idx equal too where torchinfo adds no recursive row (ResNet's ReLU, called
     # twice: one row with its two calls)
-    assert [m.group(2) for m in rows] == [l.class_name for l in ran]
+    assert [m.group(2) for m in rows] == [info.class_name for info in ran]
     if len(ran) == len(expected.summary_list) - 1:
         assert [m.group(0) for m in rows] == [
-            f"{'├─' if l.depth == 1 else '│    ' * (l.depth - 1) + '└─'}{l.class_name}: "
-            f"{l.depth}-{l.depth_index}" for l in ran]
+            f"{'├─' if info.depth == 1 else '│    ' * (info.depth - 1) + '└─'}{info.class_name}: "
+            f"{info.depth}-{info.depth_index}"
+            for info in ran
+        ]
 
 
 def test_columns_option(captured):
     _, _, profile, _ = captured
     opts = RenderOptions(columns=parse_columns("params,weight_shape,fwd"))
-    header = next(l for l in render(profile, "table", opts).splitlines()
-                  if l.startswith("Layer (type:depth-idx)"))
+    header = next(
+        line
+        for line in render(profile, "table", opts).splitlines()
+        if line.startswith("Layer (type:depth-idx)")
+    )
     assert header.split()[2:] == ["Param", "#", "Weight", "Shape", "Fwd", "CPU"]
-    with pytest.raises(OptionError, match="unknown column 'nope' .*known: input, output"):
+    with pytest.raises(OptionError, match=r"unknown column 'nope' .*known: input, output"):
         parse_columns("params,nope")

@@ -29,8 +29,16 @@ class TraceBuilder:
         if seq is not None:
             a["Sequence number"] = seq
             a["Fwd thread id"] = fwd_tid if fwd_tid is not None else 0
-        ev = {"ph": "X", "cat": cat, "name": name, "pid": self.pid, "tid": self._tid(tid),
-              "ts": ts, "dur": dur, "args": a}
+        ev = {
+            "ph": "X",
+            "cat": cat,
+            "name": name,
+            "pid": self.pid,
+            "tid": self._tid(tid),
+            "ts": ts,
+            "dur": dur,
+            "args": a,
+        }
         self.events.append(ev)
         return ev
 
@@ -53,9 +61,16 @@ class TraceBuilder:
         return self.annotation(f"[traceprof:1]{cls}: {qualname}", ts, dur, tid)
 
     def py_module(self, cls, n, ts, dur, tid=1):
-        ev = {"ph": "X", "cat": "python_function", "name": f"nn.Module: {cls}_{n}",
-              "pid": self.pid, "tid": tid, "ts": ts, "dur": dur,
-              "args": {"Python id": len(self.events), "Python parent id": None}}
+        ev = {
+            "ph": "X",
+            "cat": "python_function",
+            "name": f"nn.Module: {cls}_{n}",
+            "pid": self.pid,
+            "tid": tid,
+            "ts": ts,
+            "dur": dur,
+            "args": {"Python id": len(self.events), "Python parent id": None},
+        }
         self.events.append(ev)
         return ev
 
@@ -65,30 +80,66 @@ class TraceBuilder:
         args = {"Device Type": device_type, "Device Id": device_id, "Bytes": nbytes}
         if total is not None:
             args["Total Allocated"] = total
-        ev = {"ph": "i", "s": "t", "cat": "cpu_instant_event", "name": "[memory]",
-              "pid": self.pid, "tid": self._tid(tid), "ts": ts, "args": args}
+        ev = {
+            "ph": "i",
+            "s": "t",
+            "cat": "cpu_instant_event",
+            "name": "[memory]",
+            "pid": self.pid,
+            "tid": self._tid(tid),
+            "ts": ts,
+            "args": args,
+        }
         self.events.append(ev)
         return ev
 
     # --- GPU side
-    def launch(self, ts, kernel_ts, kernel_dur, tid=1, stream=7, name="kernel", kind="kernel",
-               with_runtime=True, external_id=None):
+    def launch(
+        self,
+        ts,
+        kernel_ts,
+        kernel_dur,
+        tid=1,
+        stream=7,
+        name="kernel",
+        kind="kernel",
+        with_runtime=True,
+        external_id=None,
+    ):
         self._corr += 1
         corr = self._corr
         if with_runtime:
             cat = "Runtime" if self.era == "2021" else "cuda_runtime"
-            self.events.append({"ph": "X", "cat": cat, "name": "cudaLaunchKernel", "pid": self.pid,
-                                "tid": self._tid(tid), "ts": ts, "dur": 1,
-                                "args": {"correlation": corr}})
-        cats = {"kernel": "Kernel" if self.era == "2021" else "kernel",
-                "memcpy": "Memcpy" if self.era == "2021" else "gpu_memcpy",
-                "memset": "Memset" if self.era == "2021" else "gpu_memset"}
+            self.events.append(
+                {
+                    "ph": "X",
+                    "cat": cat,
+                    "name": "cudaLaunchKernel",
+                    "pid": self.pid,
+                    "tid": self._tid(tid),
+                    "ts": ts,
+                    "dur": 1,
+                    "args": {"correlation": corr},
+                }
+            )
+        cats = {
+            "kernel": "Kernel" if self.era == "2021" else "kernel",
+            "memcpy": "Memcpy" if self.era == "2021" else "gpu_memcpy",
+            "memset": "Memset" if self.era == "2021" else "gpu_memset",
+        }
         args = {"correlation": corr, "stream": stream, "device": 0}
         if external_id is not None:
             args["external id" if self.era == "2021" else "External id"] = external_id
-        ev = {"ph": "X", "cat": cats[kind], "name": name, "pid": 0,
-              "tid": f"stream {stream}" if self.era == "2021" else stream,
-              "ts": kernel_ts, "dur": kernel_dur, "args": args}
+        ev = {
+            "ph": "X",
+            "cat": cats[kind],
+            "name": name,
+            "pid": 0,
+            "tid": f"stream {stream}" if self.era == "2021" else stream,
+            "ts": kernel_ts,
+            "dur": kernel_dur,
+            "args": args,
+        }
         self.events.append(ev)
         return ev
 

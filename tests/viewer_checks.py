@@ -14,8 +14,8 @@ UPDATE = os.environ.get("TRACEPROF_UPDATE_SCREENSHOTS") == "1"
 
 def node_id(driver, qualified_name: str) -> int:
     return driver.execute_script(
-        "return traceprofView.doc.nodes.find((n) => n.qualified_name === arguments[0]).id",
-        qualified_name)
+        "return traceprofView.doc.nodes.find((n) => n.qualified_name === arguments[0]).id", qualified_name
+    )
 
 
 def click_module_row(driver, qualified_name: str):
@@ -23,9 +23,11 @@ def click_module_row(driver, qualified_name: str):
     from selenium.webdriver.common.by import By
 
     driver.find_element(By.XPATH, "//button[text()='Expand all']").click()
-    row = next(r for r in driver.find_elements(By.CSS_SELECTOR, "tr.tp-row")
-               if r.find_element(By.CSS_SELECTOR, ".tp-name").get_attribute("title")
-               == qualified_name)
+    row = next(
+        r
+        for r in driver.find_elements(By.CSS_SELECTOR, "tr.tp-row")
+        if r.find_element(By.CSS_SELECTOR, ".tp-name").get_attribute("title") == qualified_name
+    )
     driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", row)
     row.click()
 
@@ -49,8 +51,8 @@ def click_kernel_of(driver, qualified_name: str) -> dict:
     canvas = driver.find_element(By.ID, "tp-timeline-canvas")
     driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", canvas)
     spot = driver.execute_script(
-        "return traceprofView.timelineView.locateEventOf(arguments[0])",
-        node_id(driver, qualified_name))
+        "return traceprofView.timelineView.locateEventOf(arguments[0])", node_id(driver, qualified_name)
+    )
     assert spot is not None, f"no kernel of {qualified_name} in the timeline"
     size = canvas.size
     ActionChains(driver).move_to_element_with_offset(
@@ -58,8 +60,11 @@ def click_kernel_of(driver, qualified_name: str) -> dict:
     ).click().perform()
     info = driver.find_element(By.ID, "tp-timeline-info")
     selected = driver.find_element(By.CSS_SELECTOR, "tr.tp-row.tp-selected")
-    return {"info": info.text, "module": info.get_attribute("data-module"),
-            "selected": selected.find_element(By.CSS_SELECTOR, ".tp-name").get_attribute("title")}
+    return {
+        "info": info.text,
+        "module": info.get_attribute("data-module"),
+        "selected": selected.find_element(By.CSS_SELECTOR, ".tp-name").get_attribute("title"),
+    }
 
 
 def memory_peak(driver) -> tuple[str, str]:

@@ -1,20 +1,32 @@
 """traceprof: per-nn.Module GPU time, forward and backward, from PyTorch profiler traces."""
 
 from traceprof import render  # noqa: F401 - traceprof.render.render(profile, fmt)
+from traceprof.analysis.hierarchy import Source
 from traceprof.api import analyze
 from traceprof.capture import profile, profile_once  # torch is imported only when a session starts
 from traceprof.errors import TraceprofError, TraceReadError
-from traceprof.analysis.hierarchy import Source
-from traceprof.result.model import PASSES, ModuleNode, ModuleProfile, NodeKind, Pass, PhaseTimes, StepSelection, Times
-from traceprof.trace.model import Trace
 from traceprof.read.build import load_trace
+from traceprof.result.model import (
+    PASSES,
+    ModuleNode,
+    ModuleProfile,
+    NodeKind,
+    Pass,
+    PhaseTimes,
+    StepSelection,
+    Times,
+)
 from traceprof.result.transforms import SortKey, limit_depth, sort_children, top_children
-
-from traceprof.version import __version__  # noqa: E402
+from traceprof.trace.model import Trace
+from traceprof.version import __version__
 
 #: names imported on first use: a single-trace analysis never needs the job or diff code
-_LAZY = {"Job": "job.analyze", "analyze_job": "job.analyze", "DiffProfile": "compare.diff",
-         "diff": "compare.diff"}
+_LAZY = {
+    "Job": "job.analyze",
+    "analyze_job": "job.analyze",
+    "DiffProfile": "compare.diff",
+    "diff": "compare.diff",
+}
 
 
 def __getattr__(name: str):
@@ -30,14 +42,14 @@ def __getattr__(name: str):
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_LAZY))
 
+
 __all__ = [
+    "PASSES",
     "DiffProfile",
-    "diff",
     "Job",
     "ModuleNode",
     "ModuleProfile",
     "NodeKind",
-    "PASSES",
     "Pass",
     "PhaseTimes",
     "SortKey",
@@ -47,8 +59,10 @@ __all__ = [
     "Trace",
     "TraceReadError",
     "TraceprofError",
+    "__version__",
     "analyze",
     "analyze_job",
+    "diff",
     "limit_depth",
     "load_trace",
     "profile",

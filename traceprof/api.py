@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import os
 
-from traceprof.result import transforms
 from traceprof.analysis.attribution import analyze as _analyze
 from traceprof.analysis.attribution import analyze_steps  # noqa: F401 - one profile per step, shared work
-from traceprof.flops import Registry
 from traceprof.analysis.hierarchy import Source
-from traceprof.result.model import ModuleProfile
-from traceprof.read.load import Progress
-from traceprof.trace.model import Trace
+from traceprof.flops import Registry
 from traceprof.read.build import load_trace
+from traceprof.read.load import Progress
+from traceprof.result import transforms
+from traceprof.result.model import ModuleProfile
+from traceprof.trace.model import Trace
 
 
 def analyze(
@@ -45,8 +45,13 @@ def analyze(
         trace = load_trace(trace, progress, max_memory=max_memory, jobs=jobs)
     if progress:
         progress("attributing")
-    profile = _analyze(trace, step=step, hierarchy=hierarchy, formulas=formulas,
-                       peak_flops=peak_tflops * 1e12 if peak_tflops is not None else None)
+    profile = _analyze(
+        trace,
+        step=step,
+        hierarchy=hierarchy,
+        formulas=formulas,
+        peak_flops=peak_tflops * 1e12 if peak_tflops is not None else None,
+    )
     if sort != transforms.SortKey.ORDER:
         profile = transforms.sort_children(profile, sort)
     if top is not None:

@@ -15,7 +15,8 @@ engine ran them, so what is computed from them is identical bit for bit.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Callable, Protocol, Sequence, TypeVar, cast
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Protocol, TypeVar, cast
 
 from traceprof.errors import MissingDependencyError, OptionError
 
@@ -32,8 +33,9 @@ MapProgress = Callable[[int, int, object], None]
 class Engine(Protocol):
     name: str
 
-    def map(self, fn: Callable[[T], R], items: Sequence[T],
-            progress: MapProgress | None = None) -> list[R]: ...
+    def map(
+        self, fn: Callable[[T], R], items: Sequence[T], progress: MapProgress | None = None
+    ) -> list[R]: ...
 
 
 def default_jobs() -> int:
@@ -52,8 +54,7 @@ class LocalEngine:
     def __init__(self, jobs: int | None = None) -> None:
         self.jobs = jobs or default_jobs()
 
-    def map(self, fn: Callable[[T], R], items: Sequence[T],
-            progress: MapProgress | None = None) -> list[R]:
+    def map(self, fn: Callable[[T], R], items: Sequence[T], progress: MapProgress | None = None) -> list[R]:
         items = list(items)
         results: list[R | None] = [None] * len(items)
         workers = min(self.jobs, len(items))
@@ -115,12 +116,12 @@ class DaskEngine:
             import distributed  # noqa: F401
         except ImportError:
             raise MissingDependencyError(
-                "--engine dask needs Dask distributed: pip install 'traceprof[dask]'") from None
+                "--engine dask needs Dask distributed: pip install 'traceprof[dask]'"
+            ) from None
         self.scheduler = scheduler
         self.jobs = jobs
 
-    def map(self, fn: Callable[[T], R], items: Sequence[T],
-            progress: MapProgress | None = None) -> list[R]:
+    def map(self, fn: Callable[[T], R], items: Sequence[T], progress: MapProgress | None = None) -> list[R]:
         from distributed import Client, LocalCluster, as_completed
 
         items = list(items)
@@ -139,9 +140,13 @@ class DaskEngine:
             # the workers' log of the failed task.
             method = "fork" if os.name == "posix" else "spawn"
             with dask.config.set({"distributed.worker.multiprocessing-method": method}):
-                cluster = LocalCluster(n_workers=self.jobs or default_jobs(), threads_per_worker=1,
-                                       processes=True, dashboard_address=None,
-                                       silence_logs=logging.CRITICAL)
+                cluster = LocalCluster(
+                    n_workers=self.jobs or default_jobs(),
+                    threads_per_worker=1,
+                    processes=True,
+                    dashboard_address=None,
+                    silence_logs=logging.CRITICAL,
+                )
             client = Client(cluster)
         try:
             # pure=False: every item is analyzed, even two equal paths
@@ -166,8 +171,7 @@ class DaskEngine:
 ENGINES = ("local", "dask")
 
 
-def make_engine(name: str = "local", jobs: int | None = None,
-                scheduler: str | None = None) -> Engine:
+def make_engine(name: str = "local", jobs: int | None = None, scheduler: str | None = None) -> Engine:
     """The engine called ``name`` (``local`` or ``dask``)."""
     if jobs is not None and jobs < 1:
         raise OptionError(f"--jobs must be 1 or more, not {jobs}")

@@ -22,7 +22,7 @@ class TraceprofError(Exception):
         return (_restore, (type(self), self.message, dict(self.__dict__)))
 
 
-def _restore(cls, message: str, state: dict) -> "TraceprofError":
+def _restore(cls, message: str, state: dict) -> TraceprofError:
     error = cls.__new__(cls)
     Exception.__init__(error, message)
     error.__dict__.update(state)

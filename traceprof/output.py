@@ -19,7 +19,7 @@ import enum
 import os
 import stat
 import sys
-from typing import Iterable
+from collections.abc import Iterable
 
 import msgspec
 
@@ -33,11 +33,13 @@ def check_binary_output(fmt: str, output: str | None) -> None:
     """A binary format (Parquet) is written to a file, or to standard output with ``-o -``
     when that is not a terminal; an OptionError otherwise."""
     if not output:
-        raise OptionError(f"--format {fmt} is binary: give an output file with -o FILE, "
-                          "or -o - for standard output")
+        raise OptionError(
+            f"--format {fmt} is binary: give an output file with -o FILE, or -o - for standard output"
+        )
     if output == STDOUT and sys.stdout.isatty():
-        raise OptionError(f"--format {fmt} is binary: not written to a terminal; redirect "
-                          "standard output or give -o FILE")
+        raise OptionError(
+            f"--format {fmt} is binary: not written to a terminal; redirect standard output or give -o FILE"
+        )
 
 
 class OutputKind(enum.Enum):
@@ -53,8 +55,7 @@ class OutputTarget(msgspec.Struct, frozen=True):
     mode: int | None  # permission bits of the regular file replaced (kept); None for a new file
 
 
-def resolve_output(path: str | os.PathLike,
-                   inputs: Iterable[str | os.PathLike] = ()) -> OutputTarget:
+def resolve_output(path: str | os.PathLike, inputs: Iterable[str | os.PathLike] = ()) -> OutputTarget:
     """How ``path`` is written; an :class:`OutputError` when it is one of ``inputs`` (the same
     file, through symlinks and hard links) or cannot be written at all (a directory, a missing
     parent directory)."""
@@ -81,8 +82,9 @@ def resolve_output(path: str | os.PathLike,
     return OutputTarget(path, OutputKind.SPECIAL, path, None)
 
 
-def write_output(path: str | os.PathLike, data: str | bytes,
-                 inputs: Iterable[str | os.PathLike] = ()) -> None:
+def write_output(
+    path: str | os.PathLike, data: str | bytes, inputs: Iterable[str | os.PathLike] = ()
+) -> None:
     """Write ``data`` (text as UTF-8) to ``path`` as :func:`resolve_output` says. The path is
     resolved here again: the file system may have changed while the result was computed."""
     target = resolve_output(path, inputs)
@@ -137,8 +139,7 @@ def _replace_atomically(target: OutputTarget, data: bytes) -> None:
     import tempfile  # only here: it imports random and hashlib, which stdout output never needs
 
     try:
-        fd, tmp = tempfile.mkstemp(prefix=".traceprof-", suffix=".tmp",
-                                   dir=os.path.dirname(target.file))
+        fd, tmp = tempfile.mkstemp(prefix=".traceprof-", suffix=".tmp", dir=os.path.dirname(target.file))
     except OSError as e:
         raise OutputError(f"{target.path}: cannot write there ({e.strerror or e})") from None
     replaced = False

@@ -154,7 +154,7 @@ def python_dict(items: list[tuple[str, str]]) -> str:
 
 def grouped(value: float | None) -> str:
     """An integer with thousands separators (``11,689,512``); ``--`` for None."""
-    return "--" if value is None else f"{int(round(value)):,}"
+    return "--" if value is None else f"{int(round(value)):,}"  # noqa: RUF046 - numpy floats round to floats
 
 
 def torchinfo_count(value: float, auto_units: bool) -> str:
@@ -162,8 +162,13 @@ def torchinfo_count(value: float, auto_units: bool) -> str:
     ``auto_units`` ``" (M): 595.87"`` / ``" (G): 1.82"`` / ``" (T): ..."`` for mult-adds."""
     label = ""
     if auto_units:
-        label, value = (" (T)", value / 1e12) if value >= 1e12 else \
-            (" (G)", value / 1e9) if value >= 1e9 else (" (M)", value / 1e6)
+        label, value = (
+            (" (T)", value / 1e12)
+            if value >= 1e12
+            else (" (G)", value / 1e9)
+            if value >= 1e9
+            else (" (M)", value / 1e6)
+        )
     else:
         value = float(value)
     if float(value).is_integer():

@@ -60,8 +60,9 @@ NO_MODULES_WARNING = (
     "traceprof.capture.profile(model, ...) (exact module names and shapes; README, docs/capture.md)"
 )
 #: warning for traces whose ops carry no shapes
-NO_SHAPES_WARNING = ("trace recorded without shapes (record_shapes=False): "
-                     "FLOPs, bytes and throughput are not computed")
+NO_SHAPES_WARNING = (
+    "trace recorded without shapes (record_shapes=False): FLOPs, bytes and throughput are not computed"
+)
 
 
 def analyze(
@@ -80,8 +81,7 @@ def analyze(
     ``peak_flops``: the device's peak FLOP/s for MFU, replacing the peaks table's (and giving
     MFU on CPUs and devices not in it).
     """
-    return analyze_steps(trace, [step], hierarchy=hierarchy, formulas=formulas,
-                         peak_flops=peak_flops)[0]
+    return analyze_steps(trace, [step], hierarchy=hierarchy, formulas=formulas, peak_flops=peak_flops)[0]
 
 
 def analyze_steps(
@@ -113,8 +113,15 @@ def analyze_steps(
     return profiles
 
 
-def _attribute(trace: Trace, links: Links, tree: Hierarchy, steps: Steps, selected: np.ndarray,
-               warnings: list[str], costs: OpCosts) -> ModuleProfile:
+def _attribute(
+    trace: Trace,
+    links: Links,
+    tree: Hierarchy,
+    steps: Steps,
+    selected: np.ndarray,
+    warnings: list[str],
+    costs: OpCosts,
+) -> ModuleProfile:
     """The ModuleProfile of the selected steps: every stage in order."""
     ctx = make_context(trace, links, tree, steps, selected)
     cpu = cpu_time(ctx)
@@ -130,25 +137,39 @@ def _attribute(trace: Trace, links: Links, tree: Hierarchy, steps: Steps, select
     parent = parents(tree, groups)
     total = {k: subtree_totals(v, parent) for k, v in own.items()}
     shape = tree_shape(tree, groups, total, parent)
-    memory_use = memory_by_node(trace, memory.keep, memory.node, memory.pass_code, parent,
-                                ctx.n_steps)
+    memory_use = memory_by_node(trace, memory.keep, memory.node, memory.pass_code, parent, ctx.n_steps)
     ops_of = node_ops(ctx, groups, cpu, gpu, counted, costs)
     nodes, new_id = module_nodes(ctx, groups, shape, own, total, node_calls, memory_use, ops_of)
-    timeline = first_step_timeline(ctx, parent, [nodes[new_id[i]].path for i in range(n_nodes)],
-                                   cpu, gpu, memory, memory_device(memory_use))
+    timeline = first_step_timeline(
+        ctx,
+        parent,
+        [nodes[new_id[i]].path for i in range(n_nodes)],
+        cpu,
+        gpu,
+        memory,
+        memory_device(memory_use),
+    )
 
     selection = step_selection(ctx, cpu, gpu, counted, unsupported, costs)
     stats = link_stats(trace, links)
     all_warnings = list(trace.metadata.warnings) + list(tree.warnings) + warnings
     all_warnings += unattributed_gpu_warnings(
-        selection, int(gpu.before_trace.sum()), int((gpu.no_launch & ~gpu.before_trace).sum()),
-        len(gpu.work))
+        selection, int(gpu.before_trace.sum()), int((gpu.no_launch & ~gpu.before_trace).sum()), len(gpu.work)
+    )
     if not costs.has_shapes:
         all_warnings.append(NO_SHAPES_WARNING)
     has_gpu = stats.kernels + stats.memcpys + stats.memsets > 0
     flops = flop_summary(
-        trace, links, costs, counted.keep, unsupported.keep, gpu.anchor, gpu.busy_us,
-        ctx.n_steps, has_gpu, selection.gpu_busy_us if has_gpu else selection.cpu_us,
+        trace,
+        links,
+        costs,
+        counted.keep,
+        unsupported.keep,
+        gpu.anchor,
+        gpu.busy_us,
+        ctx.n_steps,
+        has_gpu,
+        selection.gpu_busy_us if has_gpu else selection.cpu_us,
     )
     return ModuleProfile(
         metadata=trace.metadata,

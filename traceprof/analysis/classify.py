@@ -72,8 +72,7 @@ class Context(msgspec.Struct):
         code = np.empty(len(events), np.int8)
         for lo in range(0, len(events), BLOCK_EVENTS):
             block = slice(lo, lo + BLOCK_EVENTS)
-            node[block], bwd[block] = classify_events(events[block], self.links, self.tree,
-                                                      self.scope_of)
+            node[block], bwd[block] = classify_events(events[block], self.links, self.tree, self.scope_of)
             code[block] = self.pass_codes(events[block], node[block], bwd[block])
         return node, bwd, code
 
@@ -90,8 +89,7 @@ class Context(msgspec.Struct):
 
 
 @gives_memory_back
-def make_context(trace: Trace, links: Links, tree: Hierarchy, steps: Steps,
-                 selected: np.ndarray) -> Context:
+def make_context(trace: Trace, links: Links, tree: Hierarchy, steps: Steps, selected: np.ndarray) -> Context:
     """The selection and, for every event, its scope, its top-level op and whether it is a
     step or a Python frame."""
     ev = trace.events
@@ -114,16 +112,25 @@ def make_context(trace: Trace, links: Links, tree: Hierarchy, steps: Steps,
     selected_mask = np.zeros(len(steps.numbers), bool)
     selected_mask[selected] = True
     return Context(
-        trace=trace, links=links, tree=tree, steps=steps, selected=selected,
+        trace=trace,
+        links=links,
+        tree=tree,
+        steps=steps,
+        selected=selected,
         selected_mask=selected_mask,
-        whole_trace=whole_trace, n_steps=1 if whole_trace else len(selected),
-        scope_of=links.nearest(tree.scope_mask), is_step=is_step, is_python=is_python,
-        top=top, autograd_top=autograd_top,
+        whole_trace=whole_trace,
+        n_steps=1 if whole_trace else len(selected),
+        scope_of=links.nearest(tree.scope_mask),
+        is_step=is_step,
+        is_python=is_python,
+        top=top,
+        autograd_top=autograd_top,
     )
 
 
-def classify_events(events: np.ndarray, links: Links, tree: Hierarchy,
-                    scope_of: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def classify_events(
+    events: np.ndarray, links: Links, tree: Hierarchy, scope_of: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """Module node (-1: none) and backward flag of each CPU event (-1 event: none, forward)."""
     n = len(events)
     node = np.full(n, -1, tree.node_of_scope.dtype)

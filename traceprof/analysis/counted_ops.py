@@ -46,9 +46,18 @@ def ops_in_selection(ctx: Context, candidates: np.ndarray) -> Ops:
 
 
 @gives_memory_back
-def flop_summary(trace: Trace, links: Links, costs: OpCosts, op_keep: np.ndarray,
-                 unsupported_keep: np.ndarray, anchor: np.ndarray, busy: np.ndarray,
-                 n_steps: int, has_gpu: bool, step_time_us: float) -> FlopSummary:
+def flop_summary(
+    trace: Trace,
+    links: Links,
+    costs: OpCosts,
+    op_keep: np.ndarray,
+    unsupported_keep: np.ndarray,
+    anchor: np.ndarray,
+    busy: np.ndarray,
+    n_steps: int,
+    has_gpu: bool,
+    step_time_us: float,
+) -> FlopSummary:
     """FLOPs by precision, the device's peak for the main one, and the unsupported ops with
     their calls and time per step. ``anchor`` and ``busy``: the selected GPU work items'
     anchors and busy-time shares."""
@@ -68,8 +77,7 @@ def flop_summary(trace: Trace, links: Links, costs: OpCosts, op_keep: np.ndarray
         if precision == "fp32" and family == conv and peaks and peaks.peak("tf32"):
             precision = "tf32"
         by_precision[precision] += flops / n_steps
-    ranked = tuple(sorted(((k, v) for k, v in by_precision.items() if v > 0),
-                          key=lambda kv: -kv[1]))
+    ranked = tuple(sorted(((k, v) for k, v in by_precision.items() if v > 0), key=lambda kv: -kv[1]))
     peak = None
     if peaks is not None:
         precision = ranked[0][0] if ranked else "fp32"
@@ -98,10 +106,13 @@ def flop_summary(trace: Trace, links: Links, costs: OpCosts, op_keep: np.ndarray
         time = np.bincount(labels, weights=own, minlength=n_labels)
     listed = [
         UnsupportedOp(
-            name=costs.labels[k], calls=float(calls[k] / n_steps), time_us=float(time[k] / n_steps),
+            name=costs.labels[k],
+            calls=float(calls[k] / n_steps),
+            time_us=float(time[k] / n_steps),
             share_of_step=float(time[k] / n_steps / step_time_us) if step_time_us > 0 else 0.0,
         )
-        for k in range(n_labels) if calls[k]
+        for k in range(n_labels)
+        if calls[k]
     ]
     listed.sort(key=lambda u: (-u.time_us, -u.calls, u.name))
     return FlopSummary(True, ranked, peak, tuple(listed))
@@ -124,6 +135,11 @@ def with_peak(profile: ModuleProfile, peak_flops: float) -> ModuleProfile:
     known = summary.peak
     names = sorted({d.name for d in profile.metadata.devices if d.name})
     device = known.device if known else (", ".join(names) if profile.has_gpu and names else "CPU")
-    peak = Peak(device=device, precision=summary.precision or "fp32", flop_per_s=float(peak_flops),
-                bytes_per_s=known.bytes_per_s if known else 0.0, source="given (--peak-tflops)")
+    peak = Peak(
+        device=device,
+        precision=summary.precision or "fp32",
+        flop_per_s=float(peak_flops),
+        bytes_per_s=known.bytes_per_s if known else 0.0,
+        source="given (--peak-tflops)",
+    )
     return replace(profile, flops=replace(summary, peak=peak))

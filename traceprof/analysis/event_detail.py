@@ -25,22 +25,36 @@ from traceprof.result.timeline import Timeline
 
 
 @gives_memory_back
-def node_ops(ctx: Context, groups: Groups, cpu: CpuTime, gpu: GpuWork, counted: Ops,
-             costs: OpCosts) -> list[tuple[OpStat, ...]]:
+def node_ops(
+    ctx: Context, groups: Groups, cpu: CpuTime, gpu: GpuWork, counted: Ops, costs: OpCosts
+) -> list[tuple[OpStat, ...]]:
     """Each node's own ops and kernels per pass (traceprof.analysis.module_ops)."""
     return module_ops.ops_by_node(
-        ctx.trace, ctx.links, ctx.tree.scope_mask, ctx.is_step, groups.n_nodes, ctx.n_steps,
+        ctx.trace,
+        ctx.links,
+        ctx.tree.scope_mask,
+        ctx.is_step,
+        groups.n_nodes,
+        ctx.n_steps,
         cpu=module_ops.Attributed(cpu.events, cpu.node, cpu.pass_code, cpu.exclusive_us),
-        counted=module_ops.Attributed(counted.events, counted.node, counted.pass_code,
-                                      costs.flops[counted.keep]),
+        counted=module_ops.Attributed(
+            counted.events, counted.node, counted.pass_code, costs.flops[counted.keep]
+        ),
         gpu=module_ops.Attributed(gpu.work, gpu.node, gpu.pass_code, gpu.busy_us),
-        gpu_anchor=gpu.anchor)
+        gpu_anchor=gpu.anchor,
+    )
 
 
 @gives_memory_back
-def first_step_timeline(ctx: Context, parent: np.ndarray, paths: list[tuple[str, ...]],
-                        cpu: CpuTime, gpu: GpuWork, memory: SelectedMemory,
-                        memory_device: str | None) -> Timeline | None:
+def first_step_timeline(
+    ctx: Context,
+    parent: np.ndarray,
+    paths: list[tuple[str, ...]],
+    cpu: CpuTime,
+    gpu: GpuWork,
+    memory: SelectedMemory,
+    memory_device: str | None,
+) -> Timeline | None:
     """The timeline of the first selected step (the whole trace when it has no steps) and
     its memory curve (traceprof.analysis.step_timeline)."""
     ev, steps = ctx.trace.events, ctx.steps
@@ -60,12 +74,20 @@ def first_step_timeline(ctx: Context, parent: np.ndarray, paths: list[tuple[str,
             depth[i] = depth[parent[i]] + 1
     mem = None
     if len(memory.keep):
-        mem = step_timeline.StepEvents(np.flatnonzero(memory.keep), memory.node,
-                                       memory.pass_code)
+        mem = step_timeline.StepEvents(np.flatnonzero(memory.keep), memory.node, memory.pass_code)
     return step_timeline.build_timeline(
-        ctx.trace, ctx.links, window=window, step=number, scope_mask=ctx.tree.scope_mask,
-        node_of_scope=ctx.tree.node_of_scope, recompute_mask=ctx.tree.recompute_mask,
-        n_modules=len(ctx.tree.nodes), depth_of=depth, path_of=paths,
+        ctx.trace,
+        ctx.links,
+        window=window,
+        step=number,
+        scope_mask=ctx.tree.scope_mask,
+        node_of_scope=ctx.tree.node_of_scope,
+        recompute_mask=ctx.tree.recompute_mask,
+        n_modules=len(ctx.tree.nodes),
+        depth_of=depth,
+        path_of=paths,
         cpu=step_timeline.StepEvents(cpu.events, cpu.node, cpu.pass_code),
         gpu=step_timeline.StepEvents(gpu.work, gpu.node, gpu.pass_code),
-        memory=mem, memory_device=memory_device)
+        memory=mem,
+        memory_device=memory_device,
+    )

@@ -15,10 +15,10 @@ import enum
 import msgspec
 import numpy as np
 
-from traceprof.trace import schema
 from traceprof.analysis.link import Links
-from traceprof.trace.schema import Kind
+from traceprof.trace import schema
 from traceprof.trace.model import ModuleTable, Trace, index_dtype, unique
+from traceprof.trace.schema import Kind
 
 
 class Source(str, enum.Enum):
@@ -142,8 +142,14 @@ def build_hierarchy(trace: Trace, links: Links, source: Source | str | None = No
     return _build(trace, links, chosen, keys, mask, warnings)
 
 
-def _build(trace: Trace, links: Links, source: Source, keys: list[ScopeKey | None],
-           mask: np.ndarray, warnings: list[str]) -> Hierarchy:
+def _build(
+    trace: Trace,
+    links: Links,
+    source: Source,
+    keys: list[ScopeKey | None],
+    mask: np.ndarray,
+    warnings: list[str],
+) -> Hierarchy:
     ev = trace.events
     table = trace.metadata.module_table if source is Source.TRACEPROF else None
     scope_parent = links.nearest(mask, include_self=False)
@@ -184,9 +190,7 @@ def _build(trace: Trace, links: Links, source: Source, keys: list[ScopeKey | Non
                         path=path,
                         key=sk.key,
                         class_name=sk.class_name,
-                        qualified_name=sk.qualified_name
-                        if sk.qualified_name is not None
-                        else ".".join(path),
+                        qualified_name=sk.qualified_name if sk.qualified_name is not None else ".".join(path),
                         first_ts=float(ev.ts[scopes[f]]),
                     )
                 )
@@ -198,8 +202,14 @@ def _build(trace: Trace, links: Links, source: Source, keys: list[ScopeKey | Non
     return Hierarchy(source, tuple(nodes), mask, node_of, recompute, tuple(warnings))
 
 
-def _containers(nodes: list[HierarchyNode], index: dict[tuple[int, str], int], pnode: int,
-                sk: ScopeKey, table: ModuleTable | None, first_ts: float) -> int:
+def _containers(
+    nodes: list[HierarchyNode],
+    index: dict[tuple[int, str], int],
+    pnode: int,
+    sk: ScopeKey,
+    table: ModuleTable | None,
+    first_ts: float,
+) -> int:
     """The node a module scope hangs under: its enclosing scope's node, or, between the two, the
     containers that are never called (a ``ModuleList`` ``blocks`` between the root and
     ``blocks.0``), made nodes from the module table so that the tree has the model's levels.
@@ -216,10 +226,17 @@ def _containers(nodes: list[HierarchyNode], index: dict[tuple[int, str], int], p
         node = index.get((holder, prefix))
         if node is None:
             node = len(nodes)
-            nodes.append(HierarchyNode(
-                id=node, parent=holder, path=nodes[holder].path + (prefix,), key=prefix,
-                class_name=table.modules[prefix].class_name, qualified_name=prefix,
-                first_ts=first_ts))
+            nodes.append(
+                HierarchyNode(
+                    id=node,
+                    parent=holder,
+                    path=nodes[holder].path + (prefix,),
+                    key=prefix,
+                    class_name=table.modules[prefix].class_name,
+                    qualified_name=prefix,
+                    first_ts=first_ts,
+                )
+            )
             index[(holder, prefix)] = node
         holder = node
     return holder

@@ -18,8 +18,8 @@ import msgspec
 import numpy as np
 
 from traceprof.trace import schema
-from traceprof.trace.schema import Kind
 from traceprof.trace.model import Trace, unique
+from traceprof.trace.schema import Kind
 
 
 class StepTimeline(msgspec.Struct, frozen=True):
@@ -103,19 +103,34 @@ def step_timelines(trace: Trace) -> tuple[StepTimeline, ...]:
     for i, number in enumerate(uniq.tolist()):
         m = step_of == i
         window_end = max(float(end[i]), float(we[m].max()) if m.any() else -np.inf)
-        out.append(_timeline(int(number), float(end[i] - start[i]), window_end - float(start[i]),
-                             ws[m], we[m], collective[m]))
+        out.append(
+            _timeline(
+                int(number),
+                float(end[i] - start[i]),
+                window_end - float(start[i]),
+                ws[m],
+                we[m],
+                collective[m],
+            )
+        )
     return tuple(out)
 
 
-def _timeline(step: int, wall: float, window: float, ws: np.ndarray, we: np.ndarray,
-              collective: np.ndarray) -> StepTimeline:
+def _timeline(
+    step: int, wall: float, window: float, ws: np.ndarray, we: np.ndarray, collective: np.ndarray
+) -> StepTimeline:
     busy = union_length(ws, we)
     compute = union_length(ws[~collective], we[~collective])
     coll = union_length(ws[collective], we[collective])
     return StepTimeline(
-        step=step, wall_us=wall, window_us=window, gpu_busy_us=busy, compute_us=compute,
-        collective_us=coll, collective_exposed_us=busy - compute,
-        idle_us=max(window - busy, 0.0), kernels=int(len(ws)),
+        step=step,
+        wall_us=wall,
+        window_us=window,
+        gpu_busy_us=busy,
+        compute_us=compute,
+        collective_us=coll,
+        collective_exposed_us=busy - compute,
+        idle_us=max(window - busy, 0.0),
+        kernels=len(ws),
         collective_kernels=int(collective.sum()),
     )

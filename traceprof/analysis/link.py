@@ -23,8 +23,8 @@ import msgspec
 import numpy as np
 
 from traceprof.trace import schema
-from traceprof.trace.schema import Kind
 from traceprof.trace.model import Trace, index_dtype
+from traceprof.trace.schema import Kind
 
 
 class Links(msgspec.Struct, frozen=True):
@@ -66,22 +66,23 @@ def link(trace: Trace) -> Links:
     index = index_dtype(n)
     kind = ev.kind
     cpu_mask = np.isin(kind, schema.CPU_SLICE_KINDS) & np.isfinite(ev.ts)
-    parent, depth, nest_end, conflicts = _nest(
-        ev.thread, ev.ts, ev.dur, np.flatnonzero(cpu_mask), n
-    )
+    parent, depth, nest_end, conflicts = _nest(ev.thread, ev.ts, ev.dur, np.flatnonzero(cpu_mask), n)
     del cpu_mask
     levels = _levels(depth)
 
     gpu_work = np.flatnonzero(np.isin(kind, schema.GPU_WORK_KINDS) & np.isfinite(ev.ts))
     gpu_work = gpu_work.astype(index)
     launch = _join(
-        ev.correlation[gpu_work], np.flatnonzero((kind == Kind.RUNTIME) & (ev.correlation >= 0)),
-        ev.correlation, index,
+        ev.correlation[gpu_work],
+        np.flatnonzero((kind == Kind.RUNTIME) & (ev.correlation >= 0)),
+        ev.correlation,
+        index,
     )
     by_external = _join(
         ev.external_id[gpu_work],
         np.flatnonzero(np.isin(kind, (Kind.CPU_OP, Kind.ANNOTATION)) & (ev.external_id >= 0)),
-        ev.external_id, index,
+        ev.external_id,
+        index,
     )
     anchor = np.where(launch >= 0, launch, by_external)
 
@@ -115,8 +116,9 @@ _CLIP_TOLERANCE_NS = 1000
 _MAX_NS = float(2**60)
 
 
-def _nest(thread: np.ndarray, ts: np.ndarray, dur: np.ndarray, cpu: np.ndarray,
-          n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+def _nest(
+    thread: np.ndarray, ts: np.ndarray, dur: np.ndarray, cpu: np.ndarray, n: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     """Parent and depth of every CPU slice, and the effective end (µs) used for nesting.
 
     Real traces are not always properly nested: a Python frame may open before a
@@ -194,8 +196,9 @@ def _nest_sorted(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray, 
     return d, np.where(has, cand, 0), has
 
 
-def _nearest(parent: np.ndarray, levels: tuple[np.ndarray, ...], mask: np.ndarray,
-             include_self: bool = True) -> np.ndarray:
+def _nearest(
+    parent: np.ndarray, levels: tuple[np.ndarray, ...], mask: np.ndarray, include_self: bool = True
+) -> np.ndarray:
     out = np.full(len(parent), -1, parent.dtype)
     for level in levels[1:]:
         p = parent[level]
@@ -217,8 +220,9 @@ def _levels(depth: np.ndarray) -> tuple[np.ndarray, ...]:
     return tuple(cpu[cuts[k] : cuts[k + 1]] for k in range(d[-1] + 1))
 
 
-def _join(keys: np.ndarray, candidates: np.ndarray, column: np.ndarray,
-          index: type[np.signedinteger]) -> np.ndarray:
+def _join(
+    keys: np.ndarray, candidates: np.ndarray, column: np.ndarray, index: type[np.signedinteger]
+) -> np.ndarray:
     """For each key, the first candidate event whose ``column`` equals it (-1 if none), as
     ``index`` integers."""
     out = np.full(len(keys), -1, index)
@@ -274,7 +278,7 @@ def _forward_ops(trace: Trace, is_bwd_node: np.ndarray) -> np.ndarray:
     pairs = np.stack([index[found], voted_thread[found]], axis=1)
     if len(pairs):
         uniq, counts = np.unique(pairs, axis=0, return_counts=True)
-        for (k, t), c in sorted(zip(map(tuple, uniq.tolist()), counts.tolist()), key=lambda x: x[1]):
+        for (k, t), _count in sorted(zip(map(tuple, uniq.tolist()), counts.tolist()), key=lambda x: x[1]):
             thread_of_index[k] = t  # ascending by count: the most voted thread wins
     # exact lookup by (thread, sequence number), innermost (last started) op; one int64 key
     # of the thread and the sequence number's rank among those of these ops (below 2**31
@@ -285,7 +289,7 @@ def _forward_ops(trace: Trace, is_bwd_node: np.ndarray) -> np.ndarray:
     order = np.lexsort((ev.ts[fwd], key_f))
     key_sorted, fwd_sorted = key_f[order], fwd[order]
     want_thread = np.array([thread_of_index.get(k, -1) for k in index.tolist()], np.int64)
-    key_b = want_thread << 32 | rank[len(fwd):]
+    key_b = want_thread << 32 | rank[len(fwd) :]
     pos = np.searchsorted(key_sorted, key_b, side="right") - 1
     ok = (want_thread >= 0) & (pos >= 0)
     ok[ok] &= key_sorted[pos[ok]] == key_b[ok]

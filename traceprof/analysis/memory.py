@@ -23,8 +23,9 @@ from traceprof.trace.model import Trace, unique
 N_PASSES = 3  # forward, backward, other: the order of profile.PASSES
 
 
-def enclosing_slice(trace: Trace, nest_end: np.ndarray, parent: np.ndarray, cpu: np.ndarray,
-                    events: np.ndarray) -> np.ndarray:
+def enclosing_slice(
+    trace: Trace, nest_end: np.ndarray, parent: np.ndarray, cpu: np.ndarray, events: np.ndarray
+) -> np.ndarray:
     """For each event (an instant), the innermost CPU slice of ``cpu`` around it on its thread
     (``ts`` within ``[start, end]``), or -1."""
     ev = trace.events

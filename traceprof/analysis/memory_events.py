@@ -38,9 +38,13 @@ def memory_events(ctx: Context, groups: Groups) -> SelectedMemory:
     if memory is None or not len(memory):
         return SelectedMemory(np.zeros(0, bool), np.zeros(0, np.int64), np.zeros(0, np.int8))
     keep = ctx.in_selection(trace.events.ts[memory.event])
-    around = enclosing_slice(trace, links.nest_end, links.parent,
-                             np.flatnonzero(links.depth >= 0).astype(links.parent.dtype),
-                             memory.event[keep])
+    around = enclosing_slice(
+        trace,
+        links.nest_end,
+        links.parent,
+        np.flatnonzero(links.depth >= 0).astype(links.parent.dtype),
+        memory.event[keep],
+    )
     node, _, pass_code = ctx.classify(around)
     outside = (node < 0) & (around >= 0)
     node[outside] = groups.of(around[outside])

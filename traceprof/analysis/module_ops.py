@@ -26,9 +26,10 @@ import msgspec
 import numpy as np
 
 from traceprof.analysis.link import Links
-from traceprof.result.model import _OP_SUMMED as _SUMMED, OpKind, OpStat, bounded
-from traceprof.trace.schema import Kind
+from traceprof.result.model import _OP_SUMMED as _SUMMED
+from traceprof.result.model import OpKind, OpStat, bounded
 from traceprof.trace.model import BLOCK_EVENTS, EventTable, Trace, unique
+from traceprof.trace.schema import Kind
 
 #: label of a module's own CPU time outside every op (Python code of its forward)
 OUTSIDE_OPS = "(outside ops)"
@@ -48,9 +49,19 @@ class Attributed(msgspec.Struct, frozen=True):
     weight: np.ndarray  # µs of exclusive CPU time, FLOPs, or GPU busy time (shared)
 
 
-def ops_by_node(trace: Trace, links: Links, scope_mask: np.ndarray, is_step: np.ndarray,
-                n_nodes: int, n_steps: int, *, cpu: Attributed, counted: Attributed,
-                gpu: Attributed, gpu_anchor: np.ndarray) -> list[tuple[OpStat, ...]]:
+def ops_by_node(
+    trace: Trace,
+    links: Links,
+    scope_mask: np.ndarray,
+    is_step: np.ndarray,
+    n_nodes: int,
+    n_steps: int,
+    *,
+    cpu: Attributed,
+    counted: Attributed,
+    gpu: Attributed,
+    gpu_anchor: np.ndarray,
+) -> list[tuple[OpStat, ...]]:
     """The ops and kernels rows of every node (attribution's node ids), largest first."""
     ev = trace.events
     n_names = len(ev.names)
@@ -58,11 +69,14 @@ def ops_by_node(trace: Trace, links: Links, scope_mask: np.ndarray, is_step: np.
     outside, between, no_launch = n_names, n_names + 1, n_names + 2
     top = _outermost_op(ev, links, scope_mask)
     work = gpu.events
-    radix = _Radix(max(n_nodes, _max_plus_one(cpu.node, counted.node, gpu.node)),
-                   len(_PASS_VALUES), len(labels), len(ev.texts) + 1)
+    radix = _Radix(
+        max(n_nodes, _max_plus_one(cpu.node, counted.node, gpu.node)),
+        len(_PASS_VALUES),
+        len(labels),
+        len(ev.texts) + 1,
+    )
 
-    def write_op_keys(keys: _Keys, at: int, of: Attributed, events: np.ndarray,
-                      top: np.ndarray) -> None:
+    def write_op_keys(keys: _Keys, at: int, of: Attributed, events: np.ndarray, top: np.ndarray) -> None:
         """Keys of the rows of ``of``: the label and shapes of the op (``top``) each CPU event
         of ``events`` belongs to; in blocks, so that the temporaries stay small."""
         for lo in range(0, len(events), BLOCK_EVENTS):
@@ -87,24 +101,37 @@ def ops_by_node(trace: Trace, links: Links, scope_mask: np.ndarray, is_step: np.
     del top
     is_kernel = ev.kind[work] == Kind.KERNEL
     dur = ev.dur[work]
-    op_rows = _grouped(op_keys, [
-        {"calls": is_call, "cpu_us": cpu.weight},
-        {"flops": counted.weight},
-        {"kernels": is_kernel, "gpu_busy_us": gpu.weight, "gpu_work_us": dur},
-    ])
+    op_rows = _grouped(
+        op_keys,
+        [
+            {"calls": is_call, "cpu_us": cpu.weight},
+            {"flops": counted.weight},
+            {"kernels": is_kernel, "gpu_busy_us": gpu.weight, "gpu_work_us": dur},
+        ],
+    )
     del op_keys, is_call
     kernel_keys = _Keys(radix, [len(work)])
     kernel_keys.write(0, gpu.node, gpu.phase, ev.name[work], np.full(len(work), -1, np.int32))
-    kernel_rows = _grouped(kernel_keys, [{"calls": np.ones(len(work), bool), "kernels": is_kernel,
-                                          "gpu_busy_us": gpu.weight, "gpu_work_us": dur}])
+    kernel_rows = _grouped(
+        kernel_keys,
+        [
+            {
+                "calls": np.ones(len(work), bool),
+                "kernels": is_kernel,
+                "gpu_busy_us": gpu.weight,
+                "gpu_work_us": dur,
+            }
+        ],
+    )
     out: list[list[OpStat]] = [[] for _ in range(n_nodes)]
     for kind, rows in ((OpKind.OP, op_rows), (OpKind.KERNEL, kernel_rows)):
         for node, phase, label, shapes, values in rows:
             if not 0 <= node < n_nodes:
                 continue
             text = _compact(ev.texts[shapes]) if shapes >= 0 else None
-            out[node].append(OpStat(kind, labels[label], _PASS_VALUES[phase], text,
-                                    *(v / n_steps for v in values)))
+            out[node].append(
+                OpStat(kind, labels[label], _PASS_VALUES[phase], text, *(v / n_steps for v in values))
+            )
     return [bounded(rows) for rows in out]
 
 
@@ -161,8 +188,9 @@ class _Keys:
         #: the keys as rows of the four columns, when too wide for flat
         self.columns: np.ndarray | None = None if radix.fits_int64 else np.empty((n_rows, 4), np.int64)
 
-    def write(self, at: int, node: np.ndarray, phase: np.ndarray, label: np.ndarray,
-              shapes: np.ndarray) -> None:
+    def write(
+        self, at: int, node: np.ndarray, phase: np.ndarray, label: np.ndarray, shapes: np.ndarray
+    ) -> None:
         """The keys of rows ``at`` on; codes >= 0, shapes >= -1."""
         rows = slice(at, at + len(node))
         if self.flat is not None:
@@ -191,8 +219,9 @@ class _Keys:
             return keys - np.array([0, 0, 0, 1]), inverse.ravel()
         flat, self.flat = self.flat, None
         # the distinct keys of blocks, then of those: no sorted copy of every key
-        uniq = unique(np.concatenate(
-            [unique(flat[lo : lo + BLOCK_EVENTS]) for lo in range(0, len(flat), BLOCK_EVENTS)]))
+        uniq = unique(
+            np.concatenate([unique(flat[lo : lo + BLOCK_EVENTS]) for lo in range(0, len(flat), BLOCK_EVENTS)])
+        )
         inverse = np.searchsorted(uniq, flat)
         del flat
         r = self.radix
@@ -202,8 +231,9 @@ class _Keys:
         return np.stack([node, phase, label, shapes - 1], axis=1), inverse
 
 
-def _grouped(keys: _Keys,
-             values: list[dict[str, np.ndarray]]) -> list[tuple[int, int, int, int, list[float]]]:
+def _grouped(
+    keys: _Keys, values: list[dict[str, np.ndarray]]
+) -> list[tuple[int, int, int, int, list[float]]]:
     """(node, phase, label, shapes, sums in _SUMMED order) per distinct key, keys ascending,
     those whose sums are all zero left out. ``values``: per part of ``keys``, the metrics it
     has (a bool array counts its true rows); the other metrics are zero there."""

@@ -49,8 +49,7 @@ def parents(tree: Hierarchy, groups: Groups) -> np.ndarray:
     return parent
 
 
-def tree_shape(tree: Hierarchy, groups: Groups, total: dict[str, np.ndarray],
-               parent: np.ndarray) -> Shape:
+def tree_shape(tree: Hierarchy, groups: Groups, total: dict[str, np.ndarray], parent: np.ndarray) -> Shape:
     """Children in display order: modules by first call, groups biggest first."""
     n_nodes = groups.n_nodes
     n_mod = groups.n_modules
@@ -68,10 +67,16 @@ def tree_shape(tree: Hierarchy, groups: Groups, total: dict[str, np.ndarray],
     return Shape(parent, children, module_roots + [groups.bucket])
 
 
-def module_nodes(ctx: Context, groups: Groups, shape: Shape, own: dict[str, np.ndarray],
-                 total: dict[str, np.ndarray], calls: np.ndarray,
-                 memory_use: Sequence[tuple[MemoryUse, ...]],
-                 ops_of: Sequence[tuple[OpStat, ...]]) -> tuple[list[ModuleNode], dict[int, int]]:
+def module_nodes(
+    ctx: Context,
+    groups: Groups,
+    shape: Shape,
+    own: dict[str, np.ndarray],
+    total: dict[str, np.ndarray],
+    calls: np.ndarray,
+    memory_use: Sequence[tuple[MemoryUse, ...]],
+    ops_of: Sequence[tuple[OpStat, ...]],
+) -> tuple[list[ModuleNode], dict[int, int]]:
     """The ModuleNodes in pre-order (parents before children, siblings in display order), and
     the new id of each node."""
     tree = ctx.tree
@@ -146,7 +151,9 @@ def optimizer_totals(nodes: list[ModuleNode]) -> PassTotals:
     optimizer = PassTotals()
     for n in nodes:
         if n.kind is NodeKind.GROUP and n.name.startswith(schema.OPTIMIZER_STEP_PREFIXES):
-            optimizer = PassTotals(optimizer.forward + n.forward.total,
-                                   optimizer.backward + n.backward.total,
-                                   optimizer.other + n.other.total)
+            optimizer = PassTotals(
+                optimizer.forward + n.forward.total,
+                optimizer.backward + n.backward.total,
+                optimizer.other + n.other.total,
+            )
     return optimizer

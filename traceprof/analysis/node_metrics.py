@@ -20,8 +20,9 @@ from traceprof.result.model import PASSES
 
 
 @gives_memory_back
-def own_metrics(ctx: Context, n_nodes: int, cpu: CpuTime, gpu: GpuWork, counted: Ops,
-                unsupported: Ops, costs: OpCosts) -> dict[str, np.ndarray]:
+def own_metrics(
+    ctx: Context, n_nodes: int, cpu: CpuTime, gpu: GpuWork, counted: Ops, unsupported: Ops, costs: OpCosts
+) -> dict[str, np.ndarray]:
     """Each node's own value of every metric, per pass: own[metric][pass, node], per step."""
 
     def sums(node: np.ndarray, phase: np.ndarray, weights: np.ndarray) -> np.ndarray:
@@ -42,8 +43,7 @@ def own_metrics(ctx: Context, n_nodes: int, cpu: CpuTime, gpu: GpuWork, counted:
         "macs": sums(counted.node, counted.pass_code, costs.macs[k]),
         "bytes_read": sums(counted.node, counted.pass_code, costs.bytes_read[k]),
         "bytes_written": sums(counted.node, counted.pass_code, costs.bytes_written[k]),
-        "unsupported_ops": sums(unsupported.node, unsupported.pass_code,
-                                np.ones(len(unsupported.events))),
+        "unsupported_ops": sums(unsupported.node, unsupported.pass_code, np.ones(len(unsupported.events))),
     }
 
 

@@ -36,11 +36,11 @@ import msgspec
 import numpy as np
 
 from traceprof.analysis.link import Links
-from traceprof.trace.schema import Kind
-from traceprof.trace.model import EventTable, Trace
 from traceprof.flops import REGISTRY
 from traceprof.flops.registry import FAMILIES, MATRIX_FAMILIES, Entry, Registry
 from traceprof.flops.shapes import FLOATING, UNKNOWN_DTYPE, ArgumentError, OpArgs, OpCost
+from traceprof.trace.model import EventTable, Trace
+from traceprof.trace.schema import Kind
 
 #: dispatcher op names (``aten::mm``, ``c10d::allreduce_``), not autograd's own events
 _OP_NAME = re.compile(r"(?!autograd::|torch::)[A-Za-z_]\w*::\w+\Z")
@@ -75,15 +75,16 @@ class OpCosts(msgspec.Struct, frozen=True):
     is_op: np.ndarray
 
     @classmethod
-    def empty(cls, has_shapes: bool, n_events: int = 0) -> "OpCosts":
+    def empty(cls, has_shapes: bool, n_events: int = 0) -> OpCosts:
         z = np.zeros(0)
         i = np.zeros(0, np.int64)
         c = np.zeros(0, np.int32)
         return cls(has_shapes, i, z, z, z, z, c, c, (), i, c, (), z, np.zeros(n_events, bool))
 
 
-def count_ops(trace: Trace, links: Links, registry: Registry | None = None,
-              exclude: np.ndarray | None = None) -> OpCosts:
+def count_ops(
+    trace: Trace, links: Links, registry: Registry | None = None, exclude: np.ndarray | None = None
+) -> OpCosts:
     """Cost of every counted op of ``trace`` and the unsupported ops. ``exclude``: events that
     are not ops even if they are CPU op events (module scopes recorded as ops)."""
     registry = REGISTRY if registry is None else registry
@@ -137,8 +138,7 @@ def count_ops(trace: Trace, links: Links, registry: Registry | None = None,
         [(c.flops, c.macs, c.bytes_read, c.bytes_written) if c else (0.0,) * 4 for c in costs],
         np.float64,
     ).reshape(-1, 4)
-    dtype_of_call = np.array([dtypes.setdefault(c.dtype, len(dtypes)) if c else -1 for c in costs],
-                             np.int32)
+    dtype_of_call = np.array([dtypes.setdefault(c.dtype, len(dtypes)) if c else -1 for c in costs], np.int32)
     family_of_call = np.array(
         [FAMILIES.index(entries[ev.name[candidates[i]]].family) for i in first], np.int32
     )
@@ -195,8 +195,9 @@ def _evaluate(trace: Trace, entries: Sequence[Entry | None], event: int) -> OpCo
     if entry is None or entry.formula is None:  # not a candidate: every candidate has a formula
         return None
     try:
-        args = OpArgs.decode(name, text(ev.input_dims[event]), text(ev.input_types[event]),
-                             text(ev.concrete_inputs[event]))
+        args = OpArgs.decode(
+            name, text(ev.input_dims[event]), text(ev.input_types[event]), text(ev.concrete_inputs[event])
+        )
         cost = entry.formula(args)
     except (ArgumentError, ValueError, IndexError, TypeError, KeyError, ZeroDivisionError):
         return None
@@ -208,8 +209,7 @@ def _evaluate(trace: Trace, entries: Sequence[Entry | None], event: int) -> OpCo
     return cost
 
 
-def _own_time(trace: Trace, links: Links,
-              ops: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _own_time(trace: Trace, links: Links, ops: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The ``ops`` events (ascending) and, per op: its own CPU time (µs) outside the ops nested
     in it, and the share of its time that is its own: of its GPU time when GPU work was
     launched inside it (the work launched by it, not by an op inside it), of its CPU time
@@ -222,8 +222,7 @@ def _own_time(trace: Trace, links: Links,
     around = links.nearest(ops, include_self=False)[op_events]
     inner = around >= 0
     # ops nest in ops: positions in op_events, in the order of the events as before
-    in_ops = np.bincount(np.searchsorted(op_events, around[inner]), weights=cpu[inner],
-                         minlength=n_ops)
+    in_ops = np.bincount(np.searchsorted(op_events, around[inner]), weights=cpu[inner], minlength=n_ops)
     del around, inner
     own_cpu = np.maximum(cpu - in_ops, 0.0)
     cpu_share = np.divide(own_cpu, cpu, out=np.ones(n_ops), where=cpu > 0)
@@ -234,8 +233,7 @@ def _own_time(trace: Trace, links: Links,
     gpu = np.nan_to_num(np.maximum(ev.dur[links.gpu_work[work]], 0.0))
     owner = links.nearest(ops)[anchor]
     mine = owner >= 0
-    own_gpu = np.bincount(np.searchsorted(op_events, owner[mine]), weights=gpu[mine],
-                          minlength=n_ops)
+    own_gpu = np.bincount(np.searchsorted(op_events, owner[mine]), weights=gpu[mine], minlength=n_ops)
     # GPU time launched anywhere inside each slice: summed up the levels over every slice
     total_gpu = np.bincount(anchor, weights=gpu, minlength=n)
     for level in reversed(links.levels[1:] if len(anchor) else ()):

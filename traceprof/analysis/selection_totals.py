@@ -22,8 +22,9 @@ from traceprof.trace.model import Trace
 from traceprof.trace.schema import Kind
 
 
-def step_selection(ctx: Context, cpu: CpuTime, gpu: GpuWork, counted: Ops,
-                   unsupported: Ops, costs: OpCosts) -> StepSelection:
+def step_selection(
+    ctx: Context, cpu: CpuTime, gpu: GpuWork, counted: Ops, unsupported: Ops, costs: OpCosts
+) -> StepSelection:
     """The selected steps and the totals of the selection, per step."""
     ev, steps, selected, n_steps = ctx.trace.events, ctx.steps, ctx.selected, ctx.n_steps
     sel_numbers = tuple(int(x) for x in steps.numbers[selected]) if not ctx.whole_trace else ()
@@ -58,8 +59,7 @@ def step_selection(ctx: Context, cpu: CpuTime, gpu: GpuWork, counted: Ops,
 def link_stats(trace: Trace, links: Links) -> LinkStats:
     """How many events, GPU work items and backward nodes the linker joined."""
     ev = trace.events
-    bwd_nodes = np.flatnonzero(
-        links.backward_node == np.arange(len(ev), dtype=links.backward_node.dtype))
+    bwd_nodes = np.flatnonzero(links.backward_node == np.arange(len(ev), dtype=links.backward_node.dtype))
     return LinkStats(
         events=len(ev),
         kernels=ev.count(Kind.KERNEL),

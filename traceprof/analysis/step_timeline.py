@@ -25,10 +25,9 @@ its closest ancestor still in the tree.
 
 from __future__ import annotations
 
-
 import msgspec
-from msgspec.structs import replace
 import numpy as np
+from msgspec.structs import replace
 
 from traceprof.analysis.link import Links
 from traceprof.result.timeline import MAX_EVENTS, Lane, LaneKind, MemoryCurve, Timeline
@@ -47,11 +46,23 @@ class StepEvents(msgspec.Struct, frozen=True):
     phase: np.ndarray
 
 
-def build_timeline(trace: Trace, links: Links, *, window: tuple[float, float], step: int | None,
-                   scope_mask: np.ndarray, node_of_scope: np.ndarray,
-                   recompute_mask: np.ndarray, n_modules: int, depth_of: np.ndarray,
-                   path_of: list[tuple[str, ...]], cpu: StepEvents, gpu: StepEvents,
-                   memory: StepEvents | None, memory_device: str | None) -> Timeline:
+def build_timeline(
+    trace: Trace,
+    links: Links,
+    *,
+    window: tuple[float, float],
+    step: int | None,
+    scope_mask: np.ndarray,
+    node_of_scope: np.ndarray,
+    recompute_mask: np.ndarray,
+    n_modules: int,
+    depth_of: np.ndarray,
+    path_of: list[tuple[str, ...]],
+    cpu: StepEvents,
+    gpu: StepEvents,
+    memory: StepEvents | None,
+    memory_device: str | None,
+) -> Timeline:
     """The timeline of the step in ``window`` (trace times). ``path_of[node]`` and
     ``depth_of[node]`` for attribution's node ids; ``cpu`` and ``gpu`` the selection's events
     (they are cut to the window here); ``memory``: its ``[memory]`` events (rows of
@@ -103,8 +114,9 @@ def build_timeline(trace: Trace, links: Links, *, window: tuple[float, float], s
         on = ev.thread[sel] == t
         info = ev.threads[t]
         lanes.append(Lane(LaneKind.GPU, _thread_label(info, "stream"), 1))
-        parts.append((len(lanes) - 1, np.zeros(int(on.sum()), np.int64), sel[on],
-                      gpu.node[m][on], gpu.phase[m][on]))
+        parts.append(
+            (len(lanes) - 1, np.zeros(int(on.sum()), np.int64), sel[on], gpu.node[m][on], gpu.phase[m][on])
+        )
     if parts:
         lane = np.concatenate([np.full(len(p[2]), p[0], np.int64) for p in parts])
         row = np.concatenate([np.asarray(p[1], np.int64) for p in parts])
@@ -123,13 +135,15 @@ def build_timeline(trace: Trace, links: Links, *, window: tuple[float, float], s
     # merge runs of tiny events, then leave out the shortest past MAX_EVENTS
     tiny_us = span / MERGE_FRACTION
     lane, row, start, dur, name, node, phase, count = _merge_tiny(
-        lane, row, start, dur, name, node, phase, tiny_us)
+        lane, row, start, dur, name, node, phase, tiny_us
+    )
     dropped = 0
     if len(lane) > MAX_EVENTS:
         keep = np.sort(np.argsort(-dur, kind="stable")[:MAX_EVENTS])
         dropped = len(lane) - MAX_EVENTS
         lane, row, start, dur, name, node, phase, count = (
-            a[keep] for a in (lane, row, start, dur, name, node, phase, count))
+            a[keep] for a in (lane, row, start, dur, name, node, phase, count)
+        )
 
     # modules and names actually used, renumbered
     mod_codes, module = _codes(np.where((node >= 0) & (node < len(path_of)), node, -1))
@@ -141,12 +155,24 @@ def build_timeline(trace: Trace, links: Links, *, window: tuple[float, float], s
     if curve is not None:
         mem = _with_peak_module(curve[0], mod_codes.index(curve[1]) if curve[1] >= 0 else -1)
     return Timeline(
-        step=step, start_us=float(t0), span_us=float(span),
+        step=step,
+        start_us=float(t0),
+        span_us=float(span),
         modules=tuple(tuple(path_of[c]) for c in mod_codes),
         names=tuple(ev.names[c] for c in name_codes),
-        lanes=tuple(lanes), lane=lane, row=row, start=start, dur=dur, name=name,
-        module=module, phase=phase, count=count, events_in_step=n_in_step,
-        merged_below_us=float(tiny_us), dropped=dropped, memory=mem,
+        lanes=tuple(lanes),
+        lane=lane,
+        row=row,
+        start=start,
+        dur=dur,
+        name=name,
+        module=module,
+        phase=phase,
+        count=count,
+        events_in_step=n_in_step,
+        merged_below_us=float(tiny_us),
+        dropped=dropped,
+        memory=mem,
     )
 
 
@@ -171,23 +197,35 @@ def _codes(values: np.ndarray) -> tuple[list[int], np.ndarray]:
     return uniq[order].tolist(), out
 
 
-def _merge_tiny(lane: np.ndarray, row: np.ndarray, start: np.ndarray, dur: np.ndarray,
-                name: np.ndarray, node: np.ndarray, phase: np.ndarray,
-                tiny_us: float) -> tuple[np.ndarray, ...]:
+def _merge_tiny(
+    lane: np.ndarray,
+    row: np.ndarray,
+    start: np.ndarray,
+    dur: np.ndarray,
+    name: np.ndarray,
+    node: np.ndarray,
+    phase: np.ndarray,
+    tiny_us: float,
+) -> tuple[np.ndarray, ...]:
     """Runs of consecutive events shorter than ``tiny_us`` on one lane row, of one module and
     pass, with gaps below ``tiny_us``, merged into one event each (the name of its longest)."""
     count = np.ones(len(lane), np.int64)
     if len(lane) < 2:
         return lane, row, start, dur, name, node, phase, count
     order = np.lexsort((start, row, lane))
-    lane, row, start, dur, name, node, phase = (
-        a[order] for a in (lane, row, start, dur, name, node, phase))
+    lane, row, start, dur, name, node, phase = (a[order] for a in (lane, row, start, dur, name, node, phase))
     tiny = dur < tiny_us
     end = start + dur
     same = np.zeros(len(lane), bool)
-    same[1:] = (tiny[1:] & tiny[:-1] & (lane[1:] == lane[:-1]) & (row[1:] == row[:-1])
-                & (node[1:] == node[:-1]) & (phase[1:] == phase[:-1])
-                & (start[1:] - end[:-1] < tiny_us))
+    same[1:] = (
+        tiny[1:]
+        & tiny[:-1]
+        & (lane[1:] == lane[:-1])
+        & (row[1:] == row[:-1])
+        & (node[1:] == node[:-1])
+        & (phase[1:] == phase[:-1])
+        & (start[1:] - end[:-1] < tiny_us)
+    )
     if not same.any():
         return lane, row, start, dur, name, node, phase, count
     group_start = np.flatnonzero(~same)
@@ -198,13 +236,26 @@ def _merge_tiny(lane: np.ndarray, row: np.ndarray, start: np.ndarray, dur: np.nd
     longest = np.lexsort((-dur, group))
     first_of_group = longest[np.searchsorted(group[longest], np.arange(len(group_start)))]
     s = start[group_start]
-    return (lane[group_start], row[group_start], s, g_end - s, name[first_of_group],
-            node[group_start], phase[group_start], g_count.astype(np.int64))
+    return (
+        lane[group_start],
+        row[group_start],
+        s,
+        g_end - s,
+        name[first_of_group],
+        node[group_start],
+        phase[group_start],
+        g_count.astype(np.int64),
+    )
 
 
-def _memory_curve(trace: Trace, memory: StepEvents | None, device: str | None, t0: float,
-                  path_of: list[tuple[str, ...]],
-                  mod_codes: list[int]) -> tuple[MemoryCurve, int] | None:
+def _memory_curve(
+    trace: Trace,
+    memory: StepEvents | None,
+    device: str | None,
+    t0: float,
+    path_of: list[tuple[str, ...]],
+    mod_codes: list[int],
+) -> tuple[MemoryCurve, int] | None:
     """(MemoryCurve without its peak module, the peak's node) or None."""
     mem = trace.memory
     if memory is None or mem is None or not len(memory.events) or device is None:
@@ -237,10 +288,14 @@ def _memory_curve(trace: Trace, memory: StepEvents | None, device: str | None, t
         keep = unique(np.concatenate([lo[firsts[valid]], hi[firsts[valid]], [peak]]))
     peak_node = int(node[peak]) if 0 <= node[peak] < len(path_of) else -1
     curve = MemoryCurve(
-        device=device, time_us=tuple(np.round(t[keep], 3).tolist()),
-        allocated_bytes=tuple(total[keep].tolist()), peak_time_us=round(float(t[peak]), 3),
-        peak_bytes=float(total[peak]), peak_module=-1,
-        peak_phase=("forward", "backward", "other")[int(phase[peak])], exact_total=exact,
+        device=device,
+        time_us=tuple(np.round(t[keep], 3).tolist()),
+        allocated_bytes=tuple(total[keep].tolist()),
+        peak_time_us=round(float(t[peak]), 3),
+        peak_bytes=float(total[peak]),
+        peak_module=-1,
+        peak_phase=("forward", "backward", "other")[int(phase[peak])],
+        exact_total=exact,
     )
     return curve, peak_node
 

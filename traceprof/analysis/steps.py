@@ -53,9 +53,7 @@ def find_steps(trace: Trace, links: Links) -> Steps:
     # A step is incomplete when a launch made in it has no GPU work in the trace (the trace
     # stopped before the GPU finished, or the work was dropped).
     launch_names = np.array([bool(schema.LAUNCH_NAME_RE.match(s)) for s in ev.names])
-    launches = np.flatnonzero(
-        (ev.kind == Kind.RUNTIME) & (ev.correlation >= 0) & launch_names[ev.name]
-    )
+    launches = np.flatnonzero((ev.kind == Kind.RUNTIME) & (ev.correlation >= 0) & launch_names[ev.name])
     gpu_corr = unique(ev.correlation[links.gpu_work])
     if len(links.gpu_work):
         corr = ev.correlation[launches]

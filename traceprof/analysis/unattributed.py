@@ -46,8 +46,7 @@ class Groups:
         names, n = ev.names, len(ev.names)
         others = (missing, BETWEEN_OPS, "(Python code)")
         t = np.maximum(uniq, 0)
-        code = np.select([uniq < 0, ctx.is_step[t], ctx.is_python[t]], [n, n + 1, n + 2],
-                         ev.name[t])
+        code = np.select([uniq < 0, ctx.is_step[t], ctx.is_python[t]], [n, n + 1, n + 2], ev.name[t])
         codes, first, of_code = np.unique(code, return_index=True, return_inverse=True)
         ids = np.empty(len(codes), np.int64)
         for k in np.argsort(first).tolist():  # numbered in the order of the tops
@@ -64,8 +63,7 @@ class Groups:
         return {v: k for k, v in self.ids.items()}
 
 
-def group_unattributed(groups: Groups, cpu: CpuTime, gpu: GpuWork, counted: Ops,
-                       unsupported: Ops) -> None:
+def group_unattributed(groups: Groups, cpu: CpuTime, gpu: GpuWork, counted: Ops, unsupported: Ops) -> None:
     """Put every event outside the modules into its "not in any module" group (in place)."""
     cpu.node[cpu.node < 0] = groups.of(cpu.events[cpu.node < 0])
     gpu.node[gpu.before_trace] = groups.of(gpu.anchor[gpu.before_trace], LAUNCHED_BEFORE_TRACE)
@@ -74,8 +72,7 @@ def group_unattributed(groups: Groups, cpu: CpuTime, gpu: GpuWork, counted: Ops,
     unsupported.node[unsupported.node < 0] = groups.of(unsupported.events[unsupported.node < 0])
 
 
-def unattributed_gpu_warnings(sel: StepSelection, n_before: int, n_missing: int,
-                              n_work: int) -> list[str]:
+def unattributed_gpu_warnings(sel: StepSelection, n_before: int, n_missing: int, n_work: int) -> list[str]:
     """A warning for each kind of GPU work attributed to no CPU event, when its share of the
     step's GPU busy time is above UNATTRIBUTED_GPU_WARN_SHARE."""
     from traceprof import units  # warnings are text: numbers formatted in the one place
@@ -84,11 +81,19 @@ def unattributed_gpu_warnings(sel: StepSelection, n_before: int, n_missing: int,
     if sel.gpu_busy_us <= 0:
         return out
     for us, count, group, reason in (
-        (sel.gpu_launched_before_trace_us, n_before, LAUNCHED_BEFORE_TRACE,
-         "launched before the trace began (correlation ids below the first launch in the trace: "
-         "the profiler's CPU window opened after the launches)"),
-        (sel.gpu_launch_missing_us, n_missing, LAUNCH_NOT_IN_TRACE,
-         "has no launch in the trace (no runtime call with its correlation id)"),
+        (
+            sel.gpu_launched_before_trace_us,
+            n_before,
+            LAUNCHED_BEFORE_TRACE,
+            "launched before the trace began (correlation ids below the first launch in the trace: "
+            "the profiler's CPU window opened after the launches)",
+        ),
+        (
+            sel.gpu_launch_missing_us,
+            n_missing,
+            LAUNCH_NOT_IN_TRACE,
+            "has no launch in the trace (no runtime call with its correlation id)",
+        ),
     ):
         share = us / sel.gpu_busy_us
         if share > UNATTRIBUTED_GPU_WARN_SHARE:

@@ -13,4 +13,4 @@ from __future__ import annotations
 from traceprof.capture.module_table import decode_table
 from traceprof.capture.session import profile, profile_once
 
-__all__ = ["profile", "profile_once", "decode_table"]
+__all__ = ["decode_table", "profile", "profile_once"]

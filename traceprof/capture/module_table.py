@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import base64
 import json
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
-from traceprof.trace.schema import MODULE_TABLE_KEY as TABLE_KEY  # noqa: E402
 TABLE_FORMAT = "traceprof.modules"
 TABLE_VERSION = 1
 
@@ -104,8 +104,7 @@ def describe_modules(named_modules: Iterable[tuple[str, Any]]) -> list[dict[str,
                 "extra_repr": extra,
                 "param_bytes": _nbytes(module.parameters(recurse=False)),
                 "param_bytes_total": _nbytes(params),
-                "param_counts": {str(n): int(p.numel())
-                                 for n, p in module.named_parameters(recurse=False)},
+                "param_counts": {str(n): int(p.numel()) for n, p in module.named_parameters(recurse=False)},
                 "leaf": not any(True for _ in module.children()),
             }
         )

@@ -24,13 +24,13 @@ import torch.nn.functional as F
 from torch import nn
 
 __all__ = [
-    "LeNet5",
-    "ResNet18",
-    "BasicBlock",
-    "GPTConfig",
     "GPT",
+    "BasicBlock",
     "BertConfig",
     "BertEncoder",
+    "GPTConfig",
+    "LeNet5",
+    "ResNet18",
 ]
 
 
@@ -128,7 +128,7 @@ class GPTConfig(msgspec.Struct, frozen=True):
     bias: bool = True
 
     @classmethod
-    def gpt2_small(cls) -> "GPTConfig":
+    def gpt2_small(cls) -> GPTConfig:
         return cls(vocab_size=50257, block_size=1024, n_layer=12, n_head=12, d_model=768)
 
 
@@ -197,13 +197,13 @@ class GPT(nn.Module):
         super().__init__()
         self.config = config = config or GPTConfig()
         self.transformer = nn.ModuleDict(
-            dict(
-                wte=nn.Embedding(config.vocab_size, config.d_model),
-                wpe=nn.Embedding(config.block_size, config.d_model),
-                drop=nn.Dropout(config.dropout),
-                h=nn.ModuleList(Block(config) for _ in range(config.n_layer)),
-                ln_f=nn.LayerNorm(config.d_model, bias=config.bias),
-            )
+            {
+                "wte": nn.Embedding(config.vocab_size, config.d_model),
+                "wpe": nn.Embedding(config.block_size, config.d_model),
+                "drop": nn.Dropout(config.dropout),
+                "h": nn.ModuleList(Block(config) for _ in range(config.n_layer)),
+                "ln_f": nn.LayerNorm(config.d_model, bias=config.bias),
+            }
         )
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
         self.lm_head.weight = cast(_GPTParts, self.transformer).wte.weight  # tied
@@ -247,9 +247,14 @@ class BertConfig(msgspec.Struct, frozen=True):
     layer_norm_eps: float = 1e-12
 
     @classmethod
-    def bert_base(cls) -> "BertConfig":
-        return cls(vocab_size=30522, hidden_size=768, num_hidden_layers=12,
-                   num_attention_heads=12, intermediate_size=3072)
+    def bert_base(cls) -> BertConfig:
+        return cls(
+            vocab_size=30522,
+            hidden_size=768,
+            num_hidden_layers=12,
+            num_attention_heads=12,
+            intermediate_size=3072,
+        )
 
 
 class BertEmbeddings(nn.Module):
@@ -270,9 +275,11 @@ class BertEmbeddings(nn.Module):
         seq = input_ids.shape[1]
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
-        x = (self.word_embeddings(input_ids)
-             + self.position_embeddings(self.position_ids[:, :seq])
-             + self.token_type_embeddings(token_type_ids))
+        x = (
+            self.word_embeddings(input_ids)
+            + self.position_embeddings(self.position_ids[:, :seq])
+            + self.token_type_embeddings(token_type_ids)
+        )
         return self.dropout(self.LayerNorm(x))
 
 

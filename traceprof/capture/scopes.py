@@ -27,12 +27,13 @@ from __future__ import annotations
 
 import importlib
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
-from traceprof.trace.schema import traceprof_scope_name as scope_name  # the spelling lives in schema.py
 from traceprof.capture.module_table import describe_call
+from traceprof.trace.schema import traceprof_scope_name as scope_name  # the spelling lives in schema.py
 
 
 def _record_factory() -> tuple[str, Callable[[str], Any]]:
@@ -49,7 +50,7 @@ def _record_factory() -> tuple[str, Callable[[str], Any]]:
 class _OpsRecord:
     """``torch.profiler.record_function`` without its Python-side extras (same trace event)."""
 
-    __slots__ = ("name", "handle")
+    __slots__ = ("handle", "name")
     _enter = staticmethod(torch.ops.profiler._record_function_enter_new)
     _exit = staticmethod(torch.ops.profiler._record_function_exit._RecordFunction)
 

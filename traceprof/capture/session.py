@@ -9,14 +9,16 @@ import gzip
 import os
 import sys
 import time
-from typing import Any, Callable, Iterable, Literal, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Literal
 
-from traceprof.capture.module_table import TABLE_KEY, build_table, describe_modules, encode_table
+from traceprof.capture.module_table import build_table, describe_modules, encode_table
+from traceprof.trace.schema import MODULE_TABLE_KEY as TABLE_KEY
 
 __all__ = ["profile", "profile_once", "write_trace"]
 
 
-class profile:  # noqa: N801 - named like torch.profiler.profile, which it wraps
+class profile:
     """Profile a training or inference loop; one scope per module call, one module table.
 
     ::
@@ -82,8 +84,12 @@ class profile:  # noqa: N801 - named like torch.profiler.profile, which it wraps
         *,
         _trace_file: str | os.PathLike | None = None,
     ) -> None:
-        for label, value, least in (("wait", wait, 0), ("warmup", warmup, 0),
-                                    ("active", active, 1), ("repeat", repeat, 0)):
+        for label, value, least in (
+            ("wait", wait, 0),
+            ("warmup", warmup, 0),
+            ("active", active, 1),
+            ("repeat", repeat, 0),
+        ):
             if not isinstance(value, int) or value < least:
                 raise ValueError(f"{label} must be an integer >= {least}, got {value!r}")
         self.model = model
@@ -109,7 +115,7 @@ class profile:  # noqa: N801 - named like torch.profiler.profile, which it wraps
 
     # -- context manager -------------------------------------------------------------------
 
-    def __enter__(self) -> "profile":
+    def __enter__(self) -> profile:
         if self._entered:
             raise RuntimeError("a traceprof.capture.profile session can be entered only once")
         self._entered = True
@@ -145,8 +151,7 @@ class profile:  # noqa: N801 - named like torch.profiler.profile, which it wraps
         try:
             self.profiler = torch.profiler.profile(
                 activities=activities,
-                schedule=schedule(wait=self.wait, warmup=self.warmup, active=self.active,
-                                  repeat=self.repeat),
+                schedule=schedule(wait=self.wait, warmup=self.warmup, active=self.active, repeat=self.repeat),
                 on_trace_ready=self._on_trace_ready,
                 record_shapes=True,
                 with_flops=True,
@@ -201,23 +206,29 @@ class profile:  # noqa: N801 - named like torch.profiler.profile, which it wraps
     def _recording(self) -> bool:
         from torch.profiler import ProfilerAction
 
-        return self.profiler.current_action in (ProfilerAction.RECORD,
-                                                ProfilerAction.RECORD_AND_SAVE)
+        return self.profiler.current_action in (ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE)
 
     def _sync_state(self) -> None:
         from torch.profiler import ProfilerAction
 
         action = self.profiler.current_action
         self._state.capture_on = self._recording()
-        self._state.scopes_on = action in (ProfilerAction.WARMUP, ProfilerAction.RECORD,
-                                           ProfilerAction.RECORD_AND_SAVE)
+        self._state.scopes_on = action in (
+            ProfilerAction.WARMUP,
+            ProfilerAction.RECORD,
+            ProfilerAction.RECORD_AND_SAVE,
+        )
 
     def module_table(self) -> dict[str, Any]:
         """The module table as it would be embedded now (shapes of the current cycle)."""
         calls = self._state.calls if self._state is not None else {}
-        return build_table(self._rows, calls, torch_version=self._torch_version,
-                           rank=self.rank if self.rank is not None else 0,
-                           world_size=self.world_size if self.world_size is not None else 1)
+        return build_table(
+            self._rows,
+            calls,
+            torch_version=self._torch_version,
+            rank=self.rank if self.rank is not None else 0,
+            world_size=self.world_size if self.world_size is not None else 1,
+        )
 
     def _embed_table(self) -> None:
         # add_metadata reaches the trace's top level only during warmup/active steps.
@@ -300,8 +311,9 @@ def write_trace(prof: Any, path: str | os.PathLike, compresslevel: int = 6) -> s
         fd, tmp_out = tempfile.mkstemp(prefix=f".{base}.", suffix=".tmp", dir=directory)
         with os.fdopen(fd, "wb") as raw, open(tmp_json, "rb") as src:
             if path.endswith(".gz"):
-                with gzip.GzipFile(filename=base[:-3], mode="wb", fileobj=raw,
-                                   compresslevel=compresslevel) as gz:
+                with gzip.GzipFile(
+                    filename=base[:-3], mode="wb", fileobj=raw, compresslevel=compresslevel
+                ) as gz:
                     _copy_renaming(src, gz, tmp_json, path)
             else:
                 _copy_renaming(src, raw, tmp_json, path)
@@ -392,6 +404,5 @@ def _sum_tensors(output: Any) -> Any:
         elif isinstance(value, Sequence) and not isinstance(value, (str, bytes)):
             stack.extend(value)
     if total is None:
-        raise ValueError("backward=True needs a floating-point tensor in the output, "
-                         "or a loss_fn")
+        raise ValueError("backward=True needs a floating-point tensor in the output, or a loss_fn")
     return total

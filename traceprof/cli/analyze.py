@@ -7,80 +7,195 @@ import click
 
 from traceprof import render
 from traceprof.api import analyze as analyze_api
-from traceprof.cli.common import (MAX_MEMORY_HELP, SOURCES, Size, close, color_terminal, fail,
-                                  interrupted, job_progress, progress_reporter, write_tensorboard)
+from traceprof.cli.common import (
+    MAX_MEMORY_HELP,
+    SOURCES,
+    Size,
+    close,
+    color_terminal,
+    fail,
+    interrupted,
+    job_progress,
+    progress_reporter,
+    write_tensorboard,
+)
 from traceprof.errors import OptionError, TraceprofError
 from traceprof.output import STDOUT, check_binary_output, resolve_output, write_output
-from traceprof.render.table import COLUMNS as TABLE_COLUMNS, DEFAULT_COLUMNS as DEFAULT_TABLE_COLUMNS
+from traceprof.render.table import COLUMNS as TABLE_COLUMNS
+from traceprof.render.table import DEFAULT_COLUMNS as DEFAULT_TABLE_COLUMNS
 from traceprof.render.table import parse_columns
 from traceprof.result.transforms import SortKey, ignore_modules
 
 
 @click.command("analyze")
 @click.argument("trace", nargs=-1, required=True, type=click.Path(dir_okay=True, path_type=str))
-@click.option("-f", "--format", "fmt", type=click.Choice(sorted(render.REGISTRY)), default=None,
-              help="Output format [default: from -o's extension, else tree].")
-@click.option("-o", "--output", metavar="FILE",  # checked by output.resolve_output
-              default=None,
-              help="Write to FILE (atomically; devices and pipes in place; '-' is standard "
-                   "output) instead of standard output; the format follows its extension "
-                   "(.txt, .table, .json, .csv, .html, .parquet). Never the input trace.")
+@click.option(
+    "-f",
+    "--format",
+    "fmt",
+    type=click.Choice(sorted(render.REGISTRY)),
+    default=None,
+    help="Output format [default: from -o's extension, else tree].",
+)
+@click.option(
+    "-o",
+    "--output",
+    metavar="FILE",  # checked by output.resolve_output
+    default=None,
+    help="Write to FILE (atomically; devices and pipes in place; '-' is standard "
+    "output) instead of standard output; the format follows its extension "
+    "(.txt, .table, .json, .csv, .html, .parquet). Never the input trace.",
+)
 @click.option("--depth", type=int, default=None, help="Show nodes down to this depth (0 = roots).")
-@click.option("--top", type=int, default=None, help="Keep the N largest children of each node; in the tree report also the "
-                   "modules per depth of the aggregated profile [default there: 3].")
-@click.option("--ignore", "ignore", multiple=True, metavar="PATTERN",
-              help="Hide modules whose class or qualified name matches PATTERN (fnmatch, "
-                   "repeatable); their time stays in their parent.")
-@click.option("--batch-size", type=click.IntRange(min=1), default=None,
-              help="Samples per step per rank, for samples/second in the tree report "
-                   "[default: dim 0 of the root module's first input, when recorded].")
-@click.option("--sort", type=click.Choice([k.value for k in SortKey]), default="order",
-              show_default=True, help="Order of siblings.")
-@click.option("--step", type=int, default=None,
-              help="Analyze this ProfilerStep alone [default: mean of the complete steps].")
-@click.option("--hierarchy", type=click.Choice(SOURCES), default="auto", show_default=True,
-              help="Where the module tree comes from.")
-@click.option("--raw", is_flag=True,
-              help="Times as plain microseconds, FLOPs and bytes as plain numbers.")
-@click.option("--unsupported-ops", is_flag=True,
-              help="List the ops without a FLOP formula, with calls and share of time.")
-@click.option("--columns", default=None, metavar="LIST",
-              help="Columns of --format table, a comma list of: "
-                   + ", ".join(TABLE_COLUMNS) + " [default: "
-                   + ",".join(DEFAULT_TABLE_COLUMNS) + ", those the trace can fill].")
-@click.option("--ops", "ops_module", default=None, metavar="MODULE",
-              help="Instead of the module tree: the ops and kernels of MODULE (qualified name) "
-                   "and its submodules per pass, largest first (tree, table, csv, json, "
-                   "parquet); '*' for every module's own rows.")
-@click.option("--tensorboard", "tensorboard_logdir", metavar="LOGDIR", default=None,
-              type=click.Path(file_okay=False, path_type=str),
-              help="Also write TRACE as a new run into this TensorBoard log directory.")
-@click.option("--peak-tflops", type=click.FloatRange(min=0, min_open=True), default=None,
-              help="Peak TFLOP/s of one device, for MFU [default: the peaks table's; none for "
-                   "CPUs and devices not in it].")
+@click.option(
+    "--top",
+    type=int,
+    default=None,
+    help="Keep the N largest children of each node; in the tree report also the "
+    "modules per depth of the aggregated profile [default there: 3].",
+)
+@click.option(
+    "--ignore",
+    "ignore",
+    multiple=True,
+    metavar="PATTERN",
+    help="Hide modules whose class or qualified name matches PATTERN (fnmatch, "
+    "repeatable); their time stays in their parent.",
+)
+@click.option(
+    "--batch-size",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Samples per step per rank, for samples/second in the tree report "
+    "[default: dim 0 of the root module's first input, when recorded].",
+)
+@click.option(
+    "--sort",
+    type=click.Choice([k.value for k in SortKey]),
+    default="order",
+    show_default=True,
+    help="Order of siblings.",
+)
+@click.option(
+    "--step",
+    type=int,
+    default=None,
+    help="Analyze this ProfilerStep alone [default: mean of the complete steps].",
+)
+@click.option(
+    "--hierarchy",
+    type=click.Choice(SOURCES),
+    default="auto",
+    show_default=True,
+    help="Where the module tree comes from.",
+)
+@click.option("--raw", is_flag=True, help="Times as plain microseconds, FLOPs and bytes as plain numbers.")
+@click.option(
+    "--unsupported-ops",
+    is_flag=True,
+    help="List the ops without a FLOP formula, with calls and share of time.",
+)
+@click.option(
+    "--columns",
+    default=None,
+    metavar="LIST",
+    help="Columns of --format table, a comma list of: "
+    + ", ".join(TABLE_COLUMNS)
+    + " [default: "
+    + ",".join(DEFAULT_TABLE_COLUMNS)
+    + ", those the trace can fill].",
+)
+@click.option(
+    "--ops",
+    "ops_module",
+    default=None,
+    metavar="MODULE",
+    help="Instead of the module tree: the ops and kernels of MODULE (qualified name) "
+    "and its submodules per pass, largest first (tree, table, csv, json, "
+    "parquet); '*' for every module's own rows.",
+)
+@click.option(
+    "--tensorboard",
+    "tensorboard_logdir",
+    metavar="LOGDIR",
+    default=None,
+    type=click.Path(file_okay=False, path_type=str),
+    help="Also write TRACE as a new run into this TensorBoard log directory.",
+)
+@click.option(
+    "--peak-tflops",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Peak TFLOP/s of one device, for MFU [default: the peaks table's; none for "
+    "CPUs and devices not in it].",
+)
 @click.option("--max-memory", type=Size(), default=None, metavar="SIZE", help=MAX_MEMORY_HELP)
-@click.option("--jobs", "-j", "jobs", type=click.IntRange(min=1), default=None, metavar="N",
-              help="Parallel workers: for one trace, the processes decoding it "
-                   "(docs/performance.md); for a job, the traces analyzed at once (each worker "
-                   "holds one trace) [default: all CPUs].")
-@click.option("--engine", type=click.Choice(["local", "dask"]), default="local",
-              show_default=True,
-              help="Where a job's traces are analyzed: a local process pool, or Dask distributed "
-                   "(pip install 'traceprof[dask]').")
-@click.option("--scheduler", default=None, metavar="ADDRESS",
-              help="Dask scheduler of --engine dask (tcp://HOST:PORT) [default: a LocalCluster "
-                   "of --jobs workers].")
-@click.option("--ranks", "ranks_columns", type=click.Choice(["summary", "all"]), default="summary",
-              show_default=True,
-              help="Job tree and table: summary columns across ranks (median, min, max, slowest "
-                   "rank, imbalance), or all: one column per rank too.")
-@click.option("--straggler-threshold", type=click.FloatRange(min=0), default=0.05,
-              show_default=True, metavar="FRACTION",
-              help="Job: a rank is a straggler when its step time is above the median by more "
-                   "than this fraction.")
-def analyze(trace, fmt, output, depth, top, ignore, batch_size, sort, step, hierarchy, raw,
-            unsupported_ops, tensorboard_logdir, columns, peak_tflops, max_memory, jobs, engine,
-            scheduler, ranks_columns, straggler_threshold, ops_module):
+@click.option(
+    "--jobs",
+    "-j",
+    "jobs",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="N",
+    help="Parallel workers: for one trace, the processes decoding it "
+    "(docs/performance.md); for a job, the traces analyzed at once (each worker "
+    "holds one trace) [default: all CPUs].",
+)
+@click.option(
+    "--engine",
+    type=click.Choice(["local", "dask"]),
+    default="local",
+    show_default=True,
+    help="Where a job's traces are analyzed: a local process pool, or Dask distributed "
+    "(pip install 'traceprof[dask]').",
+)
+@click.option(
+    "--scheduler",
+    default=None,
+    metavar="ADDRESS",
+    help="Dask scheduler of --engine dask (tcp://HOST:PORT) [default: a LocalCluster of --jobs workers].",
+)
+@click.option(
+    "--ranks",
+    "ranks_columns",
+    type=click.Choice(["summary", "all"]),
+    default="summary",
+    show_default=True,
+    help="Job tree and table: summary columns across ranks (median, min, max, slowest "
+    "rank, imbalance), or all: one column per rank too.",
+)
+@click.option(
+    "--straggler-threshold",
+    type=click.FloatRange(min=0),
+    default=0.05,
+    show_default=True,
+    metavar="FRACTION",
+    help="Job: a rank is a straggler when its step time is above the median by more than this fraction.",
+)
+def analyze(
+    trace,
+    fmt,
+    output,
+    depth,
+    top,
+    ignore,
+    batch_size,
+    sort,
+    step,
+    hierarchy,
+    raw,
+    unsupported_ops,
+    tensorboard_logdir,
+    columns,
+    peak_tflops,
+    max_memory,
+    jobs,
+    engine,
+    scheduler,
+    ranks_columns,
+    straggler_threshold,
+    ops_module,
+):
     """Per-module forward and backward GPU time of TRACE (.json or .json.gz).
 
     Several traces, a directory or a glob pattern ('runs/*.pt.trace.json.gz') are the ranks of
@@ -91,12 +206,28 @@ def analyze(trace, fmt, output, depth, top, ignore, batch_size, sort, step, hier
         if ops_module:
             fail("--ops applies to one trace, not to a job of several (docs/jobs.md)", 3)
         return _analyze_job(
-            list(trace), fmt=fmt, output=output, depth=depth, top=top, ignore=ignore,
-            batch_size=batch_size, sort=sort, step=step, hierarchy=hierarchy, raw=raw,
-            unsupported_ops=unsupported_ops, tensorboard_logdir=tensorboard_logdir,
-            columns=columns, peak_tflops=peak_tflops, max_memory=max_memory, jobs=jobs,
-            engine=engine, scheduler=scheduler, ranks=ranks_columns,
-            straggler_threshold=straggler_threshold)
+            list(trace),
+            fmt=fmt,
+            output=output,
+            depth=depth,
+            top=top,
+            ignore=ignore,
+            batch_size=batch_size,
+            sort=sort,
+            step=step,
+            hierarchy=hierarchy,
+            raw=raw,
+            unsupported_ops=unsupported_ops,
+            tensorboard_logdir=tensorboard_logdir,
+            columns=columns,
+            peak_tflops=peak_tflops,
+            max_memory=max_memory,
+            jobs=jobs,
+            engine=engine,
+            scheduler=scheduler,
+            ranks=ranks_columns,
+            straggler_threshold=straggler_threshold,
+        )
     trace = trace[0]
     try:
         if output:  # refused before the analysis, and checked again when written
@@ -109,8 +240,16 @@ def analyze(trace, fmt, output, depth, top, ignore, batch_size, sort, step, hier
         reporter = progress_reporter(trace)
         try:
             profile = analyze_api(
-                trace, step=step, hierarchy=hierarchy, depth=depth, top=top, sort=sort,
-                progress=reporter, peak_tflops=peak_tflops, max_memory=max_memory, jobs=jobs,
+                trace,
+                step=step,
+                hierarchy=hierarchy,
+                depth=depth,
+                top=top,
+                sort=sort,
+                progress=reporter,
+                peak_tflops=peak_tflops,
+                max_memory=max_memory,
+                jobs=jobs,
             )
         finally:
             close(reporter)
@@ -119,7 +258,9 @@ def analyze(trace, fmt, output, depth, top, ignore, batch_size, sort, step, hier
         if columns is not None and fmt != "table":
             raise OptionError(f"--columns applies to --format table, not {fmt}")
         options = render.RenderOptions(
-            raw_numbers=raw, unsupported_ops=unsupported_ops, batch_size=batch_size,
+            raw_numbers=raw,
+            unsupported_ops=unsupported_ops,
+            batch_size=batch_size,
             columns=parse_columns(columns) if columns is not None else None,
             **({"top_modules": top} if top is not None else {}),
         )
@@ -143,8 +284,9 @@ def analyze(trace, fmt, output, depth, top, ignore, batch_size, sort, step, hier
         else:
             click.echo(text, nl=False)
         if tensorboard_logdir:
-            write_tensorboard([trace], tensorboard_logdir, hierarchy=hierarchy, err=True,
-                               max_memory=max_memory)
+            write_tensorboard(
+                [trace], tensorboard_logdir, hierarchy=hierarchy, err=True, max_memory=max_memory
+            )
     except TraceprofError as e:
         fail(e.message, e.exit_code)
     except MemoryError:
@@ -153,20 +295,46 @@ def analyze(trace, fmt, output, depth, top, ignore, batch_size, sort, step, hier
         interrupted(e)
 
 
-def _analyze_job(traces, *, fmt, output, depth, top, ignore, batch_size, sort, step, hierarchy,
-                 raw, unsupported_ops, tensorboard_logdir, columns, peak_tflops, max_memory, jobs,
-                 engine, scheduler, ranks, straggler_threshold):
+def _analyze_job(
+    traces,
+    *,
+    fmt,
+    output,
+    depth,
+    top,
+    ignore,
+    batch_size,
+    sort,
+    step,
+    hierarchy,
+    raw,
+    unsupported_ops,
+    tensorboard_logdir,
+    columns,
+    peak_tflops,
+    max_memory,
+    jobs,
+    engine,
+    scheduler,
+    ranks,
+    straggler_threshold,
+):
     """``analyze`` of several traces, a directory or a glob: the job report."""
     from traceprof.job.analyze import analyze_job
     from traceprof.read.discovery import find_traces
 
     try:
-        for given, option in ((top, "--top"), (ignore, "--ignore"), (batch_size, "--batch-size"),
-                              (sort != "order", "--sort"), (unsupported_ops, "--unsupported-ops"),
-                              (columns, "--columns"), (tensorboard_logdir, "--tensorboard")):
+        for given, option in (
+            (top, "--top"),
+            (ignore, "--ignore"),
+            (batch_size, "--batch-size"),
+            (sort != "order", "--sort"),
+            (unsupported_ops, "--unsupported-ops"),
+            (columns, "--columns"),
+            (tensorboard_logdir, "--tensorboard"),
+        ):
             if given:
-                raise OptionError(f"{option} applies to one trace, not to a job of several "
-                                  "(docs/jobs.md)")
+                raise OptionError(f"{option} applies to one trace, not to a job of several (docs/jobs.md)")
         paths = find_traces(traces)
         if output:
             resolve_output(output, inputs=paths)
@@ -178,10 +346,18 @@ def _analyze_job(traces, *, fmt, output, depth, top, ignore, batch_size, sort, s
             check_binary_output(fmt, output)
         reporter = job_progress(len(paths))
         try:
-            job = analyze_job(paths, step=step, hierarchy=hierarchy, peak_tflops=peak_tflops,
-                              max_memory=max_memory, engine=engine, jobs=jobs,
-                              scheduler=scheduler, straggler_threshold=straggler_threshold,
-                              progress=reporter)
+            job = analyze_job(
+                paths,
+                step=step,
+                hierarchy=hierarchy,
+                peak_tflops=peak_tflops,
+                max_memory=max_memory,
+                engine=engine,
+                jobs=jobs,
+                scheduler=scheduler,
+                straggler_threshold=straggler_threshold,
+                progress=reporter,
+            )
         finally:
             close(reporter)
         options = render.RenderOptions(raw_numbers=raw, ranks=ranks, depth=depth)

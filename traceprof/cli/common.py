@@ -11,7 +11,8 @@ import threading
 import click
 
 from traceprof.analysis.hierarchy import Source
-from traceprof.read.limits import ENV_VAR as MAX_MEMORY_ENV, parse_size
+from traceprof.read.limits import ENV_VAR as MAX_MEMORY_ENV
+from traceprof.read.limits import parse_size
 
 #: values of --hierarchy
 SOURCES = ["auto"] + [s.value for s in Source if s is not Source.NONE]
@@ -47,8 +48,12 @@ class ProgressBar:
         from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
         self._progress = Progress(
-            SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
-            console=Console(stderr=True), transient=True,
+            SpinnerColumn(),
+            TextColumn("{task.description}"),
+            BarColumn(),
+            TimeElapsedColumn(),
+            console=Console(stderr=True),
+            transient=True,
         )
         self._task = self._progress.add_task("loading", total=self.STAGES * traces)
         self._stages = 0
@@ -82,8 +87,7 @@ def progress_reporter(path: str, traces: int = 1) -> ProgressBar | None:
 
 def color_terminal() -> bool:
     """Colors and tree guides: standard output is a terminal and NO_COLOR is not set."""
-    return sys.stdout.isatty() and not os.environ.get("NO_COLOR") and \
-        os.environ.get("TERM") != "dumb"
+    return sys.stdout.isatty() and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
 
 
 def close(reporter: ProgressBar | None) -> None:
@@ -121,13 +125,16 @@ class JobProgressBar:
 
     def __init__(self, total: int) -> None:
         from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-        from rich.progress import TimeElapsedColumn
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
         self._progress = Progress(
-            TextColumn("analyzing traces"), BarColumn(), MofNCompleteColumn(),
-            TimeElapsedColumn(), TextColumn("{task.description}"),
-            console=Console(stderr=True), transient=True,
+            TextColumn("analyzing traces"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("{task.description}"),
+            console=Console(stderr=True),
+            transient=True,
         )
         self._task = self._progress.add_task("", total=total)
         self._progress.start()
@@ -158,8 +165,7 @@ def write_tensorboard(traces, logdir: str, err: bool = False, **options):
     finally:
         close(reporter)
     for run in runs:
-        click.echo(f"traceprof: wrote TensorBoard run {run.name} ({run.trace_path}) to {logdir}",
-                   err=err)
+        click.echo(f"traceprof: wrote TensorBoard run {run.name} ({run.trace_path}) to {logdir}", err=err)
 
 
 def fail(message: str, code: int) -> None:

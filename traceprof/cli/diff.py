@@ -16,34 +16,66 @@ _FORMATS = ["csv", "html", "json", "parquet", "tree"]
 @click.command("diff")
 @click.argument("base", type=click.Path(path_type=str))
 @click.argument("new", type=click.Path(path_type=str))
-@click.option("-f", "--format", "fmt", type=click.Choice(_FORMATS), default=None,
-              help="Output format [default: from -o's extension, else tree].")
-@click.option("-o", "--output", metavar="FILE",  # checked by output.resolve_output
-              default=None, help="Write to FILE (atomically; '-' is standard output); the format "
-              "follows its extension (.txt, .json, .csv, .parquet, .html). Never an input.")
-@click.option("--fail-if-slower", "fail_pct", type=click.FloatRange(min=0), default=None,
-              metavar="PCT", help="Exit 10 when NEW is slower than BASE by more than PCT percent "
-              "(the step's wall time, or --module's time).")
-@click.option("--module", "module", default=None, metavar="NAME",
-              help="With --fail-if-slower: compare this module (qualified name) instead of "
-                   "the step.")
-@click.option("--hierarchy", type=click.Choice(["auto", "traceprof", "lightning", "nn.Module",
-                                                "annotations"]),
-              default="auto", show_default=True, help="Where the module trees come from.")
+@click.option(
+    "-f",
+    "--format",
+    "fmt",
+    type=click.Choice(_FORMATS),
+    default=None,
+    help="Output format [default: from -o's extension, else tree].",
+)
+@click.option(
+    "-o",
+    "--output",
+    metavar="FILE",  # checked by output.resolve_output
+    default=None,
+    help="Write to FILE (atomically; '-' is standard output); the format "
+    "follows its extension (.txt, .json, .csv, .parquet, .html). Never an input.",
+)
+@click.option(
+    "--fail-if-slower",
+    "fail_pct",
+    type=click.FloatRange(min=0),
+    default=None,
+    metavar="PCT",
+    help="Exit 10 when NEW is slower than BASE by more than PCT percent "
+    "(the step's wall time, or --module's time).",
+)
+@click.option(
+    "--module",
+    "module",
+    default=None,
+    metavar="NAME",
+    help="With --fail-if-slower: compare this module (qualified name) instead of the step.",
+)
+@click.option(
+    "--hierarchy",
+    type=click.Choice(["auto", "traceprof", "lightning", "nn.Module", "annotations"]),
+    default="auto",
+    show_default=True,
+    help="Where the module trees come from.",
+)
 @click.option("--raw", is_flag=True, help="Times as plain microseconds.")
-@click.option("--tensorboard", "tensorboard_logdir", metavar="LOGDIR", default=None,
-              type=click.Path(file_okay=False, path_type=str),
-              help="Also write BASE and NEW as a pair of TensorBoard runs (LOGDIR/base, "
-                   "LOGDIR/new).")
-@click.option("--max-memory", default=None, metavar="SIZE",
-              help="Memory limit of loading each trace (e.g. 8G) [default: as analyze].")
-def diff_command(base, new, fmt, output, fail_pct, module, hierarchy, raw, tensorboard_logdir,
-                 max_memory):
+@click.option(
+    "--tensorboard",
+    "tensorboard_logdir",
+    metavar="LOGDIR",
+    default=None,
+    type=click.Path(file_okay=False, path_type=str),
+    help="Also write BASE and NEW as a pair of TensorBoard runs (LOGDIR/base, LOGDIR/new).",
+)
+@click.option(
+    "--max-memory",
+    default=None,
+    metavar="SIZE",
+    help="Memory limit of loading each trace (e.g. 8G) [default: as analyze].",
+)
+def diff_command(base, new, fmt, output, fail_pct, module, hierarchy, raw, tensorboard_logdir, max_memory):
     """Which module got slower between BASE and NEW (trace files, or two job directories), and
     what changed inside it. Exit 10 with --fail-if-slower when NEW is slower than allowed."""
     from traceprof.output import STDOUT, check_binary_output, resolve_output, write_output
-    from traceprof.render.registry import RenderOptions
     from traceprof.render.diff import DIFF_REGISTRY, get_diff, render_diff
+    from traceprof.render.registry import RenderOptions
 
     inputs = [base, new]
     try:
@@ -78,10 +110,14 @@ def diff_command(base, new, fmt, output, fail_pct, module, hierarchy, raw, tenso
             from traceprof.tensorboard import write_logdir
 
             for label, path in (("base", base), ("new", new)):
-                for run in write_logdir([path], tensorboard_logdir, name=label,
-                                        hierarchy=hierarchy, max_memory=max_memory):
-                    click.echo(f"traceprof: wrote TensorBoard run {run.name} ({run.trace_path}) "
-                               f"to {tensorboard_logdir}", err=True)
+                for run in write_logdir(
+                    [path], tensorboard_logdir, name=label, hierarchy=hierarchy, max_memory=max_memory
+                ):
+                    click.echo(
+                        f"traceprof: wrote TensorBoard run {run.name} ({run.trace_path}) "
+                        f"to {tensorboard_logdir}",
+                        err=True,
+                    )
         if fail_pct is not None:
             reason = result.slower(fail_pct, module)
             if reason:
@@ -104,7 +140,8 @@ def _diff(base: str, new: str, hierarchy, max_memory):
     if all(dirs):
         return diff_jobs(base, new, hierarchy=hierarchy, max_memory=max_memory)
     if any(dirs):
-        raise OptionError(f"{base if dirs[0] else new}: a directory compared with a file; give "
-                          "two trace files or two job directories")
-    return diff(base, new, hierarchy=None if hierarchy == "auto" else hierarchy,
-                max_memory=max_memory)
+        raise OptionError(
+            f"{base if dirs[0] else new}: a directory compared with a file; give "
+            "two trace files or two job directories"
+        )
+    return diff(base, new, hierarchy=None if hierarchy == "auto" else hierarchy, max_memory=max_memory)

@@ -8,31 +8,50 @@ import sys
 
 import click
 
-from traceprof.cli.common import (MAX_MEMORY_HELP, SOURCES, Size, fail, interrupted,
-                                  write_tensorboard)
+from traceprof.cli.common import MAX_MEMORY_HELP, SOURCES, Size, fail, interrupted, write_tensorboard
 from traceprof.errors import TraceprofError
-
 
 #: printed by ``traceprof tensorboard``: what works without network access (docs/tensorboard.md)
 OFFLINE_NOTE = (
     "note: the PyTorch Profiler tab (torch-tb-profiler) draws its charts with Google Charts, "
     "loaded from www.gstatic.com: it needs internet access. The traceprof tab needs none: module "
-    "tree, ops and kernels per module, timeline of a step and memory curve, offline.")
+    "tree, ops and kernels per module, timeline of a step and memory curve, offline."
+)
 
 
 @click.command("tensorboard")
 @click.argument("traces", nargs=-1, required=True, type=click.Path(path_type=str))
-@click.option("--logdir", required=True, type=click.Path(file_okay=False, path_type=str),
-              help="TensorBoard log directory to add the runs to (created when missing).")
-@click.option("--name", default=None,
-              help="Run name for one trace; parent of the runs for several [default: file names].")
-@click.option("--hierarchy", type=click.Choice(SOURCES), default="auto", show_default=True,
-              help="Where the module tree comes from.")
-@click.option("--peak-tflops", type=click.FloatRange(min=0, min_open=True), default=None,
-              help="Peak TFLOP/s of one device, for the MFU scalar (when the profile has FLOPs).")
+@click.option(
+    "--logdir",
+    required=True,
+    type=click.Path(file_okay=False, path_type=str),
+    help="TensorBoard log directory to add the runs to (created when missing).",
+)
+@click.option(
+    "--name",
+    default=None,
+    help="Run name for one trace; parent of the runs for several [default: file names].",
+)
+@click.option(
+    "--hierarchy",
+    type=click.Choice(SOURCES),
+    default="auto",
+    show_default=True,
+    help="Where the module tree comes from.",
+)
+@click.option(
+    "--peak-tflops",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Peak TFLOP/s of one device, for the MFU scalar (when the profile has FLOPs).",
+)
 @click.option("--serve", is_flag=True, help="Then start TensorBoard on 127.0.0.1 for LOGDIR.")
-@click.option("--port", type=click.IntRange(1, 65535), default=None,
-              help="Port for --serve [default: 6006 or the next free one].")
+@click.option(
+    "--port",
+    type=click.IntRange(1, 65535),
+    default=None,
+    help="Port for --serve [default: 6006 or the next free one].",
+)
 @click.option("--max-memory", type=Size(), default=None, metavar="SIZE", help=MAX_MEMORY_HELP)
 def tensorboard_command(traces, logdir, name, hierarchy, peak_tflops, serve, port, max_memory):
     """Write TRACES (files or directories) as runs of a TensorBoard log directory.
@@ -45,15 +64,21 @@ def tensorboard_command(traces, logdir, name, hierarchy, peak_tflops, serve, por
     try:
         from traceprof.read.discovery import expand_patterns
 
-        write_tensorboard(expand_patterns(traces), logdir, name=name, hierarchy=hierarchy,
-                           peak_flops=peak_tflops * 1e12 if peak_tflops else None,
-                           max_memory=max_memory)
+        write_tensorboard(
+            expand_patterns(traces),
+            logdir,
+            name=name,
+            hierarchy=hierarchy,
+            peak_flops=peak_tflops * 1e12 if peak_tflops else None,
+            max_memory=max_memory,
+        )
         click.echo(f"traceprof: {OFFLINE_NOTE}")
         if serve:
             from traceprof.tensorboard import serve as serve_logdir
 
-            click.echo("traceprof: starting TensorBoard on 127.0.0.1; open the traceprof tab "
-                       "(Ctrl-C stops it)")
+            click.echo(
+                "traceprof: starting TensorBoard on 127.0.0.1; open the traceprof tab (Ctrl-C stops it)"
+            )
             sys.exit(serve_logdir(logdir, port))
         click.echo(f"view them: tensorboard --logdir {shlex.quote(logdir)} --host 127.0.0.1")
     except TraceprofError as e:

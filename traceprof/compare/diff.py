@@ -26,10 +26,10 @@ from typing import TYPE_CHECKING
 import msgspec
 from msgspec.structs import replace
 
-from traceprof.trace import schema
 from traceprof.compare.side import BUCKET_PATH, Side, side_of
 from traceprof.errors import OptionError
 from traceprof.result.model import PASSES, ModuleNode, ModuleProfile, NodeKind, Pass
+from traceprof.trace import schema
 from traceprof.trace.model import Trace
 
 #: exit code of ``traceprof diff --fail-if-slower`` when the new run is slower than allowed
@@ -77,8 +77,7 @@ class _Change:
     @property
     def noise(self) -> bool:
         """The change is within the step-to-step spread."""
-        return self.spread_us is not None and self.delta_us != 0 and \
-            abs(self.delta_us) <= self.spread_us
+        return self.spread_us is not None and self.delta_us != 0 and abs(self.delta_us) <= self.spread_us
 
 
 class PassDelta(_Change, msgspec.Struct, frozen=True):
@@ -198,8 +197,10 @@ class DiffProfile(msgspec.Struct, frozen=True):
 
         parts = (
             ("modules", (n.modules_us - inside(n)) - (b.modules_us - inside(b))),
-            ("outside modules", (n.outside_us - n.collectives_outside_us)
-             - (b.outside_us - b.collectives_outside_us)),
+            (
+                "outside modules",
+                (n.outside_us - n.collectives_outside_us) - (b.outside_us - b.collectives_outside_us),
+            ),
             ("collectives", n.collectives_us - b.collectives_us),
             ("idle", n.idle_us - b.idle_us),
         )
@@ -250,8 +251,10 @@ class DiffProfile(msgspec.Struct, frozen=True):
             return f"{what} takes {units.duration(new)} in the new run, 0 before"
         ratio = (new - base) / base
         if ratio * 100 > percent:
-            return (f"{what} is {units.percent(ratio)} slower ({units.duration(base)} -> "
-                    f"{units.duration(new)} per step), more than {percent:g}%")
+            return (
+                f"{what} is {units.percent(ratio)} slower ({units.duration(base)} -> "
+                f"{units.duration(new)} per step), more than {percent:g}%"
+            )
         return None
 
     def rows(self) -> list[dict]:
@@ -269,8 +272,14 @@ class DiffProfile(msgspec.Struct, frozen=True):
 # --- building
 
 
-def diff(base: Trace | Side | str | os.PathLike, new: Trace | Side | str | os.PathLike, *,
-         hierarchy=None, max_memory=None, parallel: bool = True) -> DiffProfile:
+def diff(
+    base: Trace | Side | str | os.PathLike,
+    new: Trace | Side | str | os.PathLike,
+    *,
+    hierarchy=None,
+    max_memory=None,
+    parallel: bool = True,
+) -> DiffProfile:
     """Compare two traces (paths, :class:`Trace` objects or sides from
     :func:`traceprof.compare.side.side_of`): per module and pass, base -> new.
 
@@ -316,24 +325,37 @@ def _side_task(task) -> Side:
 def _summary(side: Side) -> SideSummary:
     p = side.profile
     names = sorted({d.name for d in p.metadata.devices if d.name})
-    module_us = sum(p.nodes[r].total.__getattribute__(side.metric) for r in p.roots
-                    if p.nodes[r].kind is NodeKind.MODULE)
+    module_us = sum(
+        p.nodes[r].total.__getattribute__(side.metric) for r in p.roots if p.nodes[r].kind is NodeKind.MODULE
+    )
     bucket = p.unattributed
     outside = getattr(bucket.total, side.metric) if bucket else 0.0
+
     def collective(labels: dict) -> float:
-        return sum(v for k, v in labels.items()
-                   if side.label_kind == "kernel" and schema.COLLECTIVE_KERNEL_RE.match(k))
+        return sum(
+            v
+            for k, v in labels.items()
+            if side.label_kind == "kernel" and schema.COLLECTIVE_KERNEL_RE.match(k)
+        )
 
     collectives = collective(side.labels)
-    outside_collectives = sum(collective(side.inside.get((BUCKET_PATH, code), {}))
-                              for code in range(len(PASSES)))
+    outside_collectives = sum(
+        collective(side.inside.get((BUCKET_PATH, code), {})) for code in range(len(PASSES))
+    )
     time_us = p.selection.gpu_busy_us if p.has_gpu else p.selection.cpu_us
     return SideSummary(
-        path=side.path, device=", ".join(names) if p.has_gpu and names else "CPU",
-        has_gpu=p.has_gpu, source=p.source, steps=side.step_numbers,
-        wall_us=p.selection.wall_us, time_us=time_us,
-        wall_spread_us=_stdev(side.step_wall_us), modules_us=module_us, outside_us=outside,
-        collectives_us=collectives, collectives_outside_us=outside_collectives,
+        path=side.path,
+        device=", ".join(names) if p.has_gpu and names else "CPU",
+        has_gpu=p.has_gpu,
+        source=p.source,
+        steps=side.step_numbers,
+        wall_us=p.selection.wall_us,
+        time_us=time_us,
+        wall_spread_us=_stdev(side.step_wall_us),
+        modules_us=module_us,
+        outside_us=outside,
+        collectives_us=collectives,
+        collectives_outside_us=outside_collectives,
     )
 
 
@@ -355,13 +377,19 @@ def _keys(profile: ModuleProfile, by_name: bool) -> dict[int, str]:
         if node.kind is not NodeKind.MODULE:
             keys[node.id] = node.qualified_name
         elif by_name:
-            keys[node.id] = (f"{node.qualified_name} ({node.class_name})" if node.qualified_name
-                             else f"({node.class_name})")
+            keys[node.id] = (
+                f"{node.qualified_name} ({node.class_name})"
+                if node.qualified_name
+                else f"({node.class_name})"
+            )
         else:
             parent = keys[node.parent] + "/" if node.parent >= 0 else ""
             siblings = profile.nodes[node.parent].children if node.parent >= 0 else profile.roots
-            same = [s for s in siblings if profile.nodes[s].kind is NodeKind.MODULE
-                    and profile.nodes[s].class_name == node.class_name]
+            same = [
+                s
+                for s in siblings
+                if profile.nodes[s].kind is NodeKind.MODULE and profile.nodes[s].class_name == node.class_name
+            ]
             keys[node.id] = f"{parent}{node.class_name or node.name}#{same.index(node.id)}"
     return keys
 
@@ -372,14 +400,18 @@ def compare(base: Side, new: Side) -> DiffProfile:
     bp, np_ = base.profile, new.profile
     by_name = bp.source in _NAMED_SOURCES and np_.source in _NAMED_SOURCES
     if bp.source != np_.source and not by_name:
-        warnings.append(f"the module trees come from different sources ({bp.source} in the base, "
-                        f"{np_.source} in the new trace): modules matched by class path")
+        warnings.append(
+            f"the module trees come from different sources ({bp.source} in the base, "
+            f"{np_.source} in the new trace): modules matched by class path"
+        )
     metric = base.metric
     if base.metric != new.metric:
         metric = "cpu_us"
         cpu_side = "base" if base.metric == "cpu_us" else "new"
-        warnings.append(f"the {cpu_side} trace has no GPU work: comparing CPU time only "
-                        "(GPU time, kernels and collectives cannot be compared)")
+        warnings.append(
+            f"the {cpu_side} trace has no GPU work: comparing CPU time only "
+            "(GPU time, kernels and collectives cannot be compared)"
+        )
     bkeys, nkeys = _keys(bp, by_name), _keys(np_, by_name)
     bnode = {k: bp.nodes[i] for i, k in bkeys.items()}
     nnode = {k: np_.nodes[i] for i, k in nkeys.items()}
@@ -388,13 +420,15 @@ def compare(base: Side, new: Side) -> DiffProfile:
     if bmods and nmods:
         share = len(bmods & nmods) / len(bmods | nmods)
         if share < SAME_MODEL_SHARE:
-            warnings.append(f"the traces look like different models: {len(bmods & nmods)} of "
-                            f"{len(bmods | nmods)} modules match; unmatched ones are listed as "
-                            "added or removed, the step and outside-module times still compare")
-    parents_b = {k: bkeys[bp.nodes[i].parent] if bp.nodes[i].parent >= 0 else None
-                 for i, k in bkeys.items()}
-    parents_n = {k: nkeys[np_.nodes[i].parent] if np_.nodes[i].parent >= 0 else None
-                 for i, k in nkeys.items()}
+            warnings.append(
+                f"the traces look like different models: {len(bmods & nmods)} of "
+                f"{len(bmods | nmods)} modules match; unmatched ones are listed as "
+                "added or removed, the step and outside-module times still compare"
+            )
+    parents_b = {k: bkeys[bp.nodes[i].parent] if bp.nodes[i].parent >= 0 else None for i, k in bkeys.items()}
+    parents_n = {
+        k: nkeys[np_.nodes[i].parent] if np_.nodes[i].parent >= 0 else None for i, k in nkeys.items()
+    }
     order = list(dict.fromkeys(list(bkeys.values()) + list(nkeys.values())))
     kinds = base.label_kind if base.label_kind == new.label_kind else "op"
     built: dict[str, tuple] = {}
@@ -420,8 +454,9 @@ def compare(base: Side, new: Side) -> DiffProfile:
     ids: dict[str, int] = {}
     flat: list[str] = []
     roots = children.get(None, [])
-    roots = sorted((r for r in roots if r != BUCKET_PATH[0]), key=lambda k: -magnitude(k)) + \
-        [r for r in roots if r == BUCKET_PATH[0]]
+    roots = sorted((r for r in roots if r != BUCKET_PATH[0]), key=lambda k: -magnitude(k)) + [
+        r for r in roots if r == BUCKET_PATH[0]
+    ]
     stack = list(reversed(roots))
     while stack:
         key = stack.pop()
@@ -436,24 +471,43 @@ def compare(base: Side, new: Side) -> DiffProfile:
         b, n, status, passes, inside, parent, spread = built[key]
         depth[key] = depth[parent] + 1 if parent is not None else 0
         ref: ModuleNode = n or b
-        nodes.append(DiffNode(
-            id=ids[key], parent=ids[parent] if parent is not None else -1,
-            children=tuple(ids[c] for c in children.get(key, [])), depth=depth[key], key=key,
-            name=ref.name, class_name=ref.class_name, qualified_name=ref.qualified_name,
-            kind=ref.kind, status=status, passes=passes, inside=inside, spread_us=spread,
-        ))
+        nodes.append(
+            DiffNode(
+                id=ids[key],
+                parent=ids[parent] if parent is not None else -1,
+                children=tuple(ids[c] for c in children.get(key, [])),
+                depth=depth[key],
+                key=key,
+                name=ref.name,
+                class_name=ref.class_name,
+                qualified_name=ref.qualified_name,
+                kind=ref.kind,
+                status=status,
+                passes=passes,
+                inside=inside,
+                spread_us=spread,
+            )
+        )
     bs, ns = _summary(base), _summary(new)
     if metric == "cpu_us" and (bs.has_gpu or ns.has_gpu):
         bs, ns = (_cpu_summary(s, side) for s, side in ((bs, base), (ns, new)))
     for label, side in (("base", base), ("new", new)):
         if len(side.step_numbers) < 2:
-            warnings.append(f"the {label} trace has {len(side.step_numbers) or 'no'} complete "
-                            "step" + ("s" if len(side.step_numbers) != 1 else "") +
-                            ": no step-to-step spread, changes cannot be told from noise")
-    return DiffProfile(base=bs, new=ns, metric=metric,
-                       matched_by="qualified name" if by_name else "class path",
-                       nodes=tuple(nodes), roots=tuple(ids[r] for r in roots),
-                       warnings=tuple(dict.fromkeys(warnings)))
+            warnings.append(
+                f"the {label} trace has {len(side.step_numbers) or 'no'} complete "
+                "step"
+                + ("s" if len(side.step_numbers) != 1 else "")
+                + ": no step-to-step spread, changes cannot be told from noise"
+            )
+    return DiffProfile(
+        base=bs,
+        new=ns,
+        metric=metric,
+        matched_by="qualified name" if by_name else "class path",
+        nodes=tuple(nodes),
+        roots=tuple(ids[r] for r in roots),
+        warnings=tuple(dict.fromkeys(warnings)),
+    )
 
 
 def _node_spread(node: ModuleNode, side: Side, metric: str) -> float | None:
@@ -473,13 +527,26 @@ def _cpu_summary(s: SideSummary, side: Side) -> SideSummary:
     modules = sum(p.nodes[r].total.cpu_us for r in p.roots if p.nodes[r].kind is NodeKind.MODULE)
     bucket = p.unattributed
 
-    return replace(s, time_us=p.selection.cpu_us, modules_us=modules,
-                   outside_us=bucket.total.cpu_us if bucket else 0.0, collectives_us=0.0,
-                   collectives_outside_us=0.0)
+    return replace(
+        s,
+        time_us=p.selection.cpu_us,
+        modules_us=modules,
+        outside_us=bucket.total.cpu_us if bucket else 0.0,
+        collectives_us=0.0,
+        collectives_outside_us=0.0,
+    )
 
 
-def _pass_delta(phase: Pass, b: ModuleNode | None, n: ModuleNode | None, bp: ModuleProfile,
-                np_: ModuleProfile, base: Side, new: Side, metric: str) -> PassDelta:
+def _pass_delta(
+    phase: Pass,
+    b: ModuleNode | None,
+    n: ModuleNode | None,
+    bp: ModuleProfile,
+    np_: ModuleProfile,
+    base: Side,
+    new: Side,
+    metric: str,
+) -> PassDelta:
     def side(node, profile, s: Side):
         if node is None:
             return 0.0, 0.0, 0.0, None, None, 0.0, None
@@ -488,18 +555,25 @@ def _pass_delta(phase: Pass, b: ModuleNode | None, n: ModuleNode | None, bp: Mod
         mem = profile.memory_of(node)
         peak = mem.phase(phase).peak_bytes if mem is not None else None
         steps = s.node_steps.get((node.path, PASSES.index(phase))) if s.metric == metric else None
-        return (getattr(t, metric), t.flops, t.kernels, rate, peak,
-                node.calls if phase is not Pass.OTHER else 0.0, _stdev(steps or ()))
+        return (
+            getattr(t, metric),
+            t.flops,
+            t.kernels,
+            rate,
+            peak,
+            node.calls if phase is not Pass.OTHER else 0.0,
+            _stdev(steps or ()),
+        )
 
     bt, bf, bk, br, bm, bc, bsd = side(b, bp, base)
     nt, nf, nk, nr, nm, nc, nsd = side(n, np_, new)
     spreads = [x for x in (bsd, nsd) if x is not None]
-    return PassDelta(phase, bt, nt, max(spreads) if spreads else None, bf, nf, bk, nk, br, nr,
-                     bm, nm, bc, nc)
+    return PassDelta(phase, bt, nt, max(spreads) if spreads else None, bf, nf, bk, nk, br, nr, bm, nm, bc, nc)
 
 
-def _inside(b: ModuleNode | None, n: ModuleNode | None, base: Side, new: Side,
-            kind: str) -> tuple[InsideDelta, ...]:
+def _inside(
+    b: ModuleNode | None, n: ModuleNode | None, base: Side, new: Side, kind: str
+) -> tuple[InsideDelta, ...]:
     out = []
     for code, phase in enumerate(PASSES):
         bi = base.inside.get((b.path, code), {}) if b is not None else {}
@@ -517,8 +591,9 @@ def _inside(b: ModuleNode | None, n: ModuleNode | None, base: Side, new: Side,
     return tuple(out[:TOP_INSIDE])
 
 
-def diff_jobs(base_dir: str | os.PathLike, new_dir: str | os.PathLike, *, hierarchy=None,
-              max_memory=None) -> DiffProfile:
+def diff_jobs(
+    base_dir: str | os.PathLike, new_dir: str | os.PathLike, *, hierarchy=None, max_memory=None
+) -> DiffProfile:
     """Compare two jobs (directories of one trace per rank, found as ``traceprof analyze`` finds
     them: :func:`traceprof.read.discovery.find_traces`): rank by rank; the result is the diff of the rank
     whose step changed most, with every rank's step change in its warnings."""
@@ -543,9 +618,11 @@ def diff_jobs(base_dir: str | os.PathLike, new_dir: str | os.PathLike, *, hierar
     worst = max(common, key=lambda r: (abs(diffs[r].wall_delta_us), -r))
     from traceprof import units
 
-    notes = [f"jobs compared rank by rank ({len(common)} ranks in common); shown: rank {worst}, "
-             "the largest step change; steps per rank: " + ", ".join(
-                 f"rank {r} {units.signed_duration(diffs[r].wall_delta_us)}" for r in common)]
+    notes = [
+        f"jobs compared rank by rank ({len(common)} ranks in common); shown: rank {worst}, "
+        "the largest step change; steps per rank: "
+        + ", ".join(f"rank {r} {units.signed_duration(diffs[r].wall_delta_us)}" for r in common)
+    ]
     only = sorted(set(sides[0]) ^ set(sides[1]))
     if only:
         notes.append("ranks in one job only: " + ", ".join(map(str, only)))

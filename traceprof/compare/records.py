@@ -24,35 +24,37 @@ def diff_rows(diff: DiffProfile) -> list[dict[str, Any]]:
         parent = diff.nodes[node.parent].key if node.parent >= 0 else ""
         for p in node.passes:
             inside = [d for d in node.inside if d.phase is p.phase]
-            rows.append({
-                "key": node.key,
-                "parent_key": parent,
-                "depth": node.depth,
-                "kind": node.kind.value,
-                "status": node.status.value,
-                "name": node.name,
-                "class_name": node.class_name,
-                "qualified_name": node.qualified_name,
-                "pass": p.phase.value,
-                "base_us": p.base_us,
-                "new_us": p.new_us,
-                "delta_us": p.delta_us,
-                "delta_ratio": p.delta_ratio,
-                "spread_us": p.spread_us,
-                "noise": p.noise,
-                "base_flops": p.base_flops,
-                "new_flops": p.new_flops,
-                "base_kernels": p.base_kernels,
-                "new_kernels": p.new_kernels,
-                "base_flop_per_s": p.base_flop_per_s,
-                "new_flop_per_s": p.new_flop_per_s,
-                "base_memory_peak_bytes": p.base_memory_peak_bytes,
-                "new_memory_peak_bytes": p.new_memory_peak_bytes,
-                "base_calls": p.base_calls,
-                "new_calls": p.new_calls,
-                "inside": json.dumps([_inside_record(d) for d in inside], separators=(",", ":")),
-                "_order": len(rows),
-            })
+            rows.append(
+                {
+                    "key": node.key,
+                    "parent_key": parent,
+                    "depth": node.depth,
+                    "kind": node.kind.value,
+                    "status": node.status.value,
+                    "name": node.name,
+                    "class_name": node.class_name,
+                    "qualified_name": node.qualified_name,
+                    "pass": p.phase.value,
+                    "base_us": p.base_us,
+                    "new_us": p.new_us,
+                    "delta_us": p.delta_us,
+                    "delta_ratio": p.delta_ratio,
+                    "spread_us": p.spread_us,
+                    "noise": p.noise,
+                    "base_flops": p.base_flops,
+                    "new_flops": p.new_flops,
+                    "base_kernels": p.base_kernels,
+                    "new_kernels": p.new_kernels,
+                    "base_flop_per_s": p.base_flop_per_s,
+                    "new_flop_per_s": p.new_flop_per_s,
+                    "base_memory_peak_bytes": p.base_memory_peak_bytes,
+                    "new_memory_peak_bytes": p.new_memory_peak_bytes,
+                    "base_calls": p.base_calls,
+                    "new_calls": p.new_calls,
+                    "inside": json.dumps([_inside_record(d) for d in inside], separators=(",", ":")),
+                    "_order": len(rows),
+                }
+            )
     rows.sort(key=lambda r: (-abs(r["delta_us"]), r["_order"]))
     for r in rows:
         del r["_order"]
@@ -60,13 +62,20 @@ def diff_rows(diff: DiffProfile) -> list[dict[str, Any]]:
 
 
 def _inside_record(d: InsideDelta) -> dict[str, Any]:
-    return {"kind": d.kind, "name": d.name, "status": d.status.value, "base_us": d.base_us,
-            "new_us": d.new_us, "delta_us": d.delta_us}
+    return {
+        "kind": d.kind,
+        "name": d.name,
+        "status": d.status.value,
+        "base_us": d.base_us,
+        "new_us": d.new_us,
+        "delta_us": d.delta_us,
+    }
 
 
 def diff_document(diff) -> dict:
     """The JSON document: both sides' summaries, where the step's Δ went, the nodes as a tree
     (each with its passes and the kernels or ops that changed most inside it) and the rows."""
+
     def side(s) -> dict:
         return {**asdict(s), "idle_us": s.idle_us}
 
@@ -76,21 +85,44 @@ def diff_document(diff) -> dict:
         "matched_by": diff.matched_by,
         "base": side(diff.base),
         "new": side(diff.new),
-        "step": {"wall_delta_us": diff.wall_delta_us, "wall_delta_ratio": diff.wall_delta_ratio,
-                 "wall_spread_us": diff.wall_spread_us,
-                 "where": {k: v for k, v in diff.where()}},
+        "step": {
+            "wall_delta_us": diff.wall_delta_us,
+            "wall_delta_ratio": diff.wall_delta_ratio,
+            "wall_spread_us": diff.wall_spread_us,
+            "where": dict(diff.where()),
+        },
         "warnings": list(diff.warnings),
         "roots": list(diff.roots),
         "nodes": [
-            {"id": n.id, "parent": n.parent, "children": list(n.children), "depth": n.depth,
-             "key": n.key, "name": n.name, "class_name": n.class_name,
-             "qualified_name": n.qualified_name, "kind": n.kind.value, "status": n.status.value,
-             "base_us": n.base_us, "new_us": n.new_us, "delta_us": n.delta_us,
-             "delta_ratio": n.delta_ratio, "spread_us": n.spread_us, "noise": n.noise,
-             "passes": [{**asdict(p),
-                         "pass": p.phase.value, "delta_us": p.delta_us,
-                         "delta_ratio": p.delta_ratio, "noise": p.noise} for p in n.passes],
-             "inside": [{**_inside_record(d), "pass": d.phase.value} for d in n.inside]}
+            {
+                "id": n.id,
+                "parent": n.parent,
+                "children": list(n.children),
+                "depth": n.depth,
+                "key": n.key,
+                "name": n.name,
+                "class_name": n.class_name,
+                "qualified_name": n.qualified_name,
+                "kind": n.kind.value,
+                "status": n.status.value,
+                "base_us": n.base_us,
+                "new_us": n.new_us,
+                "delta_us": n.delta_us,
+                "delta_ratio": n.delta_ratio,
+                "spread_us": n.spread_us,
+                "noise": n.noise,
+                "passes": [
+                    {
+                        **asdict(p),
+                        "pass": p.phase.value,
+                        "delta_us": p.delta_us,
+                        "delta_ratio": p.delta_ratio,
+                        "noise": p.noise,
+                    }
+                    for p in n.passes
+                ],
+                "inside": [{**_inside_record(d), "pass": d.phase.value} for d in n.inside],
+            }
             for n in diff.walk()
         ],
     }
@@ -108,9 +140,23 @@ def diff_json(diff) -> str:
     return json.dumps(_clean(diff_document(diff)), indent=1) + "\n"
 
 
-_FLOAT_COLUMNS = ("base_us", "new_us", "delta_us", "delta_ratio", "spread_us", "base_flops",
-                  "new_flops", "base_kernels", "new_kernels", "base_flop_per_s", "new_flop_per_s",
-                  "base_memory_peak_bytes", "new_memory_peak_bytes", "base_calls", "new_calls")
+_FLOAT_COLUMNS = (
+    "base_us",
+    "new_us",
+    "delta_us",
+    "delta_ratio",
+    "spread_us",
+    "base_flops",
+    "new_flops",
+    "base_kernels",
+    "new_kernels",
+    "base_flop_per_s",
+    "new_flop_per_s",
+    "base_memory_peak_bytes",
+    "new_memory_peak_bytes",
+    "base_calls",
+    "new_calls",
+)
 
 
 def diff_dataframe(diff):
@@ -119,13 +165,16 @@ def diff_dataframe(diff):
 
     rows = diff_rows(diff)
     df = pd.DataFrame(rows, columns=list(rows[0]) if rows else None)
-    return df.astype({**{c: "float64" for c in _FLOAT_COLUMNS}, "depth": "int64", "noise": "bool"})
+    return df.astype({**dict.fromkeys(_FLOAT_COLUMNS, "float64"), "depth": "int64", "noise": "bool"})
 
 
 def diff_parquet(diff) -> bytes:
-    return dataframe_parquet(diff_dataframe(diff), {
-        "schema": DIFF_JSON_SCHEMA,
-        "base": diff.base.path.encode("utf-8", "surrogateescape"),
-        "new": diff.new.path.encode("utf-8", "surrogateescape"),
-        "warnings": json.dumps(list(diff.warnings)),
-    })
+    return dataframe_parquet(
+        diff_dataframe(diff),
+        {
+            "schema": DIFF_JSON_SCHEMA,
+            "base": diff.base.path.encode("utf-8", "surrogateescape"),
+            "new": diff.new.path.encode("utf-8", "surrogateescape"),
+            "warnings": json.dumps(list(diff.warnings)),
+        },
+    )

@@ -21,12 +21,12 @@ import os
 import msgspec
 import numpy as np
 
-from traceprof.trace import schema
 from traceprof.analysis.hierarchy import build_hierarchy
 from traceprof.analysis.link import link
-from traceprof.result.model import UNATTRIBUTED_NAME, ModuleProfile
-from traceprof.trace.model import Trace
 from traceprof.read.build import load_trace
+from traceprof.result.model import UNATTRIBUTED_NAME, ModuleProfile
+from traceprof.trace import schema
+from traceprof.trace.model import Trace
 
 #: label of a module's own CPU time outside every op (the Python code of its forward)
 MODULE_CODE = "(module code)"
@@ -86,9 +86,15 @@ def _side(trace: Trace, profile: ModuleProfile) -> Side:
     else:
         cpu = np.flatnonzero(links.depth >= 0)
         span = links.nest_end - ev.ts
-        child = np.bincount(np.maximum(links.parent[cpu], 0),
-                            weights=np.where(links.parent[cpu] >= 0, span[cpu], 0),
-                            minlength=len(ev)) if len(cpu) else np.zeros(len(ev))
+        child = (
+            np.bincount(
+                np.maximum(links.parent[cpu], 0),
+                weights=np.where(links.parent[cpu] >= 0, span[cpu], 0),
+                minlength=len(ev),
+            )
+            if len(cpu)
+            else np.zeros(len(ev))
+        )
         weight = np.maximum(span[cpu] - child[cpu], 0.0)
         events, when = cpu, ev.ts[cpu]
         label = ev.name[cpu].astype(np.int64)
@@ -127,8 +133,9 @@ def _side(trace: Trace, profile: ModuleProfile) -> Side:
     for i in np.argsort(-depth, kind="stable"):
         if parent[i] >= 0:
             per[:, parent[i], :] += per[:, i, :]
-    node_steps = {(paths[i], p): tuple(float(x) for x in per[:, i, p])
-                  for i in range(n_mod + 1) for p in range(3)}
+    node_steps = {
+        (paths[i], p): tuple(float(x) for x in per[:, i, p]) for i in range(n_mod + 1) for p in range(3)
+    }
 
     # inside each node: per label, pushed up to every ancestor
     names = ev.names
@@ -165,12 +172,19 @@ def _side(trace: Trace, profile: ModuleProfile) -> Side:
     else:
         wall = (profile.selection.wall_us,)
         numbers = ()
-    step_time = tuple(float(x) for x in per[:, :, :].sum(axis=2)[:, [i for i in range(n_mod + 1)
-                                                                   if parent[i] < 0]].sum(axis=1))
+    step_time = tuple(
+        float(x)
+        for x in per[:, :, :].sum(axis=2)[:, [i for i in range(n_mod + 1) if parent[i] < 0]].sum(axis=1)
+    )
     return Side(
-        path=profile.metadata.path, profile=profile,
+        path=profile.metadata.path,
+        profile=profile,
         metric="gpu_busy_us" if has_gpu else "cpu_us",
-        step_numbers=numbers, step_wall_us=wall, step_time_us=step_time,
-        node_steps=node_steps, inside=inside, labels=labels,
+        step_numbers=numbers,
+        step_wall_us=wall,
+        step_time_us=step_time,
+        node_steps=node_steps,
+        inside=inside,
+        labels=labels,
         label_kind="kernel" if has_gpu else "op",
     )

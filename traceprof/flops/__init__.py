@@ -33,8 +33,16 @@ from traceprof.flops.shapes import ArgumentError, OpArgs, OpCost
 
 #: every formula: the modules' tables, combined in this order (an op in two is an error)
 REGISTRY = Registry.combined(
-    attention.FORMULAS, conv.FORMULAS, data_movement.FORMULAS, losses.FORMULAS, matmul.FORMULAS,
-    norm.FORMULAS, optim.FORMULAS, pointwise.FORMULAS, pooling.FORMULAS, reduction.FORMULAS,
+    attention.FORMULAS,
+    conv.FORMULAS,
+    data_movement.FORMULAS,
+    losses.FORMULAS,
+    matmul.FORMULAS,
+    norm.FORMULAS,
+    optim.FORMULAS,
+    pointwise.FORMULAS,
+    pooling.FORMULAS,
+    reduction.FORMULAS,
     rnn.FORMULAS,
 )
 

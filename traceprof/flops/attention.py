@@ -103,9 +103,9 @@ def _mask(a: OpArgs, lay: Layout) -> int:
 
 def _shapes(a: OpArgs, lay: Layout):
     q, k, v = (_bhsd(a, lay.q + j, lay) for j in range(3))
-    b, h_q, s_q, d = q
+    b, h_q, _s_q, d = q
     b2, h_kv, s_k, d2 = k
-    b3, h_v, s_v, d_v = v
+    b3, h_v, s_v, _d_v = v
     if not (b == b2 == b3 and d == d2 and h_kv == h_v and s_k == s_v) or h_kv == 0 or h_q % h_kv:
         raise ArgumentError(f"{a.name}: query {q}, key {k} and value {v} do not fit")
     return q, k, v

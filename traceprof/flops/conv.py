@@ -47,17 +47,24 @@ _LAYOUTS: dict[str, ConvArgs] = {
     "aten::_convolution": ConvArgs(3, 4, 5, 6, 7, 8),
     "aten::convolution_overrideable": ConvArgs(3, 4, 5, 6, 7, 8),
     # backend ops: padding before stride, and no bias argument for cuDNN
-    "aten::cudnn_convolution": ConvArgs(3, 2, 4, -1, -1, 5),  # (self, weight, padding, stride, dilation, groups)
+    "aten::cudnn_convolution": ConvArgs(
+        3, 2, 4, -1, -1, 5
+    ),  # (self, weight, padding, stride, dilation, groups)
     "aten::cudnn_convolution_transpose": ConvArgs(4, 2, 5, -1, 3, 6, True),
-    "aten::miopen_convolution": ConvArgs(4, 3, 5, -1, -1, 6),  # (self, weight, bias, padding, stride, dilation, groups)
+    "aten::miopen_convolution": ConvArgs(
+        4, 3, 5, -1, -1, 6
+    ),  # (self, weight, bias, padding, stride, dilation, groups)
     "aten::miopen_depthwise_convolution": ConvArgs(4, 3, 5, -1, -1, 6),
     "aten::miopen_convolution_transpose": ConvArgs(5, 3, 6, -1, 4, 7, True),
-    "aten::mkldnn_convolution": ConvArgs(4, 3, 5, -1, -1, 6),  # (self, weight, bias, padding, stride, dilation, groups)
+    "aten::mkldnn_convolution": ConvArgs(
+        4, 3, 5, -1, -1, 6
+    ),  # (self, weight, bias, padding, stride, dilation, groups)
 }
 
 
-def out_spatial(x_sp: Shape, kernel: Shape, stride, padding, dilation, transposed: bool,
-                output_padding) -> Shape:
+def out_spatial(
+    x_sp: Shape, kernel: Shape, stride, padding, dilation, transposed: bool, output_padding
+) -> Shape:
     """Spatial output size of a convolution (or of a transposed one)."""
     out = []
     for i, k in enumerate(kernel):

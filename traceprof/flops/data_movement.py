@@ -38,8 +38,16 @@ def fill(a: OpArgs) -> OpCost:
     return a.cost(flops=0, reads=0.0, writes=[(x, a.dtype(0))])
 
 
-@_R.formula("aten::cat", "aten::_cat", "aten::concat", "aten::concatenate", "aten::stack",
-            "aten::hstack", "aten::vstack", family=Family.MEMORY)
+@_R.formula(
+    "aten::cat",
+    "aten::_cat",
+    "aten::concat",
+    "aten::concatenate",
+    "aten::stack",
+    "aten::hstack",
+    "aten::vstack",
+    family=Family.MEMORY,
+)
 def concatenate(a: OpArgs) -> OpCost:
     """cat(tensors, dim): list elements are taken as fp32 (traces give no list dtype)."""
     shapes = a.tensor_list(0)
@@ -52,7 +60,7 @@ def index_select(a: OpArgs) -> OpCost:
     """index_select(self, dim, index): reads the index and the selected slices."""
     x, idx = a.shape(0), a.shape(2)
     dim = a.integer(1) % max(len(x), 1)
-    out = x[:dim] + (prod(idx),) + x[dim + 1:] if x else ()
+    out = x[:dim] + (prod(idx),) + x[dim + 1 :] if x else ()
     reads = nbytes(idx, a.dtype(2)) + nbytes(out, a.dtype(0))
     return a.cost(flops=0, reads=reads, writes=[(out, a.dtype(0))], dtype=a.dtype(0))
 
@@ -65,9 +73,19 @@ def gather(a: OpArgs) -> OpCost:
     return a.cost(flops=0, reads=reads, writes=[(idx, a.dtype(0))], dtype=a.dtype(0))
 
 
-@_R.formula("aten::scatter", "aten::scatter_", "aten::scatter_add", "aten::scatter_add_",
-            "aten::scatter_reduce", "aten::scatter_reduce_", "aten::index_add", "aten::index_add_",
-            "aten::index_copy", "aten::index_copy_", family=Family.MEMORY)
+@_R.formula(
+    "aten::scatter",
+    "aten::scatter_",
+    "aten::scatter_add",
+    "aten::scatter_add_",
+    "aten::scatter_reduce",
+    "aten::scatter_reduce_",
+    "aten::index_add",
+    "aten::index_add_",
+    "aten::index_copy",
+    "aten::index_copy_",
+    family=Family.MEMORY,
+)
 def scatter(a: OpArgs) -> OpCost:
     """scatter*(self, dim, index, src ...) / index_add(self, dim, index, source): reads the index
     and the source, writes as many elements (one add each for the accumulating forms)."""
@@ -84,12 +102,21 @@ def index_put(a: OpArgs) -> OpCost:
     a list whose shapes traces do not record)."""
     values = a.shape(2)
     adds = prod(values) if a.flag(3, False) else 0
-    return a.cost(flops=adds, reads=nbytes(values, a.dtype(2)), writes=[(values, a.dtype(0))],
-                  dtype=a.dtype(0))
+    return a.cost(
+        flops=adds, reads=nbytes(values, a.dtype(2)), writes=[(values, a.dtype(0))], dtype=a.dtype(0)
+    )
 
 
-@_R.formula("aten::tril", "aten::tril_", "aten::triu", "aten::triu_", "aten::flip", "aten::roll",
-            "aten::masked_select", family=Family.MEMORY)
+@_R.formula(
+    "aten::tril",
+    "aten::tril_",
+    "aten::triu",
+    "aten::triu_",
+    "aten::flip",
+    "aten::roll",
+    "aten::masked_select",
+    family=Family.MEMORY,
+)
 def rewrite(a: OpArgs) -> OpCost:
     x = a.shape(0)
     return a.cost(flops=0, writes=[(x, a.dtype(0))])
@@ -160,53 +187,199 @@ def embedding_bag_backward(a: OpArgs) -> OpCost:
 
 #: views and reshapes: a new tensor header over the same storage
 VIEW_OPS = (
-    "view", "_unsafe_view", "view_as", "reshape", "reshape_as", "_reshape_alias", "flatten",
-    "unflatten", "ravel", "squeeze", "squeeze_", "unsqueeze", "unsqueeze_", "t", "t_",
-    "transpose", "transpose_", "permute", "movedim", "moveaxis", "swapaxes", "swapdims",
-    "numpy_T", "T", "mT", "H", "mH", "adjoint", "matrix_H", "expand", "expand_as", "as_strided",
-    "as_strided_", "slice", "select", "narrow", "split", "split_with_sizes", "tensor_split",
-    "unsafe_split", "unsafe_split_with_sizes", "chunk", "unsafe_chunk", "hsplit", "vsplit",
-    "dsplit", "unbind", "unfold", "diagonal", "atleast_1d", "atleast_2d", "atleast_3d", "alias",
-    "detach", "detach_", "lift", "lift_fresh", "lift_fresh_copy", "broadcast_tensors", "meshgrid",
-    "conj", "_conj", "resolve_conj", "resolve_neg", "_neg_view", "positive", "view_as_real",
-    "view_as_complex", "real", "imag", "set_", "align_as", "type_as", "_indices", "_values",
-    "indices", "values", "crow_indices", "col_indices", "ccol_indices", "row_indices",
-    "_nested_view_from_buffer", "_reshape_from_tensor", "_fw_primal", "_make_dual",
-    "_unpack_dual", "data", "unflatten_dense_tensors", "_nested_tensor_from_mask",
+    "view",
+    "_unsafe_view",
+    "view_as",
+    "reshape",
+    "reshape_as",
+    "_reshape_alias",
+    "flatten",
+    "unflatten",
+    "ravel",
+    "squeeze",
+    "squeeze_",
+    "unsqueeze",
+    "unsqueeze_",
+    "t",
+    "t_",
+    "transpose",
+    "transpose_",
+    "permute",
+    "movedim",
+    "moveaxis",
+    "swapaxes",
+    "swapdims",
+    "numpy_T",
+    "T",
+    "mT",
+    "H",
+    "mH",
+    "adjoint",
+    "matrix_H",
+    "expand",
+    "expand_as",
+    "as_strided",
+    "as_strided_",
+    "slice",
+    "select",
+    "narrow",
+    "split",
+    "split_with_sizes",
+    "tensor_split",
+    "unsafe_split",
+    "unsafe_split_with_sizes",
+    "chunk",
+    "unsafe_chunk",
+    "hsplit",
+    "vsplit",
+    "dsplit",
+    "unbind",
+    "unfold",
+    "diagonal",
+    "atleast_1d",
+    "atleast_2d",
+    "atleast_3d",
+    "alias",
+    "detach",
+    "detach_",
+    "lift",
+    "lift_fresh",
+    "lift_fresh_copy",
+    "broadcast_tensors",
+    "meshgrid",
+    "conj",
+    "_conj",
+    "resolve_conj",
+    "resolve_neg",
+    "_neg_view",
+    "positive",
+    "view_as_real",
+    "view_as_complex",
+    "real",
+    "imag",
+    "set_",
+    "align_as",
+    "type_as",
+    "_indices",
+    "_values",
+    "indices",
+    "values",
+    "crow_indices",
+    "col_indices",
+    "ccol_indices",
+    "row_indices",
+    "_nested_view_from_buffer",
+    "_reshape_from_tensor",
+    "_fw_primal",
+    "_make_dual",
+    "_unpack_dual",
+    "data",
+    "unflatten_dense_tensors",
+    "_nested_tensor_from_mask",
 )
 #: metadata queries, predicates and autograd bookkeeping
 METADATA_OPS = (
-    "size", "stride", "numel", "dim", "storage_offset", "result_type", "can_cast",
-    "promote_types", "_has_compatible_shallow_copy_type", "_has_same_storage_numel",
-    "_debug_has_internal_overlap", "cudnn_is_acceptable", "_nnpack_available",
-    "_is_zerotensor", "_shape_as_tensor", "output_nr", "_version",
-    "requires_grad_", "retain_grad", "retains_grad", "_assert_tensor_metadata",
-    "_make_dep_token", "_nested_tensor_size", "_nested_tensor_strides",
-    "_nested_tensor_storage_offsets", "item", "_local_scalar_dense", "record_stream",
+    "size",
+    "stride",
+    "numel",
+    "dim",
+    "storage_offset",
+    "result_type",
+    "can_cast",
+    "promote_types",
+    "_has_compatible_shallow_copy_type",
+    "_has_same_storage_numel",
+    "_debug_has_internal_overlap",
+    "cudnn_is_acceptable",
+    "_nnpack_available",
+    "_is_zerotensor",
+    "_shape_as_tensor",
+    "output_nr",
+    "_version",
+    "requires_grad_",
+    "retain_grad",
+    "retains_grad",
+    "_assert_tensor_metadata",
+    "_make_dep_token",
+    "_nested_tensor_size",
+    "_nested_tensor_strides",
+    "_nested_tensor_storage_offsets",
+    "item",
+    "_local_scalar_dense",
+    "record_stream",
 )
 #: allocation (what they write is done by fill_/copy_ inside, or left uninitialised)
 ALLOCATION_OPS = (
-    "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "resize_",
-    "resize_as_", "_resize_output_", "zeros", "zeros_like", "ones", "ones_like", "full",
-    "full_like", "new_zeros", "new_ones", "new_full", "scalar_tensor", "tensor", "arange",
-    "linspace", "randn", "rand", "randint", "randperm", "randn_like", "rand_like",
-    "randint_like", "normal", "eye",
+    "empty",
+    "empty_like",
+    "empty_strided",
+    "new_empty",
+    "new_empty_strided",
+    "resize_",
+    "resize_as_",
+    "_resize_output_",
+    "zeros",
+    "zeros_like",
+    "ones",
+    "ones_like",
+    "full",
+    "full_like",
+    "new_zeros",
+    "new_ones",
+    "new_full",
+    "scalar_tensor",
+    "tensor",
+    "arange",
+    "linspace",
+    "randn",
+    "rand",
+    "randint",
+    "randperm",
+    "randn_like",
+    "rand_like",
+    "randint_like",
+    "normal",
+    "eye",
 )
 #: wrappers whose work is done by the ops inside them
 WRAPPER_OPS = (
-    "to", "_to_copy", "contiguous", "clone", "copy", "pad", "constant_pad_nd", "embedding_backward",
-    "embedding_bag", "_embedding_bag_backward", "_autocast_to_reduced_precision",
-    "_autocast_to_full_precision", "_pack_padded_sequence", "_pad_packed_sequence",
-    "_thnn_differentiable_lstm_cell_backward", "_thnn_differentiable_gru_cell_backward",
-    "einsum", "tensordot", "sum_to_size", "flatten_dense_tensors", "pin_memory",
+    "to",
+    "_to_copy",
+    "contiguous",
+    "clone",
+    "copy",
+    "pad",
+    "constant_pad_nd",
+    "embedding_backward",
+    "embedding_bag",
+    "_embedding_bag_backward",
+    "_autocast_to_reduced_precision",
+    "_autocast_to_full_precision",
+    "_pack_padded_sequence",
+    "_pad_packed_sequence",
+    "_thnn_differentiable_lstm_cell_backward",
+    "_thnn_differentiable_gru_cell_backward",
+    "einsum",
+    "tensordot",
+    "sum_to_size",
+    "flatten_dense_tensors",
+    "pin_memory",
     # the backward of a view: a zero-filled tensor with the gradient copied into the view
-    "select_backward", "slice_backward", "diagonal_backward",
+    "select_backward",
+    "slice_backward",
+    "diagonal_backward",
 )
 #: name prefixes of zero-FLOP families: predicates (``aten::is_contiguous``, ``is_nonzero``...,
 #: ``_use_cudnn_ctc_loss``...), allocation (``aten::empty_permuted``,
 #: ``_empty_affine_quantized``), symbolic sizes (``sym_size``, ``sym_constrain_range``)
-ZERO_FLOP_PREFIXES = ("aten::is_", "aten::_use_cudnn_", "aten::empty", "aten::_empty_",
-                      "aten::sym_", "aten::_functional_sym_constrain_range")
+ZERO_FLOP_PREFIXES = (
+    "aten::is_",
+    "aten::_use_cudnn_",
+    "aten::empty",
+    "aten::_empty_",
+    "aten::sym_",
+    "aten::_functional_sym_constrain_range",
+)
 
 _R.no_cost(*(f"aten::{n}" for n in VIEW_OPS + METADATA_OPS + ALLOCATION_OPS + WRAPPER_OPS))
 _R.no_cost_prefix(*ZERO_FLOP_PREFIXES)

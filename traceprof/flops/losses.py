@@ -49,8 +49,9 @@ def elementwise_loss(a: OpArgs) -> OpCost:
 
 def elementwise_loss_backward(a: OpArgs) -> OpCost:
     x = a.shape(1)
-    return a.cost(flops=_ELEMENTWISE_LOSS_BACKWARDS[a.name] * prod(x), writes=[(x, a.dtype(1))],
-                  dtype=a.dtype(1))
+    return a.cost(
+        flops=_ELEMENTWISE_LOSS_BACKWARDS[a.name] * prod(x), writes=[(x, a.dtype(1))], dtype=a.dtype(1)
+    )
 
 
 _R.formula(*_ELEMENTWISE_LOSSES, family=Family.LOSS)(elementwise_loss)
@@ -66,8 +67,9 @@ def nll_loss(a: OpArgs) -> OpCost:
     dtype = a.dtype(0)
     # the targets, and one input value per target (not the whole input)
     reads = nbytes(target, a.dtype(1)) + nbytes(target, dtype)
-    return a.cost(flops=per_target * prod(target), writes=[(out, dtype), ((), dtype)], dtype=dtype,
-                  reads=reads)
+    return a.cost(
+        flops=per_target * prod(target), writes=[(out, dtype), ((), dtype)], dtype=dtype, reads=reads
+    )
 
 
 @_R.formula("aten::nll_loss_backward", "aten::nll_loss2d_backward", family=Family.LOSS)

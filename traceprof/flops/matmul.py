@@ -17,8 +17,9 @@ FORMULAS = Registry()
 _R = FORMULAS
 
 
-def _gemm(a: OpArgs, macs: int, out_shape: tuple[int, ...], dtype: str | None = None,
-          out_dtype: str | None = None) -> OpCost:
+def _gemm(
+    a: OpArgs, macs: int, out_shape: tuple[int, ...], dtype: str | None = None, out_dtype: str | None = None
+) -> OpCost:
     dtype = dtype or a.first_dtype()
     return a.cost(flops=2 * macs, macs=macs, writes=[(out_shape, out_dtype or dtype)], dtype=dtype)
 

@@ -90,8 +90,13 @@ def _batch_norm_per_element(affine: bool, training: bool) -> int:
     return 2 if affine else 1
 
 
-@_R.formula("aten::batch_norm", "aten::native_batch_norm", "aten::cudnn_batch_norm",
-            "aten::miopen_batch_norm", family=Family.NORM)
+@_R.formula(
+    "aten::batch_norm",
+    "aten::native_batch_norm",
+    "aten::cudnn_batch_norm",
+    "aten::miopen_batch_norm",
+    family=Family.NORM,
+)
 def batch_norm(a: OpArgs) -> OpCost:
     return _norm_cost(a, 0, _batch_norm_per_element(_affine(a, 1), a.flag(5)))
 
@@ -115,8 +120,7 @@ def batch_norm_backward(a: OpArgs) -> OpCost:
     return _norm_cost(a, 0, 2 * _batch_norm_per_element(affine, True), (2, 2) if affine else ())
 
 
-@_R.formula("aten::cudnn_batch_norm_backward", "aten::miopen_batch_norm_backward",
-            family=Family.NORM)
+@_R.formula("aten::cudnn_batch_norm_backward", "aten::miopen_batch_norm_backward", family=Family.NORM)
 def backend_batch_norm_backward(a: OpArgs) -> OpCost:
     """(input, grad_output, weight, ...)"""
     return _norm_cost(a, 1, 2 * _batch_norm_per_element(True, True), (2, 2))
@@ -128,14 +132,20 @@ _R.no_cost("aten::_batch_norm_impl_index", "aten::instance_norm")
 # --- softmax: softmax(self, dim, dtype), _softmax(self, dim, half_to_float), log_softmax ...
 
 
-@_R.formula("aten::softmax", "aten::_softmax", "aten::_safe_softmax", "aten::log_softmax",
-            "aten::_log_softmax", "aten::special_softmax", family=Family.SOFTMAX)
+@_R.formula(
+    "aten::softmax",
+    "aten::_softmax",
+    "aten::_safe_softmax",
+    "aten::log_softmax",
+    "aten::_log_softmax",
+    "aten::special_softmax",
+    family=Family.SOFTMAX,
+)
 def softmax(a: OpArgs) -> OpCost:
     return _norm_cost(a, 0, 1)
 
 
-@_R.formula("aten::_softmax_backward_data", "aten::_log_softmax_backward_data",
-            family=Family.SOFTMAX)
+@_R.formula("aten::_softmax_backward_data", "aten::_log_softmax_backward_data", family=Family.SOFTMAX)
 def softmax_backward(a: OpArgs) -> OpCost:
     """(grad_output, output, dim, input_dtype)"""
     g = a.shape(0)

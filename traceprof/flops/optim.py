@@ -19,12 +19,42 @@ FORMULAS = Registry()
 _R = FORMULAS
 
 _FOREACH_PER_ELEMENT: dict[str, int] = {
-    **{n: 1 for n in (
-        "add", "sub", "mul", "div", "neg", "sqrt", "rsqrt", "exp", "log", "abs", "reciprocal",
-        "sign", "maximum", "minimum", "clamp_max", "clamp_min", "pow", "sigmoid", "tanh",
-        "expm1", "log1p", "floor", "ceil", "round", "trunc", "frac", "sin", "cos", "erf")},
-    **{n: 3 for n in ("addcmul", "addcdiv", "lerp")},
-    **{n: 0 for n in ("copy", "zero")},
+    **dict.fromkeys(
+        (
+            "add",
+            "sub",
+            "mul",
+            "div",
+            "neg",
+            "sqrt",
+            "rsqrt",
+            "exp",
+            "log",
+            "abs",
+            "reciprocal",
+            "sign",
+            "maximum",
+            "minimum",
+            "clamp_max",
+            "clamp_min",
+            "pow",
+            "sigmoid",
+            "tanh",
+            "expm1",
+            "log1p",
+            "floor",
+            "ceil",
+            "round",
+            "trunc",
+            "frac",
+            "sin",
+            "cos",
+            "erf",
+        ),
+        1,
+    ),
+    **dict.fromkeys(("addcmul", "addcdiv", "lerp"), 3),
+    **dict.fromkeys(("copy", "zero"), 0),
 }
 
 
@@ -44,12 +74,13 @@ def foreach(a: OpArgs) -> OpCost:
     if base == "copy":  # copy_(self, src): reads src only
         reads = _list_bytes(a.tensor_list(1))
     writes = [(s, LIST_DTYPE) for s in first]  # in place or not: one list like the first
-    return a.cost(flops=per_element * _list_elements(first), reads=reads, writes=writes,
-                  dtype=LIST_DTYPE)
+    return a.cost(flops=per_element * _list_elements(first), reads=reads, writes=writes, dtype=LIST_DTYPE)
 
 
 _FOREACH_NAMES = tuple(
-    n for base in _FOREACH_PER_ELEMENT for n in (f"aten::_foreach_{base}", f"aten::_foreach_{base}_")
+    n
+    for base in _FOREACH_PER_ELEMENT
+    for n in (f"aten::_foreach_{base}", f"aten::_foreach_{base}_")
     if n != "aten::_foreach_zero" and n != "aten::_foreach_copy"
 )
 _R.formula(*_FOREACH_NAMES, family=Family.OPTIMIZER)(foreach)
@@ -58,21 +89,23 @@ _R.formula(*_FOREACH_NAMES, family=Family.OPTIMIZER)(foreach)
 @_R.formula("aten::_foreach_norm", family=Family.OPTIMIZER)
 def foreach_norm(a: OpArgs) -> OpCost:
     first = a.tensor_list(0)
-    return a.cost(flops=2 * _list_elements(first), writes=[((len(first),), LIST_DTYPE)],
-                  dtype=LIST_DTYPE)
+    return a.cost(flops=2 * _list_elements(first), writes=[((len(first),), LIST_DTYPE)], dtype=LIST_DTYPE)
 
 
-def _fused(a: OpArgs, per_element: int, read_lists: tuple[int, ...],
-           write_lists: tuple[int, ...]) -> OpCost:
+def _fused(a: OpArgs, per_element: int, read_lists: tuple[int, ...], write_lists: tuple[int, ...]) -> OpCost:
     params = a.tensor_list(0)
     reads = sum(_list_bytes(a.tensor_list(i)) for i in read_lists)
     writes = [(s, LIST_DTYPE) for i in write_lists for s in a.tensor_list(i)]
-    return a.cost(flops=per_element * _list_elements(params), reads=reads, writes=writes,
-                  dtype=LIST_DTYPE)
+    return a.cost(flops=per_element * _list_elements(params), reads=reads, writes=writes, dtype=LIST_DTYPE)
 
 
-@_R.formula("aten::_fused_adam_", "aten::_fused_adamw_", "aten::_fused_adam", "aten::_fused_adamw",
-            family=Family.OPTIMIZER)
+@_R.formula(
+    "aten::_fused_adam_",
+    "aten::_fused_adamw_",
+    "aten::_fused_adam",
+    "aten::_fused_adamw",
+    family=Family.OPTIMIZER,
+)
 def fused_adam(a: OpArgs) -> OpCost:
     """(self, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, lr, beta1, beta2,
     weight_decay, eps, amsgrad, maximize, ...)"""

@@ -43,31 +43,137 @@ def elementwise(per_element: int, first_operand: int = 0):
 
 
 ARITHMETIC = _with_inplace(
-    "add", "sub", "subtract", "mul", "multiply", "div", "divide", "true_divide", "floor_divide",
-    "rsub", "neg", "negative", "abs", "exp", "exp2", "expm1", "log", "log2", "log10", "log1p",
-    "pow", "float_power", "sqrt", "rsqrt", "reciprocal", "square", "sin", "cos", "tan", "asin",
-    "acos", "atan", "atan2", "sinh", "cosh", "asinh", "acosh", "atanh", "erf", "erfc", "erfinv",
-    "sign", "sgn", "floor", "ceil", "round", "trunc", "frac", "fmod", "remainder", "maximum",
-    "minimum", "fmax", "fmin", "hypot", "xlogy", "lgamma", "digamma", "nan_to_num", "copysign",
-    "eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor", "logical_not",
-    "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "isnan", "isinf", "isneginf",
-    "isposinf", "isfinite",
+    "add",
+    "sub",
+    "subtract",
+    "mul",
+    "multiply",
+    "div",
+    "divide",
+    "true_divide",
+    "floor_divide",
+    "rsub",
+    "neg",
+    "negative",
+    "abs",
+    "exp",
+    "exp2",
+    "expm1",
+    "log",
+    "log2",
+    "log10",
+    "log1p",
+    "pow",
+    "float_power",
+    "sqrt",
+    "rsqrt",
+    "reciprocal",
+    "square",
+    "sin",
+    "cos",
+    "tan",
+    "asin",
+    "acos",
+    "atan",
+    "atan2",
+    "sinh",
+    "cosh",
+    "asinh",
+    "acosh",
+    "atanh",
+    "erf",
+    "erfc",
+    "erfinv",
+    "sign",
+    "sgn",
+    "floor",
+    "ceil",
+    "round",
+    "trunc",
+    "frac",
+    "fmod",
+    "remainder",
+    "maximum",
+    "minimum",
+    "fmax",
+    "fmin",
+    "hypot",
+    "xlogy",
+    "lgamma",
+    "digamma",
+    "nan_to_num",
+    "copysign",
+    "eq",
+    "ne",
+    "lt",
+    "le",
+    "gt",
+    "ge",
+    "logical_and",
+    "logical_or",
+    "logical_xor",
+    "logical_not",
+    "bitwise_and",
+    "bitwise_or",
+    "bitwise_xor",
+    "bitwise_not",
+    "isnan",
+    "isinf",
+    "isneginf",
+    "isposinf",
+    "isfinite",
 )
 FUSED_MULTIPLY_ADD = _with_inplace("addcmul", "addcdiv", "lerp")
 ACTIVATIONS = _with_inplace(
-    "relu", "relu6", "gelu", "silu", "sigmoid", "tanh", "elu", "selu", "celu", "leaky_relu",
-    "hardtanh", "hardswish", "hardsigmoid", "mish", "softplus", "threshold", "rrelu_with_noise",
-    "clamp", "clamp_min", "clamp_max", "clip",
+    "relu",
+    "relu6",
+    "gelu",
+    "silu",
+    "sigmoid",
+    "tanh",
+    "elu",
+    "selu",
+    "celu",
+    "leaky_relu",
+    "hardtanh",
+    "hardswish",
+    "hardsigmoid",
+    "mish",
+    "softplus",
+    "threshold",
+    "rrelu_with_noise",
+    "clamp",
+    "clamp_min",
+    "clamp_max",
+    "clip",
 ) + (
-    "aten::prelu", "aten::_prelu_kernel", "aten::log_sigmoid_forward", "aten::log_sigmoid",
-    "aten::_conj_physical", "aten::conj_physical",
+    "aten::prelu",
+    "aten::_prelu_kernel",
+    "aten::log_sigmoid_forward",
+    "aten::log_sigmoid",
+    "aten::_conj_physical",
+    "aten::conj_physical",
 )
-ACTIVATION_BACKWARDS = tuple(f"aten::{n}" for n in (
-    "threshold_backward", "gelu_backward", "silu_backward", "sigmoid_backward", "tanh_backward",
-    "elu_backward", "leaky_relu_backward", "hardtanh_backward", "hardswish_backward",
-    "hardsigmoid_backward", "softplus_backward", "mish_backward", "log_sigmoid_backward",
-    "_prelu_kernel_backward", "rrelu_with_noise_backward",
-))
+ACTIVATION_BACKWARDS = tuple(
+    f"aten::{n}"
+    for n in (
+        "threshold_backward",
+        "gelu_backward",
+        "silu_backward",
+        "sigmoid_backward",
+        "tanh_backward",
+        "elu_backward",
+        "leaky_relu_backward",
+        "hardtanh_backward",
+        "hardswish_backward",
+        "hardsigmoid_backward",
+        "softplus_backward",
+        "mish_backward",
+        "log_sigmoid_backward",
+        "_prelu_kernel_backward",
+        "rrelu_with_noise_backward",
+    )
+)
 
 _R.formula(*ARITHMETIC, family=Family.POINTWISE)(elementwise(1))
 _R.formula(*FUSED_MULTIPLY_ADD, family=Family.POINTWISE)(elementwise(3))
@@ -81,7 +187,7 @@ def glu(a: OpArgs) -> OpCost:
     """glu(self, dim): the output has half of ``self`` along ``dim``."""
     x = a.shape(0)
     dim = a.integer(1, -1) % len(x)
-    out = x[:dim] + (x[dim] // 2,) + x[dim + 1:]
+    out = x[:dim] + (x[dim] // 2,) + x[dim + 1 :]
     return a.cost(flops=2 * prod(out), writes=[(out, a.dtype(0))])
 
 
@@ -106,9 +212,18 @@ def native_dropout_backward(a: OpArgs) -> OpCost:
     return a.cost(flops=prod(g), writes=[(g, a.dtype(0))])
 
 
-@_R.formula("aten::bernoulli_", "aten::uniform_", "aten::normal_", "aten::random_",
-            "aten::exponential_", "aten::geometric_", "aten::log_normal_", "aten::cauchy_",
-            "aten::bernoulli", family=Family.MEMORY)
+@_R.formula(
+    "aten::bernoulli_",
+    "aten::uniform_",
+    "aten::normal_",
+    "aten::random_",
+    "aten::exponential_",
+    "aten::geometric_",
+    "aten::log_normal_",
+    "aten::cauchy_",
+    "aten::bernoulli",
+    family=Family.MEMORY,
+)
 def random_fill(a: OpArgs) -> OpCost:
     """Random numbers written over ``self``: bytes written, no FLOPs."""
     x = a.shape(0)
@@ -116,6 +231,11 @@ def random_fill(a: OpArgs) -> OpCost:
 
 
 _R.no_cost(
-    "aten::dropout", "aten::dropout_", "aten::feature_dropout", "aten::feature_dropout_",
-    "aten::alpha_dropout", "aten::alpha_dropout_", "aten::feature_alpha_dropout",
+    "aten::dropout",
+    "aten::dropout_",
+    "aten::feature_dropout",
+    "aten::feature_dropout_",
+    "aten::alpha_dropout",
+    "aten::alpha_dropout_",
+    "aten::feature_alpha_dropout",
 )

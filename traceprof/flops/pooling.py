@@ -74,8 +74,9 @@ def pool(a: OpArgs) -> OpCost:
     padding = a.ints(3, n, default=(0,) * n)
     dilation = a.ints(p.dilation, n, default=(1,) * n) if p.dilation >= 0 else (1,) * n
     ceil_mode = a.flag(p.ceil_mode, False)
-    spatial = tuple(pooled_size(x[-n + i], kernel[i], stride[i], padding[i], dilation[i], ceil_mode)
-                    for i in range(n))
+    spatial = tuple(
+        pooled_size(x[-n + i], kernel[i], stride[i], padding[i], dilation[i], ceil_mode) for i in range(n)
+    )
     out = _out(x, spatial)
     dtype = a.dtype(0)
     writes = [(out, dtype)] + ([(out, "int64")] if p.indices else [])

@@ -25,17 +25,38 @@ class Reduce(NamedTuple):
 
 
 _REDUCTIONS: dict[str, Reduce] = {
-    **{f"aten::{n}": Reduce(1, 1, 2) for n in (
-        "sum", "nansum", "mean", "nanmean", "amax", "amin", "all", "any", "argmax", "argmin",
-        "count_nonzero", "prod")},
+    **{
+        f"aten::{n}": Reduce(1, 1, 2)
+        for n in (
+            "sum",
+            "nansum",
+            "mean",
+            "nanmean",
+            "amax",
+            "amin",
+            "all",
+            "any",
+            "argmax",
+            "argmin",
+            "count_nonzero",
+            "prod",
+        )
+    },
     "aten::logsumexp": Reduce(3, 1, 2),
     **{f"aten::{n}": Reduce(3, 1, 3) for n in ("var", "std", "var_mean", "std_mean")},
     "aten::norm": Reduce(2, 2, 3),
     "aten::linalg_vector_norm": Reduce(2, 2, 3),
     "aten::frobenius_norm": Reduce(2, 1, 2),
 }
-_SCANS = ("aten::cumsum", "aten::cumsum_", "aten::cumprod", "aten::cumprod_", "aten::logcumsumexp",
-          "aten::cummax", "aten::cummin")
+_SCANS = (
+    "aten::cumsum",
+    "aten::cumsum_",
+    "aten::cumprod",
+    "aten::cumprod_",
+    "aten::logcumsumexp",
+    "aten::cummax",
+    "aten::cummin",
+)
 
 
 def reduced_shape(x: Shape, dims: tuple[int, ...] | None, keepdim: bool) -> Shape:

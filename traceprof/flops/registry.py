@@ -20,7 +20,7 @@ Each formula belongs to a :class:`Family`, so that a registry can be narrowed to
 from __future__ import annotations
 
 import enum
-from typing import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 import msgspec
 
@@ -68,16 +68,19 @@ class Entry(msgspec.Struct, frozen=True):
 class Registry:
     """Op name -> :class:`Entry`. Namespaces (``c10d``) can be marked as having no cost."""
 
-    def __init__(self, entries: Iterable[Entry] = (), free_namespaces: Iterable[str] = (),
-                 free_prefixes: Iterable[str] = ()) -> None:
+    def __init__(
+        self,
+        entries: Iterable[Entry] = (),
+        free_namespaces: Iterable[str] = (),
+        free_prefixes: Iterable[str] = (),
+    ) -> None:
         self._entries: dict[str, Entry] = {e.name: e for e in entries}
         self._free_namespaces = set(free_namespaces)
         self._free_prefixes = tuple(free_prefixes)
 
     # --- building
 
-    def formula(self, *names: str, family: Family,
-                composite: bool = False) -> Callable[[Formula], Formula]:
+    def formula(self, *names: str, family: Family, composite: bool = False) -> Callable[[Formula], Formula]:
         """Decorator: register ``fn`` as the formula of every op in ``names``. ``composite``:
         the ops run other ops that do the work (``aten::lstm`` runs ``aten::mkldnn_rnn_layer``
         or linear layers); the formula counts only when nothing inside the op is counted."""
@@ -140,9 +143,11 @@ class Registry:
             out._free_prefixes += table._free_prefixes
         return out
 
-    def only(self, *families: Family) -> "Registry":
+    def only(self, *families: Family) -> Registry:
         """A registry with the formulas of ``families`` and every no-cost entry."""
         keep = set(families) | {Family.NO_COST}
-        return Registry((e for e in self._entries.values() if e.family in keep),
-                        self._free_namespaces, self._free_prefixes)
-
+        return Registry(
+            (e for e in self._entries.values() if e.family in keep),
+            self._free_namespaces,
+            self._free_prefixes,
+        )

@@ -124,8 +124,9 @@ def _gates(rows: int, hidden: int, name: str) -> int:
     return gates
 
 
-def stack(input_size: int, hidden: int, gates: int, num_layers: int, bidirectional: bool,
-          proj: int = 0) -> list[Layer]:
+def stack(
+    input_size: int, hidden: int, gates: int, num_layers: int, bidirectional: bool, proj: int = 0
+) -> list[Layer]:
     """Every layer and direction of a stacked RNN."""
     if num_layers < 1 or hidden < 1 or input_size < 0:
         raise ArgumentError(f"RNN of {num_layers} layers, hidden size {hidden}")
@@ -144,17 +145,18 @@ def rows_of(x: Shape) -> int:
 
 def forward_flops(layers: list[Layer], rows: int) -> tuple[float, float]:
     """(FLOPs, MACs) of a forward over ``rows`` time steps and batch rows."""
-    macs = rows * sum(l.macs for l in layers)
-    return 2 * macs + rows * sum(l.gate_math for l in layers), macs
+    macs = rows * sum(layer.macs for layer in layers)
+    return 2 * macs + rows * sum(layer.gate_math for layer in layers), macs
 
 
-def backward_flops(layers: list[Layer], rows: int, input_grad: bool = True,
-                   weight_grad: bool = True) -> tuple[float, float]:
+def backward_flops(
+    layers: list[Layer], rows: int, input_grad: bool = True, weight_grad: bool = True
+) -> tuple[float, float]:
     """(FLOPs, MACs) of a backward: data and weight gradients, gate math twice."""
-    data = sum(l.macs for l in layers) - (0 if input_grad else layers[0].input_macs)
-    weight = sum(l.macs for l in layers) if weight_grad else 0
+    data = sum(layer.macs for layer in layers) - (0 if input_grad else layers[0].input_macs)
+    weight = sum(layer.macs for layer in layers) if weight_grad else 0
     macs = rows * (data + weight)
-    return 2 * macs + 2 * rows * sum(l.gate_math for l in layers), macs
+    return 2 * macs + 2 * rows * sum(layer.gate_math for layer in layers), macs
 
 
 def _tensor_bytes(a: OpArgs, positions) -> float:
@@ -237,8 +239,14 @@ def _backend_stack(a: OpArgs, p: _Positions) -> tuple[list[Layer], int]:
     if mode not in MODE_GATES:
         raise ArgumentError(f"{a.name}: unknown mode {mode}")
     proj = a.integer(p.proj, 0) if p.proj is not None else 0
-    layers = stack(x[-1] if x else 0, a.integer(p.hidden), MODE_GATES[mode], a.integer(p.layers),
-                   a.flag(p.bidirectional), proj)
+    layers = stack(
+        x[-1] if x else 0,
+        a.integer(p.hidden),
+        MODE_GATES[mode],
+        a.integer(p.layers),
+        a.flag(p.bidirectional),
+        proj,
+    )
     return layers, rows_of(x)
 
 
@@ -246,7 +254,7 @@ def _parameters(a: OpArgs, layers: list[Layer]) -> int:
     """Weight and bias elements; ``weight_stride0`` (argument 2) is the number of tensors per
     layer and direction: 4 or 5 (with a projection) with biases, 2 or 3 without."""
     biases = a.integer(2, 4) in (4, 5)
-    return sum(l.weights + (l.biases if biases else 0) for l in layers)
+    return sum(layer.weights + (layer.biases if biases else 0) for layer in layers)
 
 
 def _backend_forward(a: OpArgs, p: _Positions) -> OpCost:
@@ -268,8 +276,11 @@ def _backend_backward(a: OpArgs, p: _Positions) -> OpCost:
         raise ArgumentError(f"{a.name}: output_mask {mask}")
     flops, macs = backward_flops(layers, rows, input_grad=mask[0], weight_grad=mask[3])
     dtype = a.dtype(0)
-    writes = [(a.shape(i), a.dtype(i)) for i, need in ((0, mask[0]), (p.hx, mask[1]), (p.cx, mask[2]))
-              if need and a.is_tensor(i)]
+    writes = [
+        (a.shape(i), a.dtype(i))
+        for i, need in ((0, mask[0]), (p.hx, mask[1]), (p.cx, mask[2]))
+        if need and a.is_tensor(i)
+    ]
     if mask[3]:
         writes.append(((_parameters(a, layers),), dtype))
     reads = _tensor_bytes(a, p.reads) + nbytes((_parameters(a, layers),), dtype)
@@ -306,8 +317,7 @@ def cudnn_rnn_flatten_weight(a: OpArgs) -> OpCost:
 # --- layers from their parameter list: the composite ops and MPS
 
 
-def params_stack(a: OpArgs, params_pos: int, gates: int, num_layers: int,
-                 bidirectional: bool) -> list[Layer]:
+def params_stack(a: OpArgs, params_pos: int, gates: int, num_layers: int, bidirectional: bool) -> list[Layer]:
     """Layers from a parameter list ``[W_ih, W_hh, (b_ih, b_hh), (W_hr)] * layers * directions``."""
     params = a.tensor_list(params_pos)
     groups = num_layers * (2 if bidirectional else 1)
@@ -318,7 +328,7 @@ def params_stack(a: OpArgs, params_pos: int, gates: int, num_layers: int,
         raise ArgumentError(f"{a.name}: {per} parameters per layer")
     layers = []
     for k in range(groups):
-        group = params[k * per:(k + 1) * per]
+        group = params[k * per : (k + 1) * per]
         w_ih, w_hh = group[0], group[1]
         w_hr = group[-1] if per in (3, 5) else None
         if len(w_ih) != 2 or len(w_hh) != 2 or (w_hr is not None and len(w_hr) != 2):
@@ -330,8 +340,7 @@ def params_stack(a: OpArgs, params_pos: int, gates: int, num_layers: int,
     return layers
 
 
-@_R.formula("aten::lstm", "aten::gru", "aten::rnn_tanh", "aten::rnn_relu", family=Family.RNN,
-            composite=True)
+@_R.formula("aten::lstm", "aten::gru", "aten::rnn_tanh", "aten::rnn_relu", family=Family.RNN, composite=True)
 def rnn_layer(a: OpArgs) -> OpCost:
     """aten::lstm / gru / rnn_tanh / rnn_relu, overloads ``input`` (input, hx, params,
     has_biases, num_layers, dropout, train, bidirectional, batch_first) and ``data`` (data,
@@ -365,8 +374,9 @@ def lstm_mps_backward(a: OpArgs) -> OpCost:
     x = a.shape(5)
     flops, macs = backward_flops(layers, rows_of(x))
     dtype = a.dtype(5)
-    return a.cost(flops, macs, writes=[(x, dtype), ((sum(l.weights for l in layers),), dtype)],
-                  dtype=dtype)
+    return a.cost(
+        flops, macs, writes=[(x, dtype), ((sum(layer.weights for layer in layers),), dtype)], dtype=dtype
+    )
 
 
 # --- cells
@@ -426,14 +436,16 @@ def thnn_fused_lstm_cell(a: OpArgs) -> OpCost:
     return _gate_math_cost(a, LSTM, 2, 1, 2)
 
 
-@_R.formula("aten::_thnn_fused_lstm_cell_backward", "aten::_thnn_fused_lstm_cell_backward_impl",
-            family=Family.RNN)
+@_R.formula(
+    "aten::_thnn_fused_lstm_cell_backward", "aten::_thnn_fused_lstm_cell_backward_impl", family=Family.RNN
+)
 def thnn_fused_lstm_cell_backward(a: OpArgs) -> OpCost:
     """(grad_hy?, grad_cy?, cx, cy, workspace, has_bias) -> (grad_gates, grad_cx, ...)"""
     cost = _gate_math_cost(a, LSTM, 2, 2, 1)
     gates = a.shape(4)  # the workspace: [rows, 4H], the gates' gradient has its shape
-    return OpCost(cost.flops, cost.macs, cost.bytes_read,
-                  cost.bytes_written + nbytes(gates, a.dtype(4)), cost.dtype)
+    return OpCost(
+        cost.flops, cost.macs, cost.bytes_read, cost.bytes_written + nbytes(gates, a.dtype(4)), cost.dtype
+    )
 
 
 @_R.formula("aten::_thnn_fused_gru_cell", family=Family.RNN)

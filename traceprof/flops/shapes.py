@@ -9,7 +9,7 @@ that is missing or not of the expected kind raises :class:`ArgumentError`, which
 from __future__ import annotations
 
 import math
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import msgspec
 
@@ -19,14 +19,41 @@ Shape = tuple[int, ...]
 
 #: bytes per element of each canonical dtype
 ITEMSIZE: dict[str, float] = {
-    "fp64": 8, "fp32": 4, "fp16": 2, "bf16": 2, "fp8_e4m3": 1, "fp8_e5m2": 1, "fp8_e8m0": 1,
-    "fp4x2": 1, "int64": 8, "int32": 4, "int16": 2, "int8": 1, "uint8": 1, "bool": 1,
-    "complex32": 4, "complex64": 8, "complex128": 16,
+    "fp64": 8,
+    "fp32": 4,
+    "fp16": 2,
+    "bf16": 2,
+    "fp8_e4m3": 1,
+    "fp8_e5m2": 1,
+    "fp8_e8m0": 1,
+    "fp4x2": 1,
+    "int64": 8,
+    "int32": 4,
+    "int16": 2,
+    "int8": 1,
+    "uint8": 1,
+    "bool": 1,
+    "complex32": 4,
+    "complex64": 8,
+    "complex128": 16,
 }
 #: floating-point dtypes: outside matrix products, arithmetic on other dtypes (integer
 #: counters, boolean masks) is not counted as FLOPs
-FLOATING = frozenset({"fp64", "fp32", "fp16", "bf16", "fp8_e4m3", "fp8_e5m2", "fp8_e8m0",
-                      "fp4x2", "complex32", "complex64", "complex128"})
+FLOATING = frozenset(
+    {
+        "fp64",
+        "fp32",
+        "fp16",
+        "bf16",
+        "fp8_e4m3",
+        "fp8_e5m2",
+        "fp8_e8m0",
+        "fp4x2",
+        "complex32",
+        "complex64",
+        "complex128",
+    }
+)
 #: dtype assumed for tensors whose element type the trace does not give: the elements of a
 #: tensor list ("TensorList" has no element type), typically fp32 parameters and optimizer states
 LIST_DTYPE = "fp32"
@@ -60,7 +87,7 @@ def nbytes(shape: Iterable[int], dtype: str) -> float:
 class OpArgs:
     """Decoded arguments of one distinct (name, Input Dims, Input type, Concrete Inputs)."""
 
-    __slots__ = ("name", "dims", "types", "values")
+    __slots__ = ("dims", "name", "types", "values")
 
     def __init__(self, name: str, dims: Sequence, types: Sequence[str], values: Sequence[str]):
         self.name = name
@@ -69,8 +96,7 @@ class OpArgs:
         self.values = tuple(str(v) for v in values)
 
     @classmethod
-    def decode(cls, name: str, dims: bytes | None, types: bytes | None,
-               values: bytes | None) -> "OpArgs":
+    def decode(cls, name: str, dims: bytes | None, types: bytes | None, values: bytes | None) -> OpArgs:
         """From the raw JSON texts (``None`` where the trace has none)."""
         try:
             d = msgspec.json.decode(dims) if dims else []

@@ -21,11 +21,11 @@ from typing import Any
 import msgspec
 from msgspec.structs import replace
 
-from traceprof.trace import schema
-from traceprof.errors import JobError
-from traceprof.result.model import PASSES, ModuleNode, ModuleProfile, NodeKind, Pass
 from traceprof.analysis.job_timeline import StepTimeline, step_timelines
+from traceprof.errors import JobError
 from traceprof.read.discovery import find_traces
+from traceprof.result.model import PASSES, ModuleNode, ModuleProfile, NodeKind, Pass
+from traceprof.trace import schema
 
 #: a rank is a straggler when its step time is above the median by more than this fraction
 DEFAULT_STRAGGLER_THRESHOLD = 0.05
@@ -34,6 +34,7 @@ STRAGGLER_MODULES = 5
 
 
 # ---- one rank: what a worker computes and sends back --------------------------------------------
+
 
 class RankOptions(msgspec.Struct, frozen=True):
     """How each rank's trace is analyzed (the same for every rank)."""
@@ -62,12 +63,12 @@ def analyze_rank(task: tuple[str, RankOptions]) -> RankResult:
     # one process per trace: the engine's workers are the parallelism (--jobs), so the trace is
     # decoded by this process alone, also with --jobs 1 (in the command's own process)
     trace = load_trace(path, max_memory=options.max_memory, jobs=1)
-    profile = analyze(trace, step=options.step, hierarchy=options.hierarchy,
-                      peak_tflops=options.peak_tflops)
+    profile = analyze(trace, step=options.step, hierarchy=options.hierarchy, peak_tflops=options.peak_tflops)
     return RankResult(path, profile, step_timelines(trace))
 
 
 # ---- the job ------------------------------------------------------------------------------------
+
 
 class Spread(msgspec.Struct, frozen=True):
     """One quantity across the ranks that have it."""
@@ -118,8 +119,7 @@ class JobModule(msgspec.Struct, frozen=True):
     def time(self, rank: int, metric: str, p: Pass | None = None, own: bool = False) -> float:
         node = self.nodes[rank]
         passes = (p,) if p is not None else PASSES
-        return sum(getattr(getattr(node.phase(q), "own" if own else "total"), metric)
-                   for q in passes)
+        return sum(getattr(getattr(node.phase(q), "own" if own else "total"), metric) for q in passes)
 
     def times(self, metric: str, p: Pass | None = None, own: bool = False) -> dict[int, float]:
         return {r: self.time(r, metric, p, own) for r in sorted(self.nodes)}
@@ -230,8 +230,10 @@ def _check_one_job(results: list[RankResult]) -> tuple[list[tuple[int, RankResul
     for r in results:
         rank = _rank_of(r)
         if rank is None:
-            raise JobError(f"{r.path}: no rank: the trace has no distributedInfo and its file "
-                           "name no rank number (rank3, worker_3)")
+            raise JobError(
+                f"{r.path}: no rank: the trace has no distributedInfo and its file "
+                "name no rank number (rank3, worker_3)"
+            )
         ranked.append((rank, r))
     sizes: dict[int, list[str]] = {}
     for r in results:
@@ -249,10 +251,13 @@ def _check_one_job(results: list[RankResult]) -> tuple[list[tuple[int, RankResul
         if len(paths) > 1:
             names = sorted({_job_name(p) for p in paths})
             if len(names) > 1:
-                raise JobError(f"ranks of different jobs mixed: rank {rank} is in {_names(paths)} "
-                               f"(jobs {', '.join(names)}); give the traces of one job")
-            raise JobError(f"rank {rank} given twice: {_names(paths)} (several capture windows? "
-                           "give the traces of one)")
+                raise JobError(
+                    f"ranks of different jobs mixed: rank {rank} is in {_names(paths)} "
+                    f"(jobs {', '.join(names)}); give the traces of one job"
+                )
+            raise JobError(
+                f"rank {rank} given twice: {_names(paths)} (several capture windows? give the traces of one)"
+            )
         if world_size is not None and not 0 <= rank < world_size:
             raise JobError(f"{paths[0]}: rank {rank} is outside the world size {world_size}")
     ranked.sort(key=lambda t: t[0])
@@ -271,11 +276,16 @@ def _mean_timeline(timeline: tuple[StepTimeline, ...], steps: tuple[int, ...]) -
         return math.fsum(getattr(t, name) for t in chosen) / n
 
     return StepTimeline(
-        step=chosen[0].step if n == 1 else -1, wall_us=mean("wall_us"),
-        window_us=mean("window_us"), gpu_busy_us=mean("gpu_busy_us"),
-        compute_us=mean("compute_us"), collective_us=mean("collective_us"),
-        collective_exposed_us=mean("collective_exposed_us"), idle_us=mean("idle_us"),
-        kernels=round(mean("kernels")), collective_kernels=round(mean("collective_kernels")),
+        step=chosen[0].step if n == 1 else -1,
+        wall_us=mean("wall_us"),
+        window_us=mean("window_us"),
+        gpu_busy_us=mean("gpu_busy_us"),
+        compute_us=mean("compute_us"),
+        collective_us=mean("collective_us"),
+        collective_exposed_us=mean("collective_exposed_us"),
+        idle_us=mean("idle_us"),
+        kernels=round(mean("kernels")),
+        collective_kernels=round(mean("collective_kernels")),
     )
 
 
@@ -288,8 +298,9 @@ def _modules(ranks: list[JobRank]) -> tuple[JobModule, ...]:
         profile = jr.profile
         for node in profile.walk():
             key = tuple(node.path) if node.path else (node.qualified_name or node.name,)
-            if node.kind is NodeKind.UNATTRIBUTED or (node.parent >= 0 and profile.nodes[
-                    node.parent].kind is NodeKind.UNATTRIBUTED):
+            if node.kind is NodeKind.UNATTRIBUTED or (
+                node.parent >= 0 and profile.nodes[node.parent].kind is NodeKind.UNATTRIBUTED
+            ):
                 key = ("\0bucket",) + key  # the bucket's groups never match a module
             entry = seen.get(key)
             if entry is None:
@@ -305,14 +316,24 @@ def _modules(ranks: list[JobRank]) -> tuple[JobModule, ...]:
     for key in _tree_order(order, seen):
         e = seen[key]
         n: ModuleNode = e["node"]
-        out.append(JobModule(key=key, parent=e["parent"], depth=n.depth, kind=n.kind, name=n.name,
-                             class_name=n.class_name, qualified_name=n.qualified_name,
-                             nodes=e["nodes"]))
+        out.append(
+            JobModule(
+                key=key,
+                parent=e["parent"],
+                depth=n.depth,
+                kind=n.kind,
+                name=n.name,
+                class_name=n.class_name,
+                qualified_name=n.qualified_name,
+                nodes=e["nodes"],
+            )
+        )
     return tuple(out)
 
 
-def _tree_order(order: list[tuple[str, ...]],
-                seen: dict[tuple[str, ...], dict[str, Any]]) -> list[tuple[str, ...]]:
+def _tree_order(
+    order: list[tuple[str, ...]], seen: dict[tuple[str, ...], dict[str, Any]]
+) -> list[tuple[str, ...]]:
     children: dict[tuple[str, ...], list[tuple[str, ...]]] = {}
     roots = []
     for key in order:
@@ -332,9 +353,12 @@ def _tree_order(order: list[tuple[str, ...]],
     return out
 
 
-def reduce_job(results: list[RankResult], *,
-               straggler_threshold: float = DEFAULT_STRAGGLER_THRESHOLD,
-               engine: str = "local") -> Job:
+def reduce_job(
+    results: list[RankResult],
+    *,
+    straggler_threshold: float = DEFAULT_STRAGGLER_THRESHOLD,
+    engine: str = "local",
+) -> Job:
     """The job of the per-rank results (any order): ranks sorted and checked, modules matched,
     statistics and stragglers computed."""
     if not results:
@@ -346,23 +370,29 @@ def reduce_job(results: list[RankResult], *,
     if len(distinct) > 1:
         common = sorted(set.intersection(*(set(r.profile.selection.in_trace) for _, r in ranked)))
         parts = "; ".join(
-            f"rank{'s' if len(rs) > 1 else ''} {_numbers(rs)}: step{'s' if len(s) != 1 else ''} "
-            f"{_numbers(s)}" for s in distinct
-            for rs in [[rank for rank, sel in selections.items() if sel == s]])
-        hint = (f"give --step N with a step every rank has ({_numbers(common)})" if common
-                else "no step is in every trace")
-        raise JobError(f"mismatched steps: the ranks' traces hold different steps ({parts}); "
-                       f"{hint}")
+            f"rank{'s' if len(rs) > 1 else ''} {_numbers(rs)}: step{'s' if len(s) != 1 else ''} {_numbers(s)}"
+            for s in distinct
+            for rs in [[rank for rank, sel in selections.items() if sel == s]]
+        )
+        hint = (
+            f"give --step N with a step every rank has ({_numbers(common)})"
+            if common
+            else "no step is in every trace"
+        )
+        raise JobError(f"mismatched steps: the ranks' traces hold different steps ({parts}); {hint}")
     steps = distinct[0] if distinct else ()
     missing: tuple[int, ...] = ()
     if world_size is not None and len(ranked) > 1:
         missing = tuple(sorted(set(range(world_size)) - {rank for rank, _ in ranked}))
         if missing:
-            warnings.append(f"partial job: {len(missing)} of {world_size} ranks have no trace "
-                            f"(rank{'s' if len(missing) > 1 else ''} {_numbers(missing)}); "
-                            "statistics are over the ranks given")
-    ranks = [JobRank(rank, r.path, r.profile, r.timeline, _mean_timeline(r.timeline, steps))
-             for rank, r in ranked]
+            warnings.append(
+                f"partial job: {len(missing)} of {world_size} ranks have no trace "
+                f"(rank{'s' if len(missing) > 1 else ''} {_numbers(missing)}); "
+                "statistics are over the ranks given"
+            )
+    ranks = [
+        JobRank(rank, r.path, r.profile, r.timeline, _mean_timeline(r.timeline, steps)) for rank, r in ranked
+    ]
     for jr in ranks:
         for w in jr.profile.warnings:
             warnings.append(f"rank {jr.rank}: {w}")
@@ -370,9 +400,19 @@ def reduce_job(results: list[RankResult], *,
     metric = "gpu_busy_us" if has_gpu else "cpu_us"
     step_metric = "compute_us" if has_gpu else "wall_us"
     modules = _modules(ranks)
-    job = Job(ranks=tuple(ranks), world_size=world_size, missing_ranks=missing, steps=steps,
-              modules=modules, stragglers=(), straggler_threshold=straggler_threshold,
-              metric=metric, step_metric=step_metric, warnings=(), engine=engine)
+    job = Job(
+        ranks=tuple(ranks),
+        world_size=world_size,
+        missing_ranks=missing,
+        steps=steps,
+        modules=modules,
+        stragglers=(),
+        straggler_threshold=straggler_threshold,
+        metric=metric,
+        step_metric=step_metric,
+        warnings=(),
+        engine=engine,
+    )
     stragglers = _stragglers(job)
     counted: dict[str, list[str]] = {}
     for w in warnings:  # one line per distinct warning, with the ranks' count
@@ -399,8 +439,9 @@ def _stragglers(job: Job) -> tuple[Straggler, ...]:
     for rank in sorted(times):
         t = times[rank]
         if median > 0 and t > median * (1 + job.straggler_threshold):
-            out.append(Straggler(rank, t, median, t - median, (t - median) / median,
-                                 _excess_modules(job, rank)))
+            out.append(
+                Straggler(rank, t, median, t - median, (t - median) / median, _excess_modules(job, rank))
+            )
     out.sort(key=lambda s: (-s.excess_us, s.rank))
     return tuple(out)
 
@@ -450,8 +491,8 @@ def analyze_job(
     paths = find_traces(paths)
     if engine is None or isinstance(engine, str):
         engine = make_engine(engine or "local", jobs=jobs, scheduler=scheduler)
-    options = RankOptions(step=step, hierarchy=hierarchy, peak_tflops=peak_tflops,
-                          max_memory=max_memory)
+    options = RankOptions(step=step, hierarchy=hierarchy, peak_tflops=peak_tflops, max_memory=max_memory)
     results = engine.map(analyze_rank, [(p, options) for p in paths], progress)
-    return reduce_job(results, straggler_threshold=straggler_threshold,
-                      engine=getattr(engine, "name", "local"))
+    return reduce_job(
+        results, straggler_threshold=straggler_threshold, engine=getattr(engine, "name", "local")
+    )

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING
 
 from msgspec.structs import asdict
 
-from traceprof.result.records import profile_document
 from traceprof.result.model import PASSES
+from traceprof.result.records import profile_document
 
 if TYPE_CHECKING:  # the job module is imported by whoever builds a Job
     from traceprof.job.analyze import Job, JobModule, Spread
@@ -17,12 +17,32 @@ if TYPE_CHECKING:  # the job module is imported by whoever builds a Job
 JOB_SCHEMA = "traceprof.job/1"
 #: the quantities of a node in the tidy rows, per pass
 ROW_FIELDS = ("gpu_busy_us", "gpu_work_us", "cpu_us", "kernels", "flops", "macs")
-ROW_COLUMNS = ("module", "qualified_name", "name", "class_name", "kind", "depth", "rank", "pass",
-               "calls", *ROW_FIELDS, *(f"own_{f}" for f in ROW_FIELDS))
-_TYPES = {"module": "string", "qualified_name": "string", "name": "string",
-          "class_name": "string", "kind": "string", "depth": "int64", "rank": "int64",
-          "pass": "string", "calls": "float64",
-          **{f: "float64" for f in ROW_FIELDS}, **{f"own_{f}": "float64" for f in ROW_FIELDS}}
+ROW_COLUMNS = (
+    "module",
+    "qualified_name",
+    "name",
+    "class_name",
+    "kind",
+    "depth",
+    "rank",
+    "pass",
+    "calls",
+    *ROW_FIELDS,
+    *(f"own_{f}" for f in ROW_FIELDS),
+)
+_TYPES = {
+    "module": "string",
+    "qualified_name": "string",
+    "name": "string",
+    "class_name": "string",
+    "kind": "string",
+    "depth": "int64",
+    "rank": "int64",
+    "pass": "string",
+    "calls": "float64",
+    **dict.fromkeys(ROW_FIELDS, "float64"),
+    **{f"own_{f}": "float64" for f in ROW_FIELDS},
+}
 
 
 def module_id(m: JobModule) -> str:
@@ -48,13 +68,21 @@ def job_rows(job: Job) -> list[dict]:
             node = m.nodes[rank]
             for p in PASSES:
                 phase = node.phase(p)
-                rows.append({
-                    "module": module_id(m), "qualified_name": m.qualified_name, "name": m.name,
-                    "class_name": m.class_name, "kind": m.kind.value, "depth": m.depth,
-                    "rank": rank, "pass": p.value, "calls": float(node.calls),
-                    **{f: float(getattr(phase.total, f)) for f in ROW_FIELDS},
-                    **{f"own_{f}": float(getattr(phase.own, f)) for f in ROW_FIELDS},
-                })
+                rows.append(
+                    {
+                        "module": module_id(m),
+                        "qualified_name": m.qualified_name,
+                        "name": m.name,
+                        "class_name": m.class_name,
+                        "kind": m.kind.value,
+                        "depth": m.depth,
+                        "rank": rank,
+                        "pass": p.value,
+                        "calls": float(node.calls),
+                        **{f: float(getattr(phase.total, f)) for f in ROW_FIELDS},
+                        **{f"own_{f}": float(getattr(phase.own, f)) for f in ROW_FIELDS},
+                    }
+                )
     return rows
 
 
@@ -74,25 +102,38 @@ def rank_records(job: Job) -> list[dict]:
     out = []
     for jr in job.ranks:
         sel = jr.profile.selection
-        out.append({
-            "rank": jr.rank, "path": jr.path,
-            "step": {k: v for k, v in asdict(jr.selected).items() if k != "step"},
-            "steps": [asdict(t) for t in jr.timeline],
-            "gpu_busy_us": sel.gpu_busy_us, "cpu_us": sel.cpu_us, "wall_us": sel.wall_us,
-            "kernels": sel.kernels, "flops": sel.flops,
-            "straggler": any(s.rank == jr.rank for s in job.stragglers),
-        })
+        out.append(
+            {
+                "rank": jr.rank,
+                "path": jr.path,
+                "step": {k: v for k, v in asdict(jr.selected).items() if k != "step"},
+                "steps": [asdict(t) for t in jr.timeline],
+                "gpu_busy_us": sel.gpu_busy_us,
+                "cpu_us": sel.cpu_us,
+                "wall_us": sel.wall_us,
+                "kernels": sel.kernels,
+                "flops": sel.flops,
+                "straggler": any(s.rank == jr.rank for s in job.stragglers),
+            }
+        )
     return out
 
 
 def module_records(job: Job) -> list[dict]:
     out = []
     for m in job.modules:
-        rec = {"module": module_id(m), "qualified_name": m.qualified_name, "name": m.name,
-               "class_name": m.class_name, "kind": m.kind.value, "depth": m.depth,
-               "parent": module_id_of(job, m.parent), "ranks": sorted(m.nodes),
-               "total": _spread(m.spread(job.metric)),
-               "times": {str(r): v for r, v in m.times(job.metric).items()}}
+        rec = {
+            "module": module_id(m),
+            "qualified_name": m.qualified_name,
+            "name": m.name,
+            "class_name": m.class_name,
+            "kind": m.kind.value,
+            "depth": m.depth,
+            "parent": module_id_of(job, m.parent),
+            "ranks": sorted(m.nodes),
+            "total": _spread(m.spread(job.metric)),
+            "times": {str(r): v for r, v in m.times(job.metric).items()},
+        }
         for p in PASSES:
             rec[p.value] = _spread(m.spread(job.metric, p))
         rec["kernels"] = _spread(m.spread("kernels"))
@@ -113,10 +154,8 @@ def module_id_of(job: Job, key) -> str | None:
 def step_spreads(job: Job) -> dict:
     from traceprof.job.analyze import spread_of
 
-    names = ("wall_us", "gpu_busy_us", "compute_us", "collective_us", "collective_exposed_us",
-             "idle_us")
-    return {n: _spread(spread_of({r.rank: getattr(r.selected, n) for r in job.ranks}))
-            for n in names}
+    names = ("wall_us", "gpu_busy_us", "compute_us", "collective_us", "collective_exposed_us", "idle_us")
+    return {n: _spread(spread_of({r.rank: getattr(r.selected, n) for r in job.ranks})) for n in names}
 
 
 def job_document(job: Job, with_profiles: bool = False) -> dict:
@@ -133,11 +172,19 @@ def job_document(job: Job, with_profiles: bool = False) -> dict:
         "warnings": list(job.warnings),
         "step_spread": step_spreads(job),
         "stragglers": [
-            {"rank": s.rank, "step_us": s.step_us, "median_us": s.median_us,
-             "excess_us": s.excess_us, "excess_fraction": s.excess_fraction,
-             "modules": [{"module": module_id(m), "qualified_name": m.qualified_name,
-                          "excess_us": e} for m, e in s.modules]}
-            for s in job.stragglers],
+            {
+                "rank": s.rank,
+                "step_us": s.step_us,
+                "median_us": s.median_us,
+                "excess_us": s.excess_us,
+                "excess_fraction": s.excess_fraction,
+                "modules": [
+                    {"module": module_id(m), "qualified_name": m.qualified_name, "excess_us": e}
+                    for m, e in s.modules
+                ],
+            }
+            for s in job.stragglers
+        ],
         "ranks": rank_records(job),
         "modules": module_records(job),
     }

@@ -18,15 +18,32 @@ from traceprof.read.document import RawDocument
 from traceprof.read.events import DROP_REASONS
 from traceprof.read.load import Progress, StreamedDocument, load_raw
 from traceprof.trace import schema
-from traceprof.trace.model import (DeviceInfo, EventTable, MemoryEvents, ModuleInfo,
-                                   ModuleTable, PythonFrames, ThreadInfo, Trace, TraceMetadata,
-                                   narrowed, release_freed_memory, unique)
+from traceprof.trace.model import (
+    DeviceInfo,
+    EventTable,
+    MemoryEvents,
+    ModuleInfo,
+    ModuleTable,
+    PythonFrames,
+    ThreadInfo,
+    Trace,
+    TraceMetadata,
+    narrowed,
+    release_freed_memory,
+    unique,
+)
 from traceprof.trace.schema import Kind
 
 
-def load_trace(path: str | os.PathLike, progress: Progress | None = None,
-               max_memory: int | str | None = None, *, memory_scale: float = 1.0,
-               jobs: int | None = None, chunk_bytes: int | None = None) -> Trace:
+def load_trace(
+    path: str | os.PathLike,
+    progress: Progress | None = None,
+    max_memory: int | str | None = None,
+    *,
+    memory_scale: float = 1.0,
+    jobs: int | None = None,
+    chunk_bytes: int | None = None,
+) -> Trace:
     """Read a trace file (.json or .json.gz) into a :class:`Trace`. ``max_memory``: the memory
     the load may take (bytes or a size such as ``"8G"``; default: the ``TRACEPROF_MAX_MEMORY``
     environment variable, else 80% of the available memory, see :mod:`traceprof.read.limits`);
@@ -80,10 +97,12 @@ def _build(doc: RawDocument | StreamedDocument, cols: Columns) -> Trace:
     ph_codes = cols.ph
     n = len(cols)
     if not np.isin(ph_codes, [i for i, p in enumerate(phs) if p in schema.USABLE_PHASES]).any():
-        problem = ("no usable event (a complete, instant or flow event with a valid timestamp)"
-                   if n or dropped else "no events (the event array is empty)")
-        raise TraceReadError(doc.path, problem + (f"; {_dropped_warning(dropped)}" if dropped
-                                                  else ""))
+        problem = (
+            "no usable event (a complete, instant or flow event with a valid timestamp)"
+            if n or dropped
+            else "no events (the event array is empty)"
+        )
+        raise TraceReadError(doc.path, problem + (f"; {_dropped_warning(dropped)}" if dropped else ""))
     # The Trace takes the decoded columns over: each is taken out of ``cols`` as its final
     # version is built, so that the two versions of every column are never held at once.
     dur = _repaired_durations(_take(cols, "dur"), ph_codes, phs, doc.warnings)
@@ -91,13 +110,16 @@ def _build(doc: RawDocument | StreamedDocument, cols: Columns) -> Trace:
     text_index: dict[bytes, int] = {}
     input_dims = _text_codes(_take(cols, "input_dims"), cols.input_dims_texts, text_index)
     input_types = _text_codes(_take(cols, "input_types"), cols.input_types_texts, text_index)
-    concrete_inputs = _text_codes(_take(cols, "concrete_inputs"), cols.concrete_inputs_texts,
-                                  text_index)
+    concrete_inputs = _text_codes(_take(cols, "concrete_inputs"), cols.concrete_inputs_texts, text_index)
 
-    flow_id = _scattered(n, cols.flow_index, [
-        fid if isinstance(fid, int) else hash(fid) & 0x7FFFFFFFFFFF for fid in cols.flow_ids])
-    python = PythonFrames(narrowed(cols.python_index), narrowed(cols.python_id),
-                          narrowed(cols.python_parent_id))
+    flow_id = _scattered(
+        n,
+        cols.flow_index,
+        [fid if isinstance(fid, int) else hash(fid) & 0x7FFFFFFFFFFF for fid in cols.flow_ids],
+    )
+    python = PythonFrames(
+        narrowed(cols.python_index), narrowed(cols.python_id), narrowed(cols.python_parent_id)
+    )
 
     thread, threads = _threads(cols, kind)
     events = EventTable(
@@ -154,8 +176,12 @@ def _plausible_times(ts, dur, ph_codes, phs, dropped) -> np.ndarray | None:
     finite = np.isfinite(ts)
     lo, hi = (float(ts[finite].min()), float(ts[finite].max())) if finite.any() else (0.0, 0.0)
     bad_dur = dur > MAX_DURATION_US  # NaN (absent) compares False; +inf is out of range
-    if (finite.all() and hi - lo <= MAX_DISTANCE_FROM_MEDIAN_US and max(-lo, hi) <= MAX_TIMESTAMP_US
-            and not bad_dur.any()):
+    if (
+        finite.all()
+        and hi - lo <= MAX_DISTANCE_FROM_MEDIAN_US
+        and max(-lo, hi) <= MAX_TIMESTAMP_US
+        and not bad_dur.any()
+    ):
         return None  # the usual case, found with three reductions
     is_meta = ph_codes == (phs.index(schema.METADATA_PHASE) if schema.METADATA_PHASE in phs else -1)
     no_ts = ~finite & ~is_meta
@@ -189,14 +215,15 @@ def _repaired_durations(dur, ph_codes, phs, warnings: list[str]) -> np.ndarray:
     negative = valid & (dur < 0)
     if missing.any():
         n = int(np.count_nonzero(missing))
-        warnings.append(f"{n:,} complete event{'s' if n != 1 else ''} without a valid duration "
-                        "taken as 0")
+        warnings.append(f"{n:,} complete event{'s' if n != 1 else ''} without a valid duration taken as 0")
     if negative.any():
         from traceprof import units  # warnings are text: numbers formatted in the one place
 
         n = int(np.count_nonzero(negative))
-        warnings.append(f"{n:,} event{'s' if n != 1 else ''} with a negative duration set to 0 "
-                        f"(their total {units.duration(float(dur[negative].sum()))})")
+        warnings.append(
+            f"{n:,} event{'s' if n != 1 else ''} with a negative duration set to 0 "
+            f"(their total {units.duration(float(dur[negative].sum()))})"
+        )
     return np.where(valid & (dur > 0), dur, 0.0)
 
 
@@ -205,8 +232,13 @@ def _memory_events(cols: Columns) -> MemoryEvents:
     pairs = list(zip(cols.memory_device_type.tolist(), cols.memory_device_id.tolist()))
     label_of = {pair: _device_label(*pair) for pair in dict.fromkeys(pairs)}
     device, devices = _factorize([label_of[pair] for pair in pairs])
-    return MemoryEvents(narrowed(cols.memory_index), narrowed(cols.memory_bytes),
-                        narrowed(cols.memory_total), device, tuple(devices))
+    return MemoryEvents(
+        narrowed(cols.memory_index),
+        narrowed(cols.memory_bytes),
+        narrowed(cols.memory_total),
+        device,
+        tuple(devices),
+    )
 
 
 def _device_label(device_type: int, device_id: int) -> str:
@@ -223,8 +255,9 @@ def _factorize(values: list) -> tuple[np.ndarray, list]:
 
 def _text_codes(codes: np.ndarray, uniques: list, index: dict[bytes, int]) -> np.ndarray:
     """Codes into a shared table of raw JSON texts (-1 for absent), in first-seen order."""
-    table = np.array([-1 if u == b"" else index.setdefault(u, len(index)) for u in uniques] or [-1],
-                     dtype=np.int32)
+    table = np.array(
+        [-1 if u == b"" else index.setdefault(u, len(index)) for u in uniques] or [-1], dtype=np.int32
+    )
     return table[codes] if len(codes) else codes.astype(np.int32)
 
 
@@ -268,8 +301,15 @@ def _pair_begin_end(evs: list, warnings: list[str]) -> list:
             b = stack.pop()
             out.append(
                 schema.RawEvent(
-                    ph="X", cat=b.cat, name=b.name, pid=b.pid, tid=b.tid,
-                    ts=b.ts, dur=max(e.ts - b.ts, 0.0), id=b.id, args=b.args,
+                    ph="X",
+                    cat=b.cat,
+                    name=b.name,
+                    pid=b.pid,
+                    tid=b.tid,
+                    ts=b.ts,
+                    dur=max(e.ts - b.ts, 0.0),
+                    id=b.id,
+                    args=b.args,
                 )
             )
         else:
@@ -372,8 +412,11 @@ def _module_table(payload: Any, warnings: list[str]) -> ModuleTable | None:
                 leaf=m["leaf"] if isinstance(m.get("leaf"), bool) else None,
                 weight_shape=_shape(m.get("weight_shape")),
                 kernel_size=m.get("kernel_size"),
-                tied=({str(k): str(v) for k, v in m["tied"].items()}
-                      if isinstance(m.get("tied"), dict) else None),
+                tied=(
+                    {str(k): str(v) for k, v in m["tied"].items()}
+                    if isinstance(m.get("tied"), dict)
+                    else None
+                ),
             )
             modules[info.name] = info
         return ModuleTable(
@@ -383,7 +426,6 @@ def _module_table(payload: Any, warnings: list[str]) -> ModuleTable | None:
             rank=_int(doc.get("rank"), None),
             world_size=_int(doc.get("world_size"), None),
         )
-    except (ValueError, KeyError, TypeError, AttributeError, binascii.Error,
-            RecursionError) as e:
+    except (ValueError, KeyError, TypeError, AttributeError, binascii.Error, RecursionError) as e:
         warnings.append(f"module table unreadable ({e.__class__.__name__}); ignored")
         return None

@@ -19,7 +19,7 @@ which the decoding of the runs confirms (or refutes: the scanner then cuts the t
 from __future__ import annotations
 
 import re
-from typing import Iterable, Iterator
+from collections.abc import Iterable, Iterator
 
 import msgspec
 import numpy as np
@@ -86,8 +86,9 @@ class Scanner:
         self.opening = b""  # the text's first byte other than whitespace
 
     @classmethod
-    def inside_events(cls, offset: int, events_start: int, events_depth: int,
-                      chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> Scanner:
+    def inside_events(
+        cls, offset: int, events_start: int, events_depth: int, chunk_bytes: int = DEFAULT_CHUNK_BYTES
+    ) -> Scanner:
         """A scanner for text that starts at ``offset`` between two events of an event array
         (or just after its "[", ``events_start``), outside any string. Its outline's ``top`` is
         the text from the array's "]" on."""
@@ -319,7 +320,7 @@ def _last_likely_boundary(text: bytes) -> int:
     while True:
         start = max(0, stop - window)
         last = None
-        for last in _LIKELY_BOUNDARY.finditer(text, start, stop + 1):
+        for last in _LIKELY_BOUNDARY.finditer(text, start, stop + 1):  # noqa: B007 - the last one is kept
             pass
         if last is not None:
             return last.start() + 1
@@ -409,16 +410,17 @@ class Cutter:
         runs = []
         cut = _last_likely_boundary(text)
         if cut:
-            runs.append(Run(self.run_start, self.run_start + cut,
-                            self.run_start == self.head.events_start))
+            runs.append(Run(self.run_start, self.run_start + cut, self.run_start == self.head.events_start))
             self.run_start += cut
             text = text[cut:]
-        tail = Scanner.inside_events(self.run_start, self.head.events_start,
-                                     self.head.events_depth, len(text) + 1)
+        tail = Scanner.inside_events(
+            self.run_start, self.head.events_start, self.head.events_depth, len(text) + 1
+        )
         runs += tail.feed(text)
         outline = tail.finish()
-        self.outline = Outline(b"".join(self.head.head) + outline.top, outline.size_bytes,
-                               self.head.events_depth == 1)
+        self.outline = Outline(
+            b"".join(self.head.head) + outline.top, outline.size_bytes, self.head.events_depth == 1
+        )
         return runs
 
 

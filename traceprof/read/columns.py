@@ -66,19 +66,21 @@ class Columns(msgspec.Struct):
 
 
 _CODED = ("ph", "cat", "name", "thread", "input_dims", "input_types", "concrete_inputs")
-_PLAIN = ("kind", "ts", "dur", "correlation", "external_id", "sequence_number", "fwd_thread_id",
-          "stream")
+_PLAIN = ("kind", "ts", "dur", "correlation", "external_id", "sequence_number", "fwd_thread_id", "stream")
 
 
 #: the side tables: the column of event indices, and the columns of values beside it
-_SIDE_TABLES = (("flow_index", ()), ("python_index", ("python_id", "python_parent_id")),
-                ("memory_index", ("memory_bytes", "memory_total", "memory_device_type",
-                                  "memory_device_id")))
+_SIDE_TABLES = (
+    ("flow_index", ()),
+    ("python_index", ("python_id", "python_parent_id")),
+    ("memory_index", ("memory_bytes", "memory_total", "memory_device_type", "memory_device_id")),
+)
 
 
 def _table_of(field_name: str) -> str:
     return {"ph": "phs", "cat": "cats", "name": "names", "thread": "threads"}.get(
-        field_name, f"{field_name}_texts")
+        field_name, f"{field_name}_texts"
+    )
 
 
 def _factorize(values: list) -> tuple[np.ndarray, list]:
@@ -144,8 +146,7 @@ def columns_from_events(evs: list) -> Columns:
     name_of, names = _factorize([c[2] for c in combos])
     thread_of, threads = _factorize([c[3:] for c in combos])
     kind_of = np.array([schema.kind_of(c[0], c[1]) for c in combos], dtype=np.int8)
-    ph, cat, name, thread, kind = (codes[combo] for codes in
-                                   (ph_of, cat_of, name_of, thread_of, kind_of))
+    ph, cat, name, thread, kind = (codes[combo] for codes in (ph_of, cat_of, name_of, thread_of, kind_of))
     del combo, combos
     ts = _floats(map(attrgetter("ts"), evs), n)
     dur = _floats(map(attrgetter("dur"), evs), n)
@@ -167,8 +168,7 @@ def columns_from_events(evs: list) -> Columns:
     python_index = np.flatnonzero(kind == Kind.PYTHON)
     py_args = [args[i] for i in python_index.tolist()]
     python_id = _ints(-1 if a.python_id is None else a.python_id for a in py_args)
-    python_parent_id = _ints(-1 if a.python_parent_id is None else a.python_parent_id
-                             for a in py_args)
+    python_parent_id = _ints(-1 if a.python_parent_id is None else a.python_parent_id for a in py_args)
     meta = []
     if schema.METADATA_PHASE in phs:
         for i in np.flatnonzero(ph == phs.index(schema.METADATA_PHASE)).tolist():
@@ -181,15 +181,34 @@ def columns_from_events(evs: list) -> Columns:
         memory_index = np.zeros(0, np.int64)
     mem = [args[i] for i in memory_index.tolist()]
     return Columns(
-        kind=kind, ph=ph, phs=phs, cat=cat, cats=cats, name=name, names=names,
-        thread=thread, threads=threads, ts=ts, dur=dur, correlation=correlation,
-        external_id=external_id, sequence_number=sequence_number, fwd_thread_id=fwd_thread_id,
-        stream=stream, input_dims=input_dims, input_dims_texts=input_dims_texts,
-        input_types=input_types, input_types_texts=input_types_texts,
-        concrete_inputs=concrete_inputs, concrete_inputs_texts=concrete_texts,
-        flow_index=flow_index.astype(np.int64), flow_ids=flow_ids,
-        python_index=python_index.astype(np.int64), python_id=python_id,
-        python_parent_id=python_parent_id, meta=meta,
+        kind=kind,
+        ph=ph,
+        phs=phs,
+        cat=cat,
+        cats=cats,
+        name=name,
+        names=names,
+        thread=thread,
+        threads=threads,
+        ts=ts,
+        dur=dur,
+        correlation=correlation,
+        external_id=external_id,
+        sequence_number=sequence_number,
+        fwd_thread_id=fwd_thread_id,
+        stream=stream,
+        input_dims=input_dims,
+        input_dims_texts=input_dims_texts,
+        input_types=input_types,
+        input_types_texts=input_types_texts,
+        concrete_inputs=concrete_inputs,
+        concrete_inputs_texts=concrete_texts,
+        flow_index=flow_index.astype(np.int64),
+        flow_ids=flow_ids,
+        python_index=python_index.astype(np.int64),
+        python_id=python_id,
+        python_parent_id=python_parent_id,
+        meta=meta,
         memory_index=memory_index.astype(np.int64),
         memory_bytes=_ints(a.mem_bytes if a.mem_bytes is not None else 0 for a in mem),
         memory_total=_ints(a.total_allocated for a in mem),

@@ -7,8 +7,8 @@ from __future__ import annotations
 import glob
 import os
 
-from traceprof.trace import schema
 from traceprof.errors import TraceReadError
+from traceprof.trace import schema
 
 
 def _is_glob(path: str) -> bool:
@@ -18,11 +18,15 @@ def _is_glob(path: str) -> bool:
 def _traces_in(directory: str) -> list[str]:
     """The trace files of a directory (sorted); its subdirectories when it has none itself
     (a TensorBoard log directory: one run per subdirectory)."""
+
     def traces(names, root):
-        return sorted(os.path.join(root, n) for n in names
-                      if n.lower().endswith(schema.TRACE_FILE_SUFFIXES)
-                      and not n.lower().endswith(".expect.json")
-                      and os.path.isfile(os.path.join(root, n)))
+        return sorted(
+            os.path.join(root, n)
+            for n in names
+            if n.lower().endswith(schema.TRACE_FILE_SUFFIXES)
+            and not n.lower().endswith(".expect.json")
+            and os.path.isfile(os.path.join(root, n))
+        )
 
     found = traces(os.listdir(directory), directory)
     if not found:

@@ -59,8 +59,7 @@ def decode_trace(path: str | os.PathLike, data: bytes) -> RawDocument:
             fixed_utf8 = True
         except RecursionError:
             if cut_deep:
-                raise TraceReadError(
-                    path, f"JSON nested too deeply (more than {MAX_DEPTH} levels)") from None
+                raise TraceReadError(path, f"JSON nested too deeply (more than {MAX_DEPTH} levels)") from None
             data = without_deep_values(path, data)
             cut_deep = True
 
@@ -97,9 +96,7 @@ def _decode(path, data: bytes, warnings: list[str]) -> RawDocument:
         if members is not None:
             _resolve_duplicates(path, top_raw, members, warnings)
         if schema.TRACE_EVENTS_KEY not in top_raw:
-            raise TraceReadError(
-                path, f'not a Kineto/Chrome trace: no "{schema.TRACE_EVENTS_KEY}" array'
-            )
+            raise TraceReadError(path, f'not a Kineto/Chrome trace: no "{schema.TRACE_EVENTS_KEY}" array')
         events_raw = top_raw.pop(schema.TRACE_EVENTS_KEY)
         top, failed = decoded_top_level(top_raw)
         # (none: the whole document parsed already)
@@ -142,7 +139,7 @@ def duplicated_members(data: bytes, members: dict[str, msgspec.Raw]):
     spans.sort(key=lambda s: s[0])
     pos = data.index(b"{") + 1
     found = []
-    for offset, key, raw in spans:
+    for offset, _key, raw in spans:
         if not _MEMBER_GAP.match(data, pos, offset):
             found.append((pos, offset))
         pos = offset + len(raw)
@@ -164,8 +161,7 @@ def _all_members(data: bytes, spans) -> list[tuple[str, msgspec.Raw]]:
             lost = b"{" + gap + b"}"
             inner = TOP_LEVEL.decode(lost)
             base = _address(lost)
-            inner_spans = sorted(((_address(r) - base, k, r) for k, r in inner.items()),
-                                 key=lambda s: s[0])
+            inner_spans = sorted(((_address(r) - base, k, r) for k, r in inner.items()), key=lambda s: s[0])
             out.extend(_all_members(lost, inner_spans))
         out.append((key, raw))
         pos = offset + len(raw)
@@ -183,17 +179,20 @@ def _resolve_duplicates(path, top_raw: dict, members, warnings: list[str]) -> No
         with_events = [raw for raw in values if not _is_empty_array(raw)]
         if len(with_events) > 1:
             raise TraceReadError(
-                path, f'the top-level key "{key}" appears {counts[key]} times, '
-                f"{len(with_events)} of them with events: which one is the trace is ambiguous")
+                path,
+                f'the top-level key "{key}" appears {counts[key]} times, '
+                f"{len(with_events)} of them with events: which one is the trace is ambiguous",
+            )
         if with_events:
             top_raw[key] = with_events[0]
-        warnings.append(f'the top-level key "{key}" appears {counts[key]} times; '
-                        f"{'the one with events is used' if with_events else 'all are empty'}")
+        warnings.append(
+            f'the top-level key "{key}" appears {counts[key]} times; '
+            f"{'the one with events is used' if with_events else 'all are empty'}"
+        )
     repeated = sorted(k for k, n in counts.items() if n > 1 and k in schema.TOP_LEVEL_KEYS_READ)
     if repeated:
         listed = ", ".join(f'"{k}" ({counts[k]} times)' for k in repeated)
-        warnings.append(f"top-level keys that appear more than once (the last value is used): "
-                        f"{listed}")
+        warnings.append(f"top-level keys that appear more than once (the last value is used): {listed}")
 
 
 def _is_empty_array(raw: msgspec.Raw) -> bool:
@@ -213,8 +212,7 @@ def _lenient_events(path, events_raw, dropped: Counter) -> list:
     try:
         items = ENTRIES.decode(events_raw)
     except msgspec.ValidationError:
-        raise TraceReadError(path, f'wrong schema: "{schema.TRACE_EVENTS_KEY}" is not an array'
-                             ) from None
+        raise TraceReadError(path, f'wrong schema: "{schema.TRACE_EVENTS_KEY}" is not an array') from None
     except msgspec.DecodeError as e:
         raise TraceReadError(path, _json_problem(e)) from None
     events = lenient_entries(items, dropped)

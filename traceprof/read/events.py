@@ -19,7 +19,8 @@ from traceprof.trace import schema
 #: (list[schema.RawEvent], written as the GenericAlias it is: mypy cannot read a struct that
 #: msgspec makes at run time as a type)
 EVENTS: msgspec.json.Decoder[list[msgspec.Struct]] = msgspec.json.Decoder(
-    types.GenericAlias(list, (schema.RawEvent,)))
+    types.GenericAlias(list, (schema.RawEvent,))
+)
 ENTRIES = msgspec.json.Decoder(list[msgspec.Raw])
 
 #: reasons an entry of the event array is dropped, as the warning words them

@@ -133,8 +133,9 @@ def _address_space_available() -> int | None:
 def available_memory() -> int | None:
     """The memory this process can still take: the least of what the machine has available,
     the room under its cgroup limit and under its address-space limit; None if unknown."""
-    known = [v for v in (_meminfo_available(), _cgroup_available(), _address_space_available())
-             if v is not None]
+    known = [
+        v for v in (_meminfo_available(), _cgroup_available(), _address_space_available()) if v is not None
+    ]
     return min(known) if known else None
 
 
@@ -171,8 +172,15 @@ def describe_size(nbytes: float) -> str:
 class MemoryBudget:
     """The memory estimate of one trace load, fed with the JSON text as it arrives."""
 
-    __slots__ = ("path", "limit", "scale", "json_bytes", "objects", "per_json_byte",
-                 "per_object")
+    __slots__ = (
+        "json_bytes",
+        "limit",
+        "objects",
+        "path",
+        "per_json_byte",
+        "per_object",
+        "scale",
+    )
 
     def __init__(self, path: object, max_memory: int | str | None = None, scale: float = 1.0):
         self.path = path

@@ -11,8 +11,9 @@ from __future__ import annotations
 import os
 import stat
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import msgspec
 
@@ -21,8 +22,17 @@ from traceprof.read.columns import Columns
 from traceprof.read.document import TOP_LEVEL, decode_trace, decoded_top_level, duplicated_members
 from traceprof.read.limits import MemoryBudget
 from traceprof.read.runs import Fallback
-from traceprof.read.source import (GZIP_MAGIC, SNIFF_BYTES, WHITESPACE, check_start, checked,
-                                   file_blocks, gzip_claimed_size, inflate, read_trace_bytes)
+from traceprof.read.source import (
+    GZIP_MAGIC,
+    SNIFF_BYTES,
+    WHITESPACE,
+    check_start,
+    checked,
+    file_blocks,
+    gzip_claimed_size,
+    inflate,
+    read_trace_bytes,
+)
 from traceprof.trace import schema
 
 Progress = Callable[[str], None]
@@ -42,9 +52,15 @@ class StreamedDocument(msgspec.Struct):
     dropped: Counter = msgspec.field(default_factory=Counter)
 
 
-def load_raw(path: str | os.PathLike, progress: Progress | None = None,
-             max_memory: int | str | None = None, memory_scale: float = 1.0, *,
-             jobs: int | None = 1, chunk_bytes: int | None = None):
+def load_raw(
+    path: str | os.PathLike,
+    progress: Progress | None = None,
+    max_memory: int | str | None = None,
+    memory_scale: float = 1.0,
+    *,
+    jobs: int | None = 1,
+    chunk_bytes: int | None = None,
+):
     """Read and decode one trace file (``max_memory``, ``memory_scale``: see
     :func:`~traceprof.read.source.read_trace_bytes`): a :class:`~traceprof.read.document.RawDocument`,
     or for a file of more than one run of ``chunk_bytes`` of JSON, a :class:`StreamedDocument`
@@ -52,9 +68,13 @@ def load_raw(path: str | os.PathLike, progress: Progress | None = None,
     if progress:
         progress(f"reading {path}")
     try:
-        doc = _load_streamed(Path(path), max_memory, memory_scale,
-                             jobs if jobs is not None else parallel.default_jobs(),
-                             chunk_bytes or chunks.DEFAULT_CHUNK_BYTES)
+        doc = _load_streamed(
+            Path(path),
+            max_memory,
+            memory_scale,
+            jobs if jobs is not None else parallel.default_jobs(),
+            chunk_bytes or chunks.DEFAULT_CHUNK_BYTES,
+        )
     except Fallback:
         doc = None
     if doc is not None:
@@ -90,8 +110,7 @@ def _load_streamed(p: Path, max_memory, memory_scale: float, jobs: int, chunk_by
     return StreamedDocument(str(p), size, top, columns, warnings, columns.dropped)
 
 
-def _stream(p: Path, max_memory, memory_scale: float, jobs: int, chunk_bytes: int,
-            splitter: type):
+def _stream(p: Path, max_memory, memory_scale: float, jobs: int, chunk_bytes: int, splitter: type):
     """The outline and columns of a regular file of more than one run of JSON, cut into runs
     by ``splitter``; None when it is not one."""
     try:
@@ -116,16 +135,18 @@ def _stream(p: Path, max_memory, memory_scale: float, jobs: int, chunk_bytes: in
             if claimed is not None:
                 budget.expect(claimed)
             blocks = checked(p, inflate(p, head, f), None, gzip=True)
-            return parallel.stream_document(p, blocks, None, jobs, chunk_bytes, budget,
-                                            splitter, json_bytes=claimed)
+            return parallel.stream_document(
+                p, blocks, None, jobs, chunk_bytes, budget, splitter, json_bytes=claimed
+            )
         skip = check_start(p, head, final=len(head) < SNIFF_BYTES, gzip=False)
         if st.st_size - skip <= chunk_bytes:
             return None
         budget.streamed()
         budget.expect(st.st_size)
         f.seek(skip)
-        return parallel.stream_document(p, file_blocks(f), skip, jobs, chunk_bytes, budget,
-                                        splitter, json_bytes=st.st_size - skip)
+        return parallel.stream_document(
+            p, file_blocks(f), skip, jobs, chunk_bytes, budget, splitter, json_bytes=st.st_size - skip
+        )
 
 
 def _streamed_top(outline) -> dict[str, Any]:

@@ -126,8 +126,9 @@ def without_deep_values(path, data: bytes) -> bytes:
 
     def refuse(what: str, i: int):
         at = int(pos[ancestor(i, level["event"])])
-        raise TraceReadError(path, f"{what} of the event at byte {at:,} is JSON nested more than "
-                                   f"{MAX_DEPTH} levels deep")
+        raise TraceReadError(
+            path, f"{what} of the event at byte {at:,} is JSON nested more than {MAX_DEPTH} levels deep"
+        )
 
     cuts = []
     end_of_last = -1
@@ -139,12 +140,13 @@ def without_deep_values(path, data: bytes) -> bytes:
             key = _key_before(data, int(top))
             if key != schema.TRACE_EVENTS_KEY:
                 if key in schema.TOP_LEVEL_KEYS_READ:
-                    raise TraceReadError(path, f'the top-level "{key}" is JSON nested more than '
-                                               f"{MAX_DEPTH} levels deep")
+                    raise TraceReadError(
+                        path, f'the top-level "{key}" is JSON nested more than {MAX_DEPTH} levels deep'
+                    )
                 cuts.append(cut(i, 2))
             elif data[top] != 0x5B:
                 cuts.append(cut(i, 2))
-        if bare or key == schema.TRACE_EVENTS_KEY and data[top] == 0x5B:
+        if bare or (key == schema.TRACE_EVENTS_KEY and data[top] == 0x5B):
             event = pos[ancestor(i, level["event"])]
             if data[event] != 0x7B:  # an array among the events: not an event
                 cuts.append(cut(i, level["event"]))

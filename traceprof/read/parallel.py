@@ -22,8 +22,9 @@ from __future__ import annotations
 import os
 import signal
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any
 
 from traceprof.read import chunks
 from traceprof.read.columns import Columns, join
@@ -114,8 +115,9 @@ class _Pool:
         if self.executor is None:
             from concurrent.futures import ProcessPoolExecutor
 
-            self.executor = ProcessPoolExecutor(self.jobs, mp_context=_fork_context(),
-                                                initializer=worker_signals)
+            self.executor = ProcessPoolExecutor(
+                self.jobs, mp_context=_fork_context(), initializer=worker_signals
+            )
         self._collect(wait=False)
         while len(self.pending) >= self.jobs * _QUEUED_PER_WORKER:
             self._collect_one()
@@ -254,8 +256,7 @@ def decode_shared(runs: list[chunks.Run], text: _Blocks, jobs: int) -> list[Colu
     return [parts[i] for i in range(len(runs))]
 
 
-def _decode_taken(queue: _RunQueue, runs: list[chunks.Run],
-                  text: _Blocks) -> list[tuple[int, Columns]]:
+def _decode_taken(queue: _RunQueue, runs: list[chunks.Run], text: _Blocks) -> list[tuple[int, Columns]]:
     """Take the next run and decode it, until no run is left: (index, columns) of each."""
     out = []
     while (i := queue.take()) is not None:
@@ -278,7 +279,7 @@ def _work(queue: _RunQueue, runs: list[chunks.Run], text: _Blocks, write: int) -
 
         view = memoryview(pickle.dumps(outcome, pickle.HIGHEST_PROTOCOL))
         while view:
-            view = view[os.write(write, view):]
+            view = view[os.write(write, view) :]
     finally:
         os._exit(0)  # the reading process reads a worker that sent nothing as one that failed
 
@@ -297,10 +298,16 @@ def _received(read: int) -> list[tuple[int, Columns]]:
     return outcome
 
 
-def stream_document(path: Path, blocks: Iterator[bytes], regular_offset: int | None,
-                    jobs: int, chunk_bytes: int, budget: MemoryBudget,
-                    splitter: type = chunks.Scanner,
-                    json_bytes: int | None = None) -> tuple[chunks.Outline, Columns]:
+def stream_document(
+    path: Path,
+    blocks: Iterator[bytes],
+    regular_offset: int | None,
+    jobs: int,
+    chunk_bytes: int,
+    budget: MemoryBudget,
+    splitter: type = chunks.Scanner,
+    json_bytes: int | None = None,
+) -> tuple[chunks.Outline, Columns]:
     """Cut the JSON ``blocks`` into runs with ``splitter`` (:class:`traceprof.read.chunks.Cutter` or
     :class:`~traceprof.read.chunks.Scanner`) and decode them with ``jobs`` processes, counting each
     block against ``budget``. ``regular_offset``: where the JSON starts in ``path`` when the
@@ -325,8 +332,10 @@ def stream_document(path: Path, blocks: Iterator[bytes], regular_offset: int | N
             return
         for run in runs:
             if regular_offset is not None:
-                pool.submit(decode_file_run, (str(path), regular_offset + run.start,
-                                              regular_offset + run.end, run.first))
+                pool.submit(
+                    decode_file_run,
+                    (str(path), regular_offset + run.start, regular_offset + run.end, run.first),
+                )
             else:
                 pool.submit(decode_text_run, (pending.text(run.start, run.end), run.first))
 

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, BinaryIO, Iterator
+from typing import Any, BinaryIO
 
 from traceprof.errors import TraceReadError
 from traceprof.read.limits import MemoryBudget
@@ -37,8 +38,9 @@ SNIFF_BYTES = 1 << 16  # the JSON must start (after whitespace) within these fir
 _MAX_DEFLATE_RATIO = 1032
 
 
-def read_trace_bytes(path: str | os.PathLike, max_memory: int | str | None = None, *,
-                     memory_scale: float = 1.0) -> bytes:
+def read_trace_bytes(
+    path: str | os.PathLike, max_memory: int | str | None = None, *, memory_scale: float = 1.0
+) -> bytes:
     """The JSON bytes of a trace file, decompressed when the file is gzip, without a UTF-8 byte
     order mark. ``max_memory``: the memory limit of the load (bytes or a size such as ``"8G"``;
     default: :func:`traceprof.read.limits.resolve_max_memory`); the JSON is counted against it as it
@@ -119,8 +121,9 @@ def inflate(p: Path, head: bytes, f: BinaryIO) -> Iterator[bytes]:
                         pending = data
                         break
                     if data[:2] != GZIP_MAGIC:
-                        raise TraceReadError(p, "corrupt gzip data (trailing bytes after the "
-                                                "end of the compressed data)")
+                        raise TraceReadError(
+                            p, "corrupt gzip data (trailing bytes after the end of the compressed data)"
+                        )
                     d = zlib.decompressobj(16 + zlib.MAX_WBITS)
                 out = d.decompress(data, _JSON_CHUNK)
                 if out:
@@ -141,8 +144,11 @@ def inflate(p: Path, head: bytes, f: BinaryIO) -> Iterator[bytes]:
     except zlib.error as e:  # type: ignore[misc]  # zlib_ng.pyi: an Exception, not its class
         raise TraceReadError(p, f"corrupt or truncated gzip data ({e})") from None
     if d is not None or pending:
-        raise TraceReadError(p, "corrupt or truncated gzip data (compressed file ended before the "
-                                "end-of-stream marker was reached)")
+        raise TraceReadError(
+            p,
+            "corrupt or truncated gzip data (compressed file ended before the "
+            "end-of-stream marker was reached)",
+        )
 
 
 def _collect(p: Path, chunks: Iterator[bytes], budget: MemoryBudget, gzip: bool) -> bytes:
@@ -153,8 +159,7 @@ def _collect(p: Path, chunks: Iterator[bytes], budget: MemoryBudget, gzip: bool)
     return data
 
 
-def checked(p: Path, chunks: Iterator[bytes], budget: MemoryBudget | None,
-            gzip: bool) -> Iterator[bytes]:
+def checked(p: Path, chunks: Iterator[bytes], budget: MemoryBudget | None, gzip: bool) -> Iterator[bytes]:
     """The JSON chunks without a byte order mark, checking the start, NUL bytes and the memory
     limit (unless ``budget`` is None: the caller counts) as they come."""
     head = b""
@@ -164,7 +169,7 @@ def checked(p: Path, chunks: Iterator[bytes], budget: MemoryBudget | None,
             head += chunk
             if len(head) < SNIFF_BYTES:
                 continue
-            chunk, head = head[check_start(p, head, final=False, gzip=gzip):], b""
+            chunk, head = head[check_start(p, head, final=False, gzip=gzip) :], b""
             started = True
         if b"\0" in chunk:  # never in JSON text; a stream of zeros is refused at once
             raise TraceReadError(p, _not_json("it holds NUL bytes"))
@@ -172,7 +177,7 @@ def checked(p: Path, chunks: Iterator[bytes], budget: MemoryBudget | None,
             budget.add(chunk)
         yield chunk
     if not started:
-        chunk = head[check_start(p, head, final=True, gzip=gzip):]
+        chunk = head[check_start(p, head, final=True, gzip=gzip) :]
         if b"\0" in chunk:
             raise TraceReadError(p, _not_json("it holds NUL bytes"))
         if budget is not None:
@@ -202,8 +207,7 @@ def check_start(p: Path, head: bytes, final: bool, gzip: bool) -> int:
     if not stripped:
         if not final:
             raise TraceReadError(p, _not_json(f"only whitespace in its first {len(text):,} bytes"))
-        raise TraceReadError(p, "empty trace (the gzip file holds no data)" if gzip
-                             else "empty file")
+        raise TraceReadError(p, "empty trace (the gzip file holds no data)" if gzip else "empty file")
     if stripped[:1] not in (b"{", b"["):
         raise TraceReadError(p, "not JSON (expected a trace object or an event array)")
     return skip

@@ -4,26 +4,56 @@ output format is a function in its own module and one row here (docs/architectur
 
 from __future__ import annotations
 
+from traceprof.render import (
+    csv_format,
+    html,
+    job_formats,
+    job_html,
+    job_text,
+    json_format,
+    parquet_format,
+    table,
+    tree,
+)
+from traceprof.render.registry import Registry, Renderer, RenderOptions
 from traceprof.result.model import ModuleProfile
 from traceprof.result.records import JSON_SCHEMA
-from traceprof.render import (csv_format, html, job_formats, job_html, job_text, json_format,
-                              parquet_format, table, tree)
-from traceprof.render.registry import Registry, Renderer, RenderOptions
 
 #: renderers of one trace's ModuleProfile
-REGISTRY = Registry("unknown format {name!r} (known: {known})", (
-    Renderer("csv", (".csv",), "one row per node, numbers in microseconds", csv_format.render_csv,
-             shows_warnings=False),
-    Renderer("json", (".json",), f"JSON document, schema {JSON_SCHEMA}",
-             json_format.render_json),
-    Renderer("html", (".html", ".htm"), "self-contained HTML report: icicle chart (forward | "
-             "backward | other) and module table", html.render_html),
-    Renderer("parquet", (".parquet", ".pq"), "one row per node, typed columns (needs pyarrow)",
-             parquet_format.render_parquet, binary=True, shows_warnings=False),
-    Renderer("table", (".table",), "one row per module (torchinfo style)", table.render_table),
-    Renderer("tree", (".txt", ".tree"), "DeepSpeed-flops-profiler-style report: summary, "
-             "aggregated profile, detailed module tree", tree.render_tree),
-))
+REGISTRY = Registry(
+    "unknown format {name!r} (known: {known})",
+    (
+        Renderer(
+            "csv",
+            (".csv",),
+            "one row per node, numbers in microseconds",
+            csv_format.render_csv,
+            shows_warnings=False,
+        ),
+        Renderer("json", (".json",), f"JSON document, schema {JSON_SCHEMA}", json_format.render_json),
+        Renderer(
+            "html",
+            (".html", ".htm"),
+            "self-contained HTML report: icicle chart (forward | backward | other) and module table",
+            html.render_html,
+        ),
+        Renderer(
+            "parquet",
+            (".parquet", ".pq"),
+            "one row per node, typed columns (needs pyarrow)",
+            parquet_format.render_parquet,
+            binary=True,
+            shows_warnings=False,
+        ),
+        Renderer("table", (".table",), "one row per module (torchinfo style)", table.render_table),
+        Renderer(
+            "tree",
+            (".txt", ".tree"),
+            "DeepSpeed-flops-profiler-style report: summary, aggregated profile, detailed module tree",
+            tree.render_tree,
+        ),
+    ),
+)
 get, for_path, for_output = REGISTRY.renderer, REGISTRY.for_path, REGISTRY.for_output
 
 
@@ -33,21 +63,47 @@ def render(profile: ModuleProfile, fmt: str, options: RenderOptions | None = Non
 
 #: renderers of a job (traceprof.job.analyze.Job), by format name; the same names and extensions
 #: as the single-trace ones, so -o and --format choose them alike
-JOB_REGISTRY = Registry("format {name!r} is not written for a job of several traces "
-                        "(job formats: {known})", (
-    Renderer("json", (".json",), f"JSON document, schema {job_formats.JOB_SCHEMA}",
-             job_formats.render_job_json),
-    Renderer("csv", (".csv",), "one row per module x rank x pass", job_formats.render_job_csv,
-             shows_warnings=False),
-    Renderer("parquet", (".parquet", ".pq"), "one row per module x rank x pass, typed columns",
-             job_formats.render_job_parquet, binary=True, shows_warnings=False),
-    Renderer("html", (".html", ".htm"), "self-contained HTML: rank x module heat map, click a cell "
-             "for the rank's tree", job_html.render_job_html),
-    Renderer("tree", (".txt",), "job report: ranks, stragglers, module tree across ranks",
-             job_text.render_job_tree),
-    Renderer("table", (".table",), "job report with a flat table of qualified module names",
-             job_text.render_job_table),
-))
+JOB_REGISTRY = Registry(
+    "format {name!r} is not written for a job of several traces (job formats: {known})",
+    (
+        Renderer(
+            "json", (".json",), f"JSON document, schema {job_formats.JOB_SCHEMA}", job_formats.render_job_json
+        ),
+        Renderer(
+            "csv",
+            (".csv",),
+            "one row per module x rank x pass",
+            job_formats.render_job_csv,
+            shows_warnings=False,
+        ),
+        Renderer(
+            "parquet",
+            (".parquet", ".pq"),
+            "one row per module x rank x pass, typed columns",
+            job_formats.render_job_parquet,
+            binary=True,
+            shows_warnings=False,
+        ),
+        Renderer(
+            "html",
+            (".html", ".htm"),
+            "self-contained HTML: rank x module heat map, click a cell for the rank's tree",
+            job_html.render_job_html,
+        ),
+        Renderer(
+            "tree",
+            (".txt",),
+            "job report: ranks, stragglers, module tree across ranks",
+            job_text.render_job_tree,
+        ),
+        Renderer(
+            "table",
+            (".table",),
+            "job report with a flat table of qualified module names",
+            job_text.render_job_table,
+        ),
+    ),
+)
 get_job = JOB_REGISTRY.renderer
 
 
@@ -56,5 +112,16 @@ def render_job(job, fmt: str, options: RenderOptions | None = None) -> str | byt
     return JOB_REGISTRY.render(job, fmt, options)
 
 
-__all__ = ["JOB_REGISTRY", "REGISTRY", "Registry", "RenderOptions", "Renderer", "for_output",
-           "for_path", "get", "get_job", "render", "render_job"]
+__all__ = [
+    "JOB_REGISTRY",
+    "REGISTRY",
+    "Registry",
+    "RenderOptions",
+    "Renderer",
+    "for_output",
+    "for_path",
+    "get",
+    "get_job",
+    "render",
+    "render_job",
+]

@@ -5,8 +5,8 @@ from __future__ import annotations
 import csv
 import io
 
-from traceprof.result.model import ModuleProfile
 from traceprof.render.registry import RenderOptions
+from traceprof.result.model import ModuleProfile
 from traceprof.result.records import profile_rows
 
 

@@ -29,8 +29,9 @@ _DIFF_STYLE = """
 
 
 def diff_script() -> str:
-    return frontend_script(("index.js", "diff.js"),
-                           "renderDiff(data('traceprof-diff'), data('traceprof-report'));\n")
+    return frontend_script(
+        ("index.js", "diff.js"), "renderDiff(data('traceprof-diff'), data('traceprof-report'));\n"
+    )
 
 
 def diff_html(diff) -> str:
@@ -38,13 +39,21 @@ def diff_html(diff) -> str:
 
     doc = _clean(diff_document(diff))
     names = f"{os.path.basename(diff.base.path)} → {os.path.basename(diff.new.path)}"
-    page = {"title": names,
-            "footer": f"traceprof {__version__} · {DIFF_JSON_SCHEMA} · {diff.base.path} → "
-                      f"{diff.new.path}"}
-    noscript = ("This page draws its charts with JavaScript; the diff is in the element "
-                "#traceprof-diff (traceprof's diff JSON document, docs/diff.md).")
-    return html_page(f"diff · {names}", noscript, diff_script(),
-                     {"traceprof-diff": doc, "traceprof-report": page}, extra_style=_DIFF_STYLE)
+    page = {
+        "title": names,
+        "footer": f"traceprof {__version__} · {DIFF_JSON_SCHEMA} · {diff.base.path} → {diff.new.path}",
+    }
+    noscript = (
+        "This page draws its charts with JavaScript; the diff is in the element "
+        "#traceprof-diff (traceprof's diff JSON document, docs/diff.md)."
+    )
+    return html_page(
+        f"diff · {names}",
+        noscript,
+        diff_script(),
+        {"traceprof-diff": doc, "traceprof-report": page},
+        extra_style=_DIFF_STYLE,
+    )
 
 
 def render_html(diff, opts) -> str:

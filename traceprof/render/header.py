@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from traceprof.result.model import PASSES, ModuleProfile
 from traceprof import units
 from traceprof.render.registry import RenderOptions
+from traceprof.result.model import PASSES, ModuleProfile
 
 
 def header_lines(profile: ModuleProfile, opts: RenderOptions | None = None) -> list[str]:
@@ -50,7 +50,8 @@ def flop_lines(profile: ModuleProfile, opts: RenderOptions) -> list[str]:
     sel = profile.selection
     by_pass = ", ".join(
         f"{p.short} {units.flops(sum(profile.nodes[r].phase(p).total.flops for r in profile.roots))}"
-        for p in PASSES)
+        for p in PASSES
+    )
     # prose: quantities keep their units with --raw too
     lines = [
         f"flops:     {units.flops(sel.flops)} per step ({by_pass}), {units.si(sel.macs, 'MAC')}; "
@@ -59,20 +60,26 @@ def flop_lines(profile: ModuleProfile, opts: RenderOptions) -> list[str]:
     ]
     rates = profile.throughput(sel)
     over = "GPU busy time" if profile.has_gpu else "CPU time"
-    achieved = (f"achieved:  {units.flop_rate(rates.flop_per_s)} over "
-                f"{over if profile.has_gpu else 'CPU time in ops'}")
+    achieved = (
+        f"achieved:  {units.flop_rate(rates.flop_per_s)} over "
+        f"{over if profile.has_gpu else 'CPU time in ops'}"
+    )
     peak = summary.peak
     if peak is not None:
         if peak.flop_per_s:
-            achieved += (f", MFU {units.fraction(rates.mfu)} of the {peak.device} {peak.precision} "
-                         f"peak {units.flop_rate(peak.flop_per_s)}")
+            achieved += (
+                f", MFU {units.fraction(rates.mfu)} of the {peak.device} {peak.precision} "
+                f"peak {units.flop_rate(peak.flop_per_s)}"
+            )
             if peak.source.startswith("given"):
                 achieved += " (--peak-tflops)"
         else:
             achieved += f" (no {peak.precision} peak known for the {peak.device})"
         if peak.bytes_per_s:
-            achieved += (f"; {units.byte_rate(rates.bytes_per_s)}, "
-                         f"{units.fraction(rates.bandwidth_use)} of {units.byte_rate(peak.bytes_per_s)}")
+            achieved += (
+                f"; {units.byte_rate(rates.bytes_per_s)}, "
+                f"{units.fraction(rates.bandwidth_use)} of {units.byte_rate(peak.bytes_per_s)}"
+            )
     elif profile.has_gpu:
         achieved += "; no peak known for this device"
     lines.append(achieved)
@@ -109,8 +116,10 @@ def memory_lines(profile: ModuleProfile) -> list[str]:
     allocated = sum(ph.allocated_bytes for u in uses for ph in u.phases)
     freed = sum(ph.freed_bytes for u in uses for ph in u.phases)
     peaks = [ph.peak_bytes for u in uses for ph in u.phases if ph.peak_bytes is not None]
-    line = (f"memory:    {device}, {units.byte_count(allocated)} allocated and "
-            f"{units.byte_count(freed)} freed per step")
+    line = (
+        f"memory:    {device}, {units.byte_count(allocated)} allocated and "
+        f"{units.byte_count(freed)} freed per step"
+    )
     if peaks:
         line += f", peak allocated {units.byte_count(max(peaks))}"
     return [line + " ([memory] events; mem +allocated -freed per node)"]

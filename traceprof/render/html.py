@@ -18,15 +18,14 @@ import os
 
 import msgspec
 
-from traceprof.result.model import ModuleProfile
-from traceprof.render.registry import RenderOptions
 from traceprof.render.json_format import profile_document
+from traceprof.render.registry import RenderOptions
+from traceprof.result.model import ModuleProfile
 
 _STATIC = ("tensorboard", "static")
 # text that would end or disturb a <script> element if it appeared in the inlined frontend
 _FORBIDDEN_IN_SCRIPT = ("</script", "<!--", "<script")
-_JSON_ESCAPES = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026",
-                 "\u2028": "\\u2028", "\u2029": "\\u2029"}
+_JSON_ESCAPES = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
 
 
 def static_text(name: str) -> str:
@@ -56,29 +55,30 @@ def frontend_script(files: tuple[str, ...], start: str) -> str:
     lowered = code.lower()
     for bad in _FORBIDDEN_IN_SCRIPT:
         if bad in lowered:  # a change to the frontend that a page cannot inline as it is
-            raise RuntimeError(f"{', '.join(files)}: contains {bad!r}; it cannot be inlined in a "
-                               "<script>")
-    return (f"\n{code}\n"
-            "const data = (id) => JSON.parse(document.getElementById(id).textContent);\n"
-            f"{start}")
+            raise RuntimeError(f"{', '.join(files)}: contains {bad!r}; it cannot be inlined in a <script>")
+    return f"\n{code}\nconst data = (id) => JSON.parse(document.getElementById(id).textContent);\n{start}"
 
 
 def report_script() -> str:
     """The single-trace report's script: the shared frontend, then the call that shows the
     embedded profile."""
-    return frontend_script(("index.js",),
-                           "const doc = data('traceprof-profile');\n"
-                           "doc.timeline = data('traceprof-timeline');\n"
-                           "renderReport(doc, data('traceprof-report'));\n")
+    return frontend_script(
+        ("index.js",),
+        "const doc = data('traceprof-profile');\n"
+        "doc.timeline = data('traceprof-timeline');\n"
+        "renderReport(doc, data('traceprof-report'));\n",
+    )
 
 
 def _content_security_policy(script: str) -> str:
     import hashlib  # only here: the other formats never need it
 
     digest = base64.b64encode(hashlib.sha256(script.encode("utf-8")).digest()).decode("ascii")
-    return ("default-src 'none'; "
-            f"script-src 'sha256-{digest}'; "
-            "style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'")
+    return (
+        "default-src 'none'; "
+        f"script-src 'sha256-{digest}'; "
+        "style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'"
+    )
 
 
 def report_html(profile: ModuleProfile) -> str:
@@ -88,25 +88,30 @@ def report_html(profile: ModuleProfile) -> str:
     timeline = profile.timeline.document() if profile.timeline else None
     path = profile.metadata.path or ""
     name = os.path.basename(path) or "trace"
-    page = {"title": name,
-            "footer": f"traceprof {__version__} · {doc['schema']} · {path}"}
-    noscript = ("This report draws its chart and table with JavaScript; enable it to see them. "
-                "The profile is in the element #traceprof-profile (traceprof's JSON document, "
-                "docs/output-formats.md).")
-    return html_page(name, noscript, report_script(),
-                     {"traceprof-profile": doc, "traceprof-report": page,
-                      "traceprof-timeline": timeline})
+    page = {"title": name, "footer": f"traceprof {__version__} · {doc['schema']} · {path}"}
+    noscript = (
+        "This report draws its chart and table with JavaScript; enable it to see them. "
+        "The profile is in the element #traceprof-profile (traceprof's JSON document, "
+        "docs/output-formats.md)."
+    )
+    return html_page(
+        name,
+        noscript,
+        report_script(),
+        {"traceprof-profile": doc, "traceprof-report": page, "traceprof-timeline": timeline},
+    )
 
 
-def html_page(title: str, noscript: str, script: str, documents: dict,
-              extra_style: str = "") -> str:
+def html_page(title: str, noscript: str, script: str, documents: dict, extra_style: str = "") -> str:
     """A self-contained page: the shared style sheet, the JSON ``documents`` (element id ->
     value) and one module ``script``; a Content-Security-Policy lets only that script run and
     nothing load from the network."""
     from traceprof.version import __version__
 
-    data = "".join(f'<script type="application/json" id="{html.escape(key)}">'
-                   f"{script_json(value)}</script>\n" for key, value in documents.items())
+    data = "".join(
+        f'<script type="application/json" id="{html.escape(key)}">{script_json(value)}</script>\n'
+        for key, value in documents.items()
+    )
     return f"""<!DOCTYPE html>
 <html lang="en">
 <head>

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from traceprof.job.records import JOB_SCHEMA, ROW_COLUMNS, job_dataframe, job_document, job_rows
-from traceprof.result.records import dataframe_parquet
 from traceprof.render.registry import RenderOptions
+from traceprof.result.records import dataframe_parquet
 
 if TYPE_CHECKING:
     from traceprof.job.analyze import Job
@@ -33,8 +33,11 @@ def render_job_csv(job: Job, opts: RenderOptions) -> str:
 
 
 def render_job_parquet(job: Job, opts: RenderOptions) -> bytes:
-    return dataframe_parquet(job_dataframe(job), {
-        "schema": JOB_SCHEMA,
-        "traces": json.dumps([r.path for r in job.ranks]),
-        "warnings": json.dumps(list(job.warnings)),
-    })
+    return dataframe_parquet(
+        job_dataframe(job),
+        {
+            "schema": JOB_SCHEMA,
+            "traces": json.dumps([r.path for r in job.ranks]),
+            "warnings": json.dumps(list(job.warnings)),
+        },
+    )

@@ -8,18 +8,21 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from traceprof.render.registry import RenderOptions
-from traceprof.render.html import frontend_script, html_page
 from traceprof.job.records import JOB_SCHEMA, job_document
+from traceprof.render.html import frontend_script, html_page
+from traceprof.render.registry import RenderOptions
 
 if TYPE_CHECKING:  # the job module is imported by whoever builds a Job
     from traceprof.job.analyze import Job
 
+
 def job_script() -> str:
-    return frontend_script(("index.js", "job.js"),
-                           "useJobHelpers({el, duration, percent, renderReport});\n"
-                           "window.traceprofJob = renderJob(data('traceprof-job'), "
-                           "data('traceprof-report'));\n")
+    return frontend_script(
+        ("index.js", "job.js"),
+        "useJobHelpers({el, duration, percent, renderReport});\n"
+        "window.traceprofJob = renderJob(data('traceprof-job'), "
+        "data('traceprof-report'));\n",
+    )
 
 
 def job_html(job: Job) -> str:
@@ -28,12 +31,12 @@ def job_html(job: Job) -> str:
     doc = job_document(job, with_profiles=True)
     where = os.path.dirname(job.ranks[0].path) or "."
     name = f"{len(job.ranks)} ranks · {where}"
-    page = {"title": f"traceprof job: {name}",
-            "footer": f"traceprof {__version__} · {JOB_SCHEMA} · {where}"}
-    noscript = ("This report draws its heat map with JavaScript; enable it to see it. The job is "
-                "in the element #traceprof-job (traceprof's job JSON document, docs/jobs.md).")
-    return html_page(name, noscript, job_script(),
-                     {"traceprof-job": doc, "traceprof-report": page})
+    page = {"title": f"traceprof job: {name}", "footer": f"traceprof {__version__} · {JOB_SCHEMA} · {where}"}
+    noscript = (
+        "This report draws its heat map with JavaScript; enable it to see it. The job is "
+        "in the element #traceprof-job (traceprof's job JSON document, docs/jobs.md)."
+    )
+    return html_page(name, noscript, job_script(), {"traceprof-job": doc, "traceprof-report": page})
 
 
 def render_job_html(job: Job, opts: RenderOptions) -> str:

@@ -9,17 +9,22 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from traceprof.result.model import NodeKind, Pass
 from traceprof import units
-from traceprof.render.registry import RenderOptions
 from traceprof.job.records import step_spreads
+from traceprof.render.registry import RenderOptions
+from traceprof.result.model import NodeKind, Pass
 
 if TYPE_CHECKING:  # the job module is imported by whoever builds a Job
     from traceprof.job.analyze import Job, JobModule
 
-_STEP_COLUMNS = (("wall_us", "step wall"), ("gpu_busy_us", "GPU busy"), ("compute_us", "compute"),
-                 ("collective_us", "collectives"),
-                 ("collective_exposed_us", "not overlapped"), ("idle_us", "GPU idle"))
+_STEP_COLUMNS = (
+    ("wall_us", "step wall"),
+    ("gpu_busy_us", "GPU busy"),
+    ("compute_us", "compute"),
+    ("collective_us", "collectives"),
+    ("collective_exposed_us", "not overlapped"),
+    ("idle_us", "GPU idle"),
+)
 
 
 def _grid(header: list[str], rows: list[list[str]], left: int = 1) -> list[str]:
@@ -27,8 +32,9 @@ def _grid(header: list[str], rows: list[list[str]], left: int = 1) -> list[str]:
     widths = [max(len(r[i]) for r in [header] + rows) for i in range(len(header))]
 
     def line(cells):
-        return "  ".join(c.ljust(w) if i < left else c.rjust(w)
-                         for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+        return "  ".join(
+            c.ljust(w) if i < left else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths))
+        ).rstrip()
 
     return [line(header)] + [line(r) for r in rows]
 
@@ -49,17 +55,20 @@ def _header(job: Job, raw: bool) -> list[str]:
         f"traces:    {len(paths)} in "
         f"{os.path.relpath(where) if not os.path.isabs(paths[0]) else where}"
         f" ({units.file_size(total)} JSON in all), analyzed by the {job.engine} engine",
-        f"modules:   {len(job.modules)} nodes matched across ranks from "
-        f"{first.profile.source_description}",
+        f"modules:   {len(job.modules)} nodes matched across ranks from {first.profile.source_description}",
     ]
     if job.steps:
-        lines.append(f"steps:     mean of {len(job.steps)} step{'s' if len(job.steps) > 1 else ''} "
-                     f"({', '.join(map(str, job.steps))}) on every rank")
+        lines.append(
+            f"steps:     mean of {len(job.steps)} step{'s' if len(job.steps) > 1 else ''} "
+            f"({', '.join(map(str, job.steps))}) on every rank"
+        )
     else:
         lines.append("steps:     the whole trace (no ProfilerStep in the traces)")
     if job.missing_ranks:
-        lines.append(f"missing:   rank{'s' if len(job.missing_ranks) > 1 else ''} "
-                     f"{', '.join(map(str, job.missing_ranks))} (no trace)")
+        lines.append(
+            f"missing:   rank{'s' if len(job.missing_ranks) > 1 else ''} "
+            f"{', '.join(map(str, job.missing_ranks))} (no trace)"
+        )
     for w in job.warnings:
         lines.append(f"warning:   {w}")
     return lines
@@ -67,43 +76,62 @@ def _header(job: Job, raw: bool) -> list[str]:
 
 def _ranks_section(job: Job, raw: bool) -> list[str]:
     d = lambda v: units.duration(v, raw)  # noqa: E731
-    lines = ["", "Per rank, per step (GPU time; collectives: NCCL/RCCL kernels; not overlapped: "
-             "collective time with no other GPU work running)"]
+    lines = [
+        "",
+        "Per rank, per step (GPU time; collectives: NCCL/RCCL kernels; not overlapped: "
+        "collective time with no other GPU work running)",
+    ]
     header = ["rank"] + [title for _, title in _STEP_COLUMNS] + ["kernels", ""]
     straggling = {s.rank for s in job.stragglers}
     rows = []
     for r in job.ranks:
-        rows.append([str(r.rank)] + [d(getattr(r.selected, k)) for k, _ in _STEP_COLUMNS]
-                    + [units.count(r.selected.kernels),
-                       "straggler" if r.rank in straggling else ""])
+        rows.append(
+            [str(r.rank)]
+            + [d(getattr(r.selected, k)) for k, _ in _STEP_COLUMNS]
+            + [units.count(r.selected.kernels), "straggler" if r.rank in straggling else ""]
+        )
     spreads = step_spreads(job)
     if len(job.ranks) > 1:
         for label, key in (("median", "median"), ("max", "max")):
-            rows.append([label] + [d(spreads[k][key]) if spreads[k] else "--"
-                                   for k, _ in _STEP_COLUMNS] + ["", ""])
-        rows.append(["slowest"] + [f"rank {spreads[k]['slowest_rank']}" if spreads[k] else "--"
-                                   for k, _ in _STEP_COLUMNS] + ["", ""])
+            rows.append(
+                [label] + [d(spreads[k][key]) if spreads[k] else "--" for k, _ in _STEP_COLUMNS] + ["", ""]
+            )
+        rows.append(
+            ["slowest"]
+            + [f"rank {spreads[k]['slowest_rank']}" if spreads[k] else "--" for k, _ in _STEP_COLUMNS]
+            + ["", ""]
+        )
     return lines + _grid(header, rows)
 
 
 def _stragglers_section(job: Job, raw: bool) -> list[str]:
-    what = ("GPU compute time per step (GPU busy outside collectives)"
-            if job.step_metric == "compute_us" else "step wall time")
-    lines = ["", f"Stragglers: ranks whose {what} is above the median by more than "
-             f"{units.percent(job.straggler_threshold)}"]
+    what = (
+        "GPU compute time per step (GPU busy outside collectives)"
+        if job.step_metric == "compute_us"
+        else "step wall time"
+    )
+    lines = [
+        "",
+        f"Stragglers: ranks whose {what} is above the median by more than "
+        f"{units.percent(job.straggler_threshold)}",
+    ]
     if len(job.ranks) < 2:
         return lines + ["  (one rank: nothing to compare)"]
     if not job.stragglers:
         return lines + ["  none"]
     for s in job.stragglers:
-        lines.append(f"  rank {s.rank}: {units.duration(s.step_us, raw)}, "
-                     f"{units.signed_duration(s.excess_us, raw)} "
-                     f"({units.signed_percent(s.excess_fraction)}) over the median "
-                     f"{units.duration(s.median_us, raw)}")
+        lines.append(
+            f"  rank {s.rank}: {units.duration(s.step_us, raw)}, "
+            f"{units.signed_duration(s.excess_us, raw)} "
+            f"({units.signed_percent(s.excess_fraction)}) over the median "
+            f"{units.duration(s.median_us, raw)}"
+        )
         if s.modules:
             own = "own GPU work time" if job.metric == "gpu_busy_us" else "own CPU time"
-            lines.append(f"    modules over the median ({own}, all passes): " + ", ".join(
-                f"{_label(m)} {units.signed_duration(e, raw)}" for m, e in s.modules))
+            lines.append(
+                f"    modules over the median ({own}, all passes): "
+                + ", ".join(f"{_label(m)} {units.signed_duration(e, raw)}" for m, e in s.modules)
+            )
     return lines
 
 
@@ -114,11 +142,24 @@ def _label(m: JobModule) -> str:
 def _modules_section(job: Job, opts: RenderOptions, tree: bool) -> list[str]:
     raw = opts.raw_numbers
     metric = "GPU busy time" if job.metric == "gpu_busy_us" else "CPU time"
-    lines = ["", f"Modules: {metric} per step across the ranks (all passes: fwd + bwd + other; "
-             "imbalance = max / median)"]
+    lines = [
+        "",
+        f"Modules: {metric} per step across the ranks (all passes: fwd + bwd + other; "
+        "imbalance = max / median)",
+    ]
     ranks = list(job.rank_numbers)
-    header = ["module", "median", "min", "max", "spread", "slowest", "imbalance", "fwd median",
-              "bwd median", "ranks"]
+    header = [
+        "module",
+        "median",
+        "min",
+        "max",
+        "spread",
+        "slowest",
+        "imbalance",
+        "fwd median",
+        "bwd median",
+        "ranks",
+    ]
     if opts.ranks == "all":
         header += [f"r{r}" for r in ranks]
     rows = []
@@ -128,15 +169,25 @@ def _modules_section(job: Job, opts: RenderOptions, tree: bool) -> list[str]:
         s = m.spread(job.metric)
         fwd, bwd = m.spread(job.metric, Pass.FORWARD), m.spread(job.metric, Pass.BACKWARD)
         if tree:
-            name = "  " * m.depth + (m.name if m.kind is not NodeKind.MODULE or not m.class_name
-                                     or m.class_name == m.name else f"{m.name} ({m.class_name})")
+            name = "  " * m.depth + (
+                m.name
+                if m.kind is not NodeKind.MODULE or not m.class_name or m.class_name == m.name
+                else f"{m.name} ({m.class_name})"
+            )
         else:
             name = m.qualified_name or m.name
-        row = [name, units.duration(s.median, raw), units.duration(s.min, raw),
-               units.duration(s.max, raw), units.duration(s.spread, raw),
-               f"rank {s.slowest_rank}" if s.max > 0 else "--", units.ratio(s.imbalance, raw),
-               units.duration(fwd.median, raw), units.duration(bwd.median, raw),
-               f"{len(m.nodes)}/{len(ranks)}"]
+        row = [
+            name,
+            units.duration(s.median, raw),
+            units.duration(s.min, raw),
+            units.duration(s.max, raw),
+            units.duration(s.spread, raw),
+            f"rank {s.slowest_rank}" if s.max > 0 else "--",
+            units.ratio(s.imbalance, raw),
+            units.duration(fwd.median, raw),
+            units.duration(bwd.median, raw),
+            f"{len(m.nodes)}/{len(ranks)}",
+        ]
         if opts.ranks == "all":
             times = m.times(job.metric)
             row += [units.duration(times[r], raw) if r in times else "--" for r in ranks]
@@ -146,8 +197,12 @@ def _modules_section(job: Job, opts: RenderOptions, tree: bool) -> list[str]:
 
 def job_report(job: Job, opts: RenderOptions, tree: bool = True) -> str:
     raw = opts.raw_numbers
-    lines = _header(job, raw) + _ranks_section(job, raw) + _stragglers_section(job, raw) \
+    lines = (
+        _header(job, raw)
+        + _ranks_section(job, raw)
+        + _stragglers_section(job, raw)
         + _modules_section(job, opts, tree)
+    )
     return "\n".join(lines) + "\n"
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import msgspec
 
+from traceprof.render.registry import RenderOptions
 from traceprof.result.model import ModuleProfile
 from traceprof.result.records import profile_document
-from traceprof.render.registry import RenderOptions
 
 
 def render_json(profile: ModuleProfile, opts: RenderOptions) -> str:

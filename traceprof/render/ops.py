@@ -11,9 +11,9 @@ import csv
 import io
 import json
 
+from traceprof import units
 from traceprof.errors import OptionError
 from traceprof.result.model import ModuleNode, ModuleProfile
-from traceprof import units
 from traceprof.result.records import OP_FIELDS, op_records
 
 EVERY_NODE = "*"
@@ -23,8 +23,11 @@ OPS_SCHEMA = "traceprof.ops/1"
 
 def find_node(profile: ModuleProfile, module: str) -> ModuleNode:
     """The node ``module`` names: qualified name first, then display name, then dotted path."""
-    for test in (lambda n: n.qualified_name == module, lambda n: n.name == module,
-                 lambda n: ".".join(p for p in n.path if p) == module):
+    for test in (
+        lambda n: n.qualified_name == module,
+        lambda n: n.name == module,
+        lambda n: ".".join(p for p in n.path if p) == module,
+    ):
         found = [n for n in profile.nodes if test(n)]
         if found:
             return found[0]
@@ -43,9 +46,14 @@ def render_ops(profile: ModuleProfile, module: str, fmt: str, raw: bool = False)
         buf = io.StringIO()
         writer = csv.DictWriter(buf, fieldnames=list(OP_FIELDS), lineterminator="\n")
         writer.writeheader()
-        writer.writerows({**r, "input_shapes": r["input_shapes"] or "",
-                          "flop_per_s": "" if r["flop_per_s"] is None else r["flop_per_s"]}
-                         for r in rows)
+        writer.writerows(
+            {
+                **r,
+                "input_shapes": r["input_shapes"] or "",
+                "flop_per_s": "" if r["flop_per_s"] is None else r["flop_per_s"],
+            }
+            for r in rows
+        )
         return buf.getvalue()
     if fmt == "parquet":
         return _parquet(profile, rows, module)
@@ -61,15 +69,18 @@ def _parquet(profile: ModuleProfile, rows: list[dict], module: str) -> bytes:
         import pyarrow.parquet as pq
     except ImportError:
         raise MissingDependencyError(
-            "Parquet output needs pyarrow: pip install 'traceprof[parquet]'") from None
-    frame = pd.DataFrame(rows, columns=list(OP_FIELDS)).astype(
-        {"flop_per_s": "float64", "node": "int64"})
+            "Parquet output needs pyarrow: pip install 'traceprof[parquet]'"
+        ) from None
+    frame = pd.DataFrame(rows, columns=list(OP_FIELDS)).astype({"flop_per_s": "float64", "node": "int64"})
     table = pa.Table.from_pandas(frame, preserve_index=False)
-    table = table.replace_schema_metadata({
-        **(table.schema.metadata or {}), b"traceprof.schema": OPS_SCHEMA.encode(),
-        b"traceprof.module": module.encode("utf-8", "surrogateescape"),
-        b"traceprof.trace": profile.metadata.path.encode("utf-8", "surrogateescape"),
-    })
+    table = table.replace_schema_metadata(
+        {
+            **(table.schema.metadata or {}),
+            b"traceprof.schema": OPS_SCHEMA.encode(),
+            b"traceprof.module": module.encode("utf-8", "surrogateescape"),
+            b"traceprof.trace": profile.metadata.path.encode("utf-8", "surrogateescape"),
+        }
+    )
     buf = io.BytesIO()
     pq.write_table(table, buf)
     return buf.getvalue()
@@ -78,26 +89,44 @@ def _parquet(profile: ModuleProfile, rows: list[dict], module: str) -> bytes:
 def _text(profile: ModuleProfile, node: ModuleNode | None, rows: list[dict], raw: bool) -> str:
     gpu = profile.has_gpu
     time_key = "gpu_busy_us" if gpu else "cpu_us"
-    header = ["module", "pass", "kind", "name", "calls", "GPU time" if gpu else "CPU time",
-              "share", "FLOPs", "FLOP/s", "input shapes"]
+    header = [
+        "module",
+        "pass",
+        "kind",
+        "name",
+        "calls",
+        "GPU time" if gpu else "CPU time",
+        "share",
+        "FLOPs",
+        "FLOP/s",
+        "input shapes",
+    ]
     if node is not None:
         header = header[1:]
     lines = []
     for r in rows:
-        cells = [r["qualified_name"] or profile.nodes[r["node"]].name, r["pass"], r["kind"],
-                 _short(r["name"], 80), units.count(r["calls"]),
-                 units.duration(r[time_key], raw), units.percent(r["share_of_node"]),
-                 units.flops(r["flops"], raw) if r["flops"] else "--",
-                 units.flop_rate(r["flop_per_s"]) if r["flop_per_s"] else "--",
-                 units.dims(json.loads(r["input_shapes"])) if r["input_shapes"] else "--"]
+        cells = [
+            r["qualified_name"] or profile.nodes[r["node"]].name,
+            r["pass"],
+            r["kind"],
+            _short(r["name"], 80),
+            units.count(r["calls"]),
+            units.duration(r[time_key], raw),
+            units.percent(r["share_of_node"]),
+            units.flops(r["flops"], raw) if r["flops"] else "--",
+            units.flop_rate(r["flop_per_s"]) if r["flop_per_s"] else "--",
+            units.dims(json.loads(r["input_shapes"])) if r["input_shapes"] else "--",
+        ]
         lines.append(cells[1:] if node is not None else cells)
     widths = [max([len(h)] + [len(c[i]) for c in lines]) for i, h in enumerate(header)]
     fmt = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
-    title = (f"ops and kernels of {node.qualified_name or node.name} (with its submodules), per "
-             "step, largest first" if node is not None else
-             "ops and kernels of every node (its own work), per step")
-    return "\n".join([title, fmt(header), fmt(["-" * w for w in widths])]
-                     + [fmt(c) for c in lines]) + "\n"
+    title = (
+        f"ops and kernels of {node.qualified_name or node.name} (with its submodules), per "
+        "step, largest first"
+        if node is not None
+        else "ops and kernels of every node (its own work), per step"
+    )
+    return "\n".join([title, fmt(header), fmt(["-" * w for w in widths])] + [fmt(c) for c in lines]) + "\n"
 
 
 def _short(text: str, width: int) -> str:

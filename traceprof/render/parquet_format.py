@@ -5,9 +5,9 @@ Needs pyarrow (``pip install 'traceprof[parquet]'``); without it, a one-line err
 
 from __future__ import annotations
 
+from traceprof.render.registry import RenderOptions
 from traceprof.result.model import ModuleProfile
 from traceprof.result.records import parquet_bytes
-from traceprof.render.registry import RenderOptions
 
 
 def render_parquet(profile: ModuleProfile, opts: RenderOptions) -> bytes:

@@ -4,7 +4,8 @@ or by the extension of the file ``-o`` writes."""
 from __future__ import annotations
 
 import os
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import msgspec
 
@@ -66,8 +67,10 @@ class Registry(dict):
         extension = os.path.splitext(os.path.basename(path))[1]
         if chosen is None and extension:
             known = ", ".join(ext for r in self.values() for ext in r.extensions)
-            raise OptionError(f"{path}: unknown output extension {extension!r} (known: {known}); "
-                              "give --format to write this file in one of the formats anyway")
+            raise OptionError(
+                f"{path}: unknown output extension {extension!r} (known: {known}); "
+                "give --format to write this file in one of the formats anyway"
+            )
         return chosen
 
     def render(self, result, fmt: str, options: RenderOptions | None = None) -> str | bytes:

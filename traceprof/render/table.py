@@ -11,26 +11,42 @@ docs/output-formats.md for the formulas and the places where traceprof's own num
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import msgspec
 
+from traceprof import units
 from traceprof.errors import OptionError
+from traceprof.render.header import header_lines
+from traceprof.render.registry import RenderOptions
 from traceprof.result.model import PASSES, ModuleNode, ModuleProfile, NodeKind, Pass
 from traceprof.trace.model import ModuleInfo
-from traceprof import units
-from traceprof.render.registry import RenderOptions
-from traceprof.render.header import header_lines
-
-
-
 
 # -- torchinfo's statistics from the module table ----------------------------------------------
 
 _ELEMENT_SIZE = {
-    "float64": 8, "double": 8, "float32": 4, "float": 4, "float16": 2, "half": 2, "bfloat16": 2,
-    "int64": 8, "long": 8, "int32": 4, "int": 4, "int16": 2, "short": 2, "int8": 1, "uint8": 1,
-    "bool": 1, "complex128": 16, "complex64": 8, "complex32": 4, "uint16": 2, "uint32": 4,
+    "float64": 8,
+    "double": 8,
+    "float32": 4,
+    "float": 4,
+    "float16": 2,
+    "half": 2,
+    "bfloat16": 2,
+    "int64": 8,
+    "long": 8,
+    "int32": 4,
+    "int": 4,
+    "int16": 2,
+    "short": 2,
+    "int8": 1,
+    "uint8": 1,
+    "bool": 1,
+    "complex128": 16,
+    "complex64": 8,
+    "complex32": 4,
+    "uint16": 2,
+    "uint32": 4,
     "uint64": 8,
 }
 
@@ -151,8 +167,7 @@ def torchinfo_stats(profile: ModuleProfile) -> TorchinfoStats | None:
 
     stats = TorchinfoStats(unique_params=mods[""].params_total)
     stats.leaves = {n for n in order if is_leaf(n)}
-    have_params = all(mods[n].params_total is not None and mods[n].trainable_total is not None
-                      for n in order)
+    have_params = all(mods[n].params_total is not None and mods[n].trainable_total is not None for n in order)
     if have_params:
         memo: dict[tuple[str, str], int] = {}
 
@@ -160,8 +175,8 @@ def torchinfo_stats(profile: ModuleProfile) -> TorchinfoStats | None:
             key = (n, attr)
             if key not in memo:
                 memo[key] = getattr(mods[n], attr) - sum(
-                    getattr(mods[d], attr) if d in stats.leaves else leftover(d, attr)
-                    for d in descendants(n))
+                    getattr(mods[d], attr) if d in stats.leaves else leftover(d, attr) for d in descendants(n)
+                )
             return memo[key]
 
         total = trainable = 0
@@ -200,10 +215,11 @@ def totals_lines(stats: TorchinfoStats | None, rule: str) -> list[str]:
     if stats is None or stats.total_params is None:
         return []
     assert stats.trainable_params is not None  # computed with total_params
-    out = [f"Total params{units.torchinfo_count(stats.total_params, False)}",
-           f"Trainable params{units.torchinfo_count(stats.trainable_params, False)}",
-           "Non-trainable params"
-           f"{units.torchinfo_count(stats.total_params - stats.trainable_params, False)}"]
+    out = [
+        f"Total params{units.torchinfo_count(stats.total_params, False)}",
+        f"Trainable params{units.torchinfo_count(stats.trainable_params, False)}",
+        f"Non-trainable params{units.torchinfo_count(stats.total_params - stats.trainable_params, False)}",
+    ]
     if stats.total_mult_adds is not None:
         out.append(f"Total mult-adds{units.torchinfo_count(stats.total_mult_adds, True)}")
     sizes = []
@@ -213,8 +229,9 @@ def totals_lines(stats: TorchinfoStats | None, rule: str) -> list[str]:
         sizes.append(f"Forward/backward pass size (MB): {units.megabytes(stats.total_output_bytes)}")
     if stats.total_param_bytes is not None:
         sizes.append(f"Params size (MB): {units.megabytes(stats.total_param_bytes)}")
-    parts = [p for p in (stats.total_input, stats.total_output_bytes, stats.total_param_bytes)
-             if p is not None]
+    parts = [
+        p for p in (stats.total_input, stats.total_output_bytes, stats.total_param_bytes) if p is not None
+    ]
     if len(parts) == 3:
         sizes.append(f"Estimated Total Size (MB): {units.megabytes(sum(parts))}")
     return out + ([rule] + sizes if sizes else [])
@@ -246,7 +263,7 @@ class Column(msgspec.Struct, frozen=True):
     name: str
     help: str
     header: Callable[[ModuleProfile], str]
-    cell: Callable[["_Context", ModuleNode], str]
+    cell: Callable[[_Context, ModuleNode], str]
     available: Callable[[ModuleProfile], bool] = lambda p: True
 
 
@@ -273,12 +290,19 @@ def _time(ctx: _Context, us: float) -> str:
 
 def _pass_column(p: Pass) -> Column:
     """The time of one pass: ``fwd``, ``bwd``, ``other``."""
-    what = {Pass.FORWARD: "forward", Pass.BACKWARD: "backward",
-            Pass.OTHER: "neither forward nor backward (optimizer step, copies, between ops)"}[p]
-    return Column(p.short, f"{what}: GPU time (CPU time on CPU-only traces), per step",
-                  lambda prof: f"{p.short.capitalize()} {_time_name(prof)}",
-                  lambda ctx, n: _time(ctx, n.phase(p).total.gpu_busy_us if ctx.profile.has_gpu
-                                       else n.phase(p).total.cpu_us))
+    what = {
+        Pass.FORWARD: "forward",
+        Pass.BACKWARD: "backward",
+        Pass.OTHER: "neither forward nor backward (optimizer step, copies, between ops)",
+    }[p]
+    return Column(
+        p.short,
+        f"{what}: GPU time (CPU time on CPU-only traces), per step",
+        lambda prof: f"{p.short.capitalize()} {_time_name(prof)}",
+        lambda ctx, n: _time(
+            ctx, n.phase(p).total.gpu_busy_us if ctx.profile.has_gpu else n.phase(p).total.cpu_us
+        ),
+    )
 
 
 def _params_cell(ctx: _Context, n: ModuleNode) -> str:
@@ -319,8 +343,7 @@ def _params_percent_cell(ctx: _Context, n: ModuleNode) -> str:
 
 def _all_tied(info: ModuleInfo) -> bool:
     """Every own parameter of the module is an earlier module's (tied weights)."""
-    return bool(info.tied and info.param_counts is not None
-                and set(info.param_counts) <= set(info.tied))
+    return bool(info.tied and info.param_counts is not None and set(info.param_counts) <= set(info.tied))
 
 
 def _mult_adds_cell(ctx: _Context, n: ModuleNode) -> str:
@@ -354,55 +377,134 @@ def _info(attr: Callable[[ModuleInfo], str]) -> Callable[[_Context, ModuleNode],
     return lambda ctx, n: attr(n.info) if n.info is not None else "--"
 
 
-COLUMNS: dict[str, Column] = {c.name: c for c in (
-    Column("input", "Input Shape: shapes of the first call's inputs",
-           lambda p: "Input Shape", _info(lambda i: units.shape(i.inputs)), _has_table),
-    Column("output", "Output Shape: shapes of the first call's outputs",
-           lambda p: "Output Shape", _info(lambda i: units.shape(i.outputs)), _has_table),
-    Column("params", "Param #: torchinfo's parameter count of the row",
-           lambda p: "Param #", _params_cell, _has_table),
-    Column("params_percent", "Param %: share of the total params",
-           lambda p: "Param %", _params_percent_cell, _has_table),
-    Column("kernel", "Kernel Shape: the module's kernel_size",
-           lambda p: "Kernel Shape", _info(lambda i: units.dims(i.kernel_size)), _has_table),
-    Column("weight_shape", "Weight Shape: shape of the module's weight",
-           lambda p: "Weight Shape", _info(lambda i: units.dims(i.weight_shape)), _has_table),
-    Column("mult_adds", "Mult-Adds: torchinfo's estimate (params x output size), per step",
-           lambda p: "Mult-Adds", _mult_adds_cell, _has_table),
-    Column("macs", "MACs (fwd): measured multiply-accumulates of the forward ops, per step",
-           lambda p: "MACs (fwd)",
-           lambda ctx, n: units.si(n.forward.total.macs, "MAC", ctx.opts.raw_numbers),
-           lambda p: p.flops.has_shapes),
-    Column("flops", "FLOPs: FLOPs of all passes, per step",
-           lambda p: "FLOPs",
-           lambda ctx, n: units.flops(n.total.flops, ctx.opts.raw_numbers),
-           lambda p: p.flops.has_shapes),
-    Column("flop_rate", "FLOP/s: achieved, all passes, over the row's time",
-           lambda p: "FLOP/s",
-           lambda ctx, n: units.flop_rate(ctx.profile.throughput(n.total).flop_per_s)
-           if n.total.flops else "--",
-           lambda p: p.flops.has_shapes),
-    Column("mfu", "MFU: achieved FLOP/s over the device's peak for the dtype used",
-           lambda p: "MFU",
-           lambda ctx, n: units.fraction(ctx.profile.throughput(n.total).mfu)
-           if n.total.flops else "--",
-           lambda p: p.flops.peak is not None and bool(p.flops.peak.flop_per_s)),
-    *(_pass_column(p) for p in PASSES),
-    Column("share", "share of the step's GPU busy time (CPU time on CPU-only traces)",
-           lambda p: f"{_time_name(p)} %",
-           lambda ctx, n: units.percent(ctx.profile.share_of_step(n))),
-    Column("kernels", "GPU kernels launched, per step", lambda p: "Kernels",
-           lambda ctx, n: units.count(n.total.kernels), lambda p: p.has_gpu),
-    Column("calls", "calls per step", lambda p: "Calls",
-           lambda ctx, n: units.count(n.calls) if n.kind is NodeKind.MODULE else ""),
-    Column("trainable", "Trainable: True, False or Partial", lambda p: "Trainable",
-           _trainable_cell, _has_table),
-    Column("name", "qualified module name", lambda p: "Name",
-           lambda ctx, n: n.qualified_name or n.name),
-)}
+COLUMNS: dict[str, Column] = {
+    c.name: c
+    for c in (
+        Column(
+            "input",
+            "Input Shape: shapes of the first call's inputs",
+            lambda p: "Input Shape",
+            _info(lambda i: units.shape(i.inputs)),
+            _has_table,
+        ),
+        Column(
+            "output",
+            "Output Shape: shapes of the first call's outputs",
+            lambda p: "Output Shape",
+            _info(lambda i: units.shape(i.outputs)),
+            _has_table,
+        ),
+        Column(
+            "params",
+            "Param #: torchinfo's parameter count of the row",
+            lambda p: "Param #",
+            _params_cell,
+            _has_table,
+        ),
+        Column(
+            "params_percent",
+            "Param %: share of the total params",
+            lambda p: "Param %",
+            _params_percent_cell,
+            _has_table,
+        ),
+        Column(
+            "kernel",
+            "Kernel Shape: the module's kernel_size",
+            lambda p: "Kernel Shape",
+            _info(lambda i: units.dims(i.kernel_size)),
+            _has_table,
+        ),
+        Column(
+            "weight_shape",
+            "Weight Shape: shape of the module's weight",
+            lambda p: "Weight Shape",
+            _info(lambda i: units.dims(i.weight_shape)),
+            _has_table,
+        ),
+        Column(
+            "mult_adds",
+            "Mult-Adds: torchinfo's estimate (params x output size), per step",
+            lambda p: "Mult-Adds",
+            _mult_adds_cell,
+            _has_table,
+        ),
+        Column(
+            "macs",
+            "MACs (fwd): measured multiply-accumulates of the forward ops, per step",
+            lambda p: "MACs (fwd)",
+            lambda ctx, n: units.si(n.forward.total.macs, "MAC", ctx.opts.raw_numbers),
+            lambda p: p.flops.has_shapes,
+        ),
+        Column(
+            "flops",
+            "FLOPs: FLOPs of all passes, per step",
+            lambda p: "FLOPs",
+            lambda ctx, n: units.flops(n.total.flops, ctx.opts.raw_numbers),
+            lambda p: p.flops.has_shapes,
+        ),
+        Column(
+            "flop_rate",
+            "FLOP/s: achieved, all passes, over the row's time",
+            lambda p: "FLOP/s",
+            lambda ctx, n: (
+                units.flop_rate(ctx.profile.throughput(n.total).flop_per_s) if n.total.flops else "--"
+            ),
+            lambda p: p.flops.has_shapes,
+        ),
+        Column(
+            "mfu",
+            "MFU: achieved FLOP/s over the device's peak for the dtype used",
+            lambda p: "MFU",
+            lambda ctx, n: units.fraction(ctx.profile.throughput(n.total).mfu) if n.total.flops else "--",
+            lambda p: p.flops.peak is not None and bool(p.flops.peak.flop_per_s),
+        ),
+        *(_pass_column(p) for p in PASSES),
+        Column(
+            "share",
+            "share of the step's GPU busy time (CPU time on CPU-only traces)",
+            lambda p: f"{_time_name(p)} %",
+            lambda ctx, n: units.percent(ctx.profile.share_of_step(n)),
+        ),
+        Column(
+            "kernels",
+            "GPU kernels launched, per step",
+            lambda p: "Kernels",
+            lambda ctx, n: units.count(n.total.kernels),
+            lambda p: p.has_gpu,
+        ),
+        Column(
+            "calls",
+            "calls per step",
+            lambda p: "Calls",
+            lambda ctx, n: units.count(n.calls) if n.kind is NodeKind.MODULE else "",
+        ),
+        Column(
+            "trainable",
+            "Trainable: True, False or Partial",
+            lambda p: "Trainable",
+            _trainable_cell,
+            _has_table,
+        ),
+        Column("name", "qualified module name", lambda p: "Name", lambda ctx, n: n.qualified_name or n.name),
+    )
+}
 
-DEFAULT_COLUMNS = ("input", "output", "params", "params_percent", "kernel", "mult_adds", "macs",
-                   "mfu", "fwd", "bwd", "other", "share", "kernels")
+DEFAULT_COLUMNS = (
+    "input",
+    "output",
+    "params",
+    "params_percent",
+    "kernel",
+    "mult_adds",
+    "macs",
+    "mfu",
+    "fwd",
+    "bwd",
+    "other",
+    "share",
+    "kernels",
+)
 
 
 def parse_columns(text: str) -> tuple[str, ...]:
@@ -410,9 +512,11 @@ def parse_columns(text: str) -> tuple[str, ...]:
     names = tuple(c.strip().lower().replace("-", "_") for c in text.split(",") if c.strip())
     bad = [c for c in names if c not in COLUMNS]
     if bad or not names:
-        raise OptionError(f"unknown column{'s' if len(bad) > 1 else ''} "
-                          f"{', '.join(repr(b) for b in bad) or repr(text)} for --columns "
-                          f"(known: {', '.join(COLUMNS)})")
+        raise OptionError(
+            f"unknown column{'s' if len(bad) > 1 else ''} "
+            f"{', '.join(repr(b) for b in bad) or repr(text)} for --columns "
+            f"(known: {', '.join(COLUMNS)})"
+        )
     return names
 
 
@@ -456,26 +560,29 @@ def render_table(profile: ModuleProfile, opts: RenderOptions) -> str:
     return "\n".join(out) + "\n"
 
 
-def _measured_lines(profile: ModuleProfile, opts: RenderOptions,
-                    stats: TorchinfoStats | None) -> list[str]:
+def _measured_lines(profile: ModuleProfile, opts: RenderOptions, stats: TorchinfoStats | None) -> list[str]:
     """traceprof's own totals, labelled apart from torchinfo's."""
     sel = profile.selection
     out = []
-    if stats is not None and stats.unique_params is not None and \
-            stats.unique_params != stats.total_params:
+    if stats is not None and stats.unique_params is not None and stats.unique_params != stats.total_params:
         out.append(f"Unique params (shared tensors once): {units.grouped(stats.unique_params)}")
     out.append(f"Steps analysed: {sel.count} ({'mean per step' if sel.numbers else 'whole trace'})")
     if profile.has_gpu:
         by_pass = ", ".join(
             f"{p.value} {units.duration(sum(profile.nodes[r].phase(p).total.gpu_busy_us for r in profile.roots))}"
-            for p in PASSES)
+            for p in PASSES
+        )
         out.append(f"GPU busy time per step: {units.duration(sel.gpu_busy_us)} ({by_pass})")
         out.append(f"Kernels per step: {units.count(sel.kernels)}")
-    out.append(f"CPU time per step: {units.duration(sel.cpu_in_ops_us)} in ops, "
-               f"{units.duration(sel.cpu_between_ops_us)} between ops")
+    out.append(
+        f"CPU time per step: {units.duration(sel.cpu_in_ops_us)} in ops, "
+        f"{units.duration(sel.cpu_between_ops_us)} between ops"
+    )
     if profile.flops.has_shapes:
         fwd_macs = sum(profile.nodes[r].forward.total.macs for r in profile.roots)
-        out.append(f"Measured MACs per step (traceprof.flops): {units.si(sel.macs, 'MAC')} "
-                   f"(forward {units.si(fwd_macs, 'MAC')})")
+        out.append(
+            f"Measured MACs per step (traceprof.flops): {units.si(sel.macs, 'MAC')} "
+            f"(forward {units.si(fwd_macs, 'MAC')})"
+        )
         out.append(f"FLOPs per step: {units.flops(sel.flops, opts.raw_numbers)}")
     return out

@@ -34,7 +34,7 @@ def styled(text: str) -> Text:
         if indent:
             depth = len(indent.group(1)) // 2
             out.append(GUIDE * depth, style="dim")
-            line = line[indent.end():]
+            line = line[indent.end() :]
         piece = Text(line)
         for pattern, style in _STYLES:
             piece.highlight_regex(pattern, style)
@@ -44,6 +44,5 @@ def styled(text: str) -> Text:
 
 def plain(styled_text: str) -> str:
     """The plain text back from what :func:`styled` printed (ANSI codes removed, guides undone)."""
-    unguided = re.sub(r"\x1b\[2m((?:│ )+)\x1b\[0m", lambda m: "  " * (len(m.group(1)) // 2),
-                      styled_text)
+    unguided = re.sub(r"\x1b\[2m((?:│ )+)\x1b\[0m", lambda m: "  " * (len(m.group(1)) // 2), styled_text)
     return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", unguided)

@@ -6,17 +6,19 @@ from __future__ import annotations
 
 import msgspec
 
+from traceprof import units
+from traceprof.render.header import header_lines
+from traceprof.render.registry import RenderOptions
 from traceprof.result.model import PASSES, ZERO, ModuleNode, ModuleProfile, NodeKind, Times
 from traceprof.trace.schema import DATA_PARALLEL_WRAPPERS, OPTIMIZER_STEP_PREFIXES
-from traceprof import units
-from traceprof.render.registry import RenderOptions
-from traceprof.render.header import header_lines
 
 
 def flop_fields(profile: ModuleProfile, node: ModuleNode, opts: RenderOptions) -> list[str]:
     raw = opts.raw_numbers
-    out = [f"{units.flops(node.forward.total.flops, raw)} fwd",
-           f"{units.flops(node.backward.total.flops, raw)} bwd"]
+    out = [
+        f"{units.flops(node.forward.total.flops, raw)} fwd",
+        f"{units.flops(node.backward.total.flops, raw)} bwd",
+    ]
     rates = profile.throughput(node.total)
     if rates.flop_per_s is not None and node.total.flops:
         out.append(units.flop_rate(rates.flop_per_s))
@@ -46,8 +48,6 @@ BANNER = "-------------------------- DeepSpeed Flops Profiler ------------------
 AGGREGATED = "----------------------------- Aggregated Profile per GPU -----------------------------"
 DETAILED = "------------------------------ Detailed Profile per GPU ------------------------------"
 RULE = "------------------------------------------------------------------------------"
-
-
 
 
 class Summary(msgspec.Struct, frozen=True):
@@ -131,15 +131,27 @@ def summarize(profile: ModuleProfile, batch_size: int | None = None) -> Summary:
     elif world and modules and modules[0].class_name in DATA_PARALLEL_WRAPPERS:
         dp, dp_source = world, f"{modules[0].class_name} over all {world} ranks"
     return Summary(
-        fwd_us=fwd_us, bwd_us=bwd_us, step_us=step_us, other_us=other_us,
+        fwd_us=fwd_us,
+        bwd_us=bwd_us,
+        step_us=step_us,
+        other_us=other_us,
         iter_us=fwd_us + bwd_us + step_us + other_us,
-        modules_fwd_us=t(fwd_m), modules_bwd_us=t(bwd_m),
-        outside_fwd_us=t(out_fwd), outside_bwd_us=t(out_bwd),
-        params=params, fwd_macs=fwd_m.macs + out_fwd.macs, fwd_flops=fwd_m.flops + out_fwd.flops,
-        bwd_flops=bwd_m.flops + out_bwd.flops, other_flops=other_all.flops,
+        modules_fwd_us=t(fwd_m),
+        modules_bwd_us=t(bwd_m),
+        outside_fwd_us=t(out_fwd),
+        outside_bwd_us=t(out_bwd),
+        params=params,
+        fwd_macs=fwd_m.macs + out_fwd.macs,
+        fwd_flops=fwd_m.flops + out_fwd.flops,
+        bwd_flops=bwd_m.flops + out_bwd.flops,
+        other_flops=other_all.flops,
         model_fwd_macs=fwd_m.macs,
-        batch_size=batch_size, batch_source=source, world_size=world, dp_size=dp,
-        dp_source=dp_source, mp_size=mp,
+        batch_size=batch_size,
+        batch_source=source,
+        world_size=world,
+        dp_size=dp,
+        dp_source=dp_source,
+        mp_size=mp,
     )
 
 
@@ -167,14 +179,14 @@ def _batch_from_table(modules: list[ModuleNode]) -> tuple[int | None, str]:
 
 
 def _kv(label: str, value: str) -> str:
-    return "{:<60}  {:<8}".format(label, value).rstrip()
+    return f"{label:<60}  {value:<8}".rstrip()
 
 
 def summary_lines(profile: ModuleProfile, opts: RenderOptions) -> list[str]:
     raw = opts.raw_numbers
     s = summarize(profile, opts.batch_size)
     d = lambda us: units.duration(us, raw) if us is not None else "unknown"  # noqa: E731
-    per_s = lambda work, us: (work / (us * 1e-6) if us else None)  # noqa: E731
+    per_s = lambda work, us: work / (us * 1e-6) if us else None  # noqa: E731
     known = lambda v, why="": "unknown" + why if v is None else f"{v}"  # noqa: E731
     sel = profile.selection
     if sel.numbers:
@@ -183,67 +195,103 @@ def summary_lines(profile: ModuleProfile, opts: RenderOptions) -> list[str]:
     else:
         at = "over the whole trace (no ProfilerStep in it)"
     time_kind = "GPU busy time" if profile.has_gpu else "CPU time (a CPU-only trace)"
-    out = [BANNER, f"Profile Summary {at}:", "Notations:",
-           "data parallel size (dp_size), model parallel size(mp_size),",
-           "number of parameters (params), number of multiply-accumulate operations(MACs),",
-           "number of floating-point operations (flops), floating-point operations per second (FLOPS),",
-           "fwd latency (forward propagation latency), bwd latency (backward propagation latency),",
-           "step (weights update latency), iter latency (sum of fwd, bwd and step latency)",
-           f"traceprof: latencies are {time_kind} per step, one per pass; fwd and bwd latency "
-           "include the work of that pass outside every module",
-           "(listed under (not in any module)); step latency is the optimizer's groups there, other "
-           "latency the rest of the work that is neither",
-           "forward nor backward (zero_grad, copies, time between ops, GPU work launched outside the "
-           "trace), so iter latency is the step's whole time;",
-           "flops are counted from the ops' recorded shapes in both passes: bwd flops are measured, "
-           "not estimated as 2 * fwd flops.",
-           ""]
+    out = [
+        BANNER,
+        f"Profile Summary {at}:",
+        "Notations:",
+        "data parallel size (dp_size), model parallel size(mp_size),",
+        "number of parameters (params), number of multiply-accumulate operations(MACs),",
+        "number of floating-point operations (flops), floating-point operations per second (FLOPS),",
+        "fwd latency (forward propagation latency), bwd latency (backward propagation latency),",
+        "step (weights update latency), iter latency (sum of fwd, bwd and step latency)",
+        f"traceprof: latencies are {time_kind} per step, one per pass; fwd and bwd latency "
+        "include the work of that pass outside every module",
+        "(listed under (not in any module)); step latency is the optimizer's groups there, other "
+        "latency the rest of the work that is neither",
+        "forward nor backward (zero_grad, copies, time between ops, GPU work launched outside the "
+        "trace), so iter latency is the step's whole time;",
+        "flops are counted from the ops' recorded shapes in both passes: bwd flops are measured, "
+        "not estimated as 2 * fwd flops.",
+        "",
+    ]
     world = known(s.world_size)
     out.append(_kv("world size: ", world))
     out.append(_kv("data parallel size: ", known(s.dp_size) + (f" ({s.dp_source})" if s.dp_size else "")))
     out.append(_kv("model parallel size: ", known(s.mp_size)))
     out.append(_kv("batch size per GPU: ", known(s.batch_size) + f" ({s.batch_source})"))
     mp = s.mp_size or 1
-    out.append(_kv("params per GPU: ", units.params(s.params, raw) if s.params is not None
-                   else "unknown (no module table in the trace)"))
+    out.append(
+        _kv(
+            "params per GPU: ",
+            units.params(s.params, raw) if s.params is not None else "unknown (no module table in the trace)",
+        )
+    )
     if s.params is not None:
-        out.append(_kv("params of model = params per GPU * mp_size: ",
-                       units.params(s.params * mp, raw) if s.mp_size else "unknown (mp_size unknown)"))
+        out.append(
+            _kv(
+                "params of model = params per GPU * mp_size: ",
+                units.params(s.params * mp, raw) if s.mp_size else "unknown (mp_size unknown)",
+            )
+        )
     if profile.flops.has_shapes:
         out.append(_kv("fwd MACs per GPU: ", units.mac_count(s.fwd_macs, raw)))
         out.append(_kv("fwd flops per GPU: ", units.flops(s.fwd_flops, raw)))
-        out.append(_kv("fwd flops of model = fwd flops per GPU * mp_size: ",
-                       units.flops(s.fwd_flops * mp, raw) if s.mp_size else "unknown (mp_size unknown)"))
+        out.append(
+            _kv(
+                "fwd flops of model = fwd flops per GPU * mp_size: ",
+                units.flops(s.fwd_flops * mp, raw) if s.mp_size else "unknown (mp_size unknown)",
+            )
+        )
     else:
         out.append(_kv("fwd MACs per GPU: ", "unknown (trace recorded without shapes)"))
         out.append(_kv("fwd flops per GPU: ", "unknown (trace recorded without shapes)"))
     flops_known = profile.flops.has_shapes
     rate = lambda v: units.flop_rate_raw(v, raw) if flops_known else "unknown"  # noqa: E731
     out.append(_kv("fwd latency: ", d(s.fwd_us)))
-    out.append(_kv("fwd FLOPS per GPU = fwd flops per GPU / fwd latency: ", rate(per_s(s.fwd_flops, s.fwd_us))))
+    out.append(
+        _kv("fwd FLOPS per GPU = fwd flops per GPU / fwd latency: ", rate(per_s(s.fwd_flops, s.fwd_us)))
+    )
     out.append(_kv("bwd latency: ", d(s.bwd_us)))
-    out.append(_kv("bwd FLOPS per GPU = bwd flops per GPU / bwd latency: ", rate(per_s(s.bwd_flops, s.bwd_us))))
-    out.append(_kv("fwd+bwd FLOPS per GPU = fwd+bwd flops / (fwd+bwd latency): ",
-                   rate(per_s(s.fwd_flops + s.bwd_flops, s.fwd_us + s.bwd_us))))
+    out.append(
+        _kv("bwd FLOPS per GPU = bwd flops per GPU / bwd latency: ", rate(per_s(s.bwd_flops, s.bwd_us)))
+    )
+    out.append(
+        _kv(
+            "fwd+bwd FLOPS per GPU = fwd+bwd flops / (fwd+bwd latency): ",
+            rate(per_s(s.fwd_flops + s.bwd_flops, s.fwd_us + s.bwd_us)),
+        )
+    )
     out.append(_kv("step latency: ", d(s.step_us)))
     out.append(_kv("other latency (neither fwd, bwd nor step): ", d(s.other_us)))
     out.append(_kv("iter latency: ", d(s.iter_us)))
     total_flops = s.fwd_flops + s.bwd_flops + s.other_flops
-    out.append(_kv("FLOPS per GPU = (fwd+bwd+step+other flops) / iter latency: ",
-                   rate(per_s(total_flops, s.iter_us))))
+    out.append(
+        _kv(
+            "FLOPS per GPU = (fwd+bwd+step+other flops) / iter latency: ", rate(per_s(total_flops, s.iter_us))
+        )
+    )
     samples = s.batch_size * (s.world_size or 1) if s.batch_size else None
     sps = samples / (s.iter_us * 1e-6) if samples and s.iter_us else None
     note = "" if s.world_size else " (world size unknown: one process)"
     out.append(_kv("samples/second: ", (units.rate(sps, "samples/s", raw) + note) if sps else "unknown"))
     out.append("traceprof extras:")
-    out.append(_kv("  fwd / bwd latency inside the modules: ", f"{d(s.modules_fwd_us)} / {d(s.modules_bwd_us)}"))
-    out.append(_kv("  fwd / bwd latency not in any module: ",
-                   f"{d(s.outside_fwd_us)} / {d(s.outside_bwd_us)}"))
-    out.append(_kv("  bwd flops per GPU (measured): ", units.flops(s.bwd_flops, raw) if flops_known else "unknown"))
+    out.append(
+        _kv("  fwd / bwd latency inside the modules: ", f"{d(s.modules_fwd_us)} / {d(s.modules_bwd_us)}")
+    )
+    out.append(
+        _kv("  fwd / bwd latency not in any module: ", f"{d(s.outside_fwd_us)} / {d(s.outside_bwd_us)}")
+    )
+    out.append(
+        _kv("  bwd flops per GPU (measured): ", units.flops(s.bwd_flops, raw) if flops_known else "unknown")
+    )
     out.append(_kv("  step wall time (CPU): ", d(sel.wall_us)))
     sps_wall = samples / (sel.wall_us * 1e-6) if samples and sel.wall_us else None
-    out.append(_kv("  samples/second over the step's wall time: ",
-                   units.rate(sps_wall, "samples/s", raw) if sps_wall else "unknown"))
+    out.append(
+        _kv(
+            "  samples/second over the step's wall time: ",
+            units.rate(sps_wall, "samples/s", raw) if sps_wall else "unknown",
+        )
+    )
     return out
 
 
@@ -261,24 +309,26 @@ def aggregated_lines(profile: ModuleProfile, opts: RenderOptions) -> list[str]:
             acc[0] = (acc[0] or 0) + n.info.params_total
         acc[1] += n.forward.total.macs
         acc[2] += _time(profile, n.forward.total)
-    out = [AGGREGATED,
-           f"Top {k} modules in terms of params, MACs or fwd latency at different model depths:"]
+    out = [AGGREGATED, f"Top {k} modules in terms of params, MACs or fwd latency at different model depths:"]
     for depth in sorted(by_depth):
         info = by_depth[depth]
-        top = lambda i: sorted(info.items(), key=lambda kv: -(kv[1][i] or 0))[:k]  # noqa: E731
+        top = lambda i, info=info: sorted(info.items(), key=lambda kv: -(kv[1][i] or 0))[:k]  # noqa: E731
         out.append(f"depth {depth}:")
         if any(v[0] is not None for v in info.values()):
-            out.append("    params      - " + units.python_dict(
-                [(c, units.params(v[0], raw)) for c, v in top(0)]))
+            out.append(
+                "    params      - " + units.python_dict([(c, units.params(v[0], raw)) for c, v in top(0)])
+            )
         else:
             out.append("    params      - unknown (no module table in the trace)")
         if profile.flops.has_shapes:
-            out.append("    MACs        - " + units.python_dict(
-                [(c, units.mac_count(v[1], raw)) for c, v in top(1)]))
+            out.append(
+                "    MACs        - " + units.python_dict([(c, units.mac_count(v[1], raw)) for c, v in top(1)])
+            )
         else:
             out.append("    MACs        - unknown (trace recorded without shapes)")
-        out.append("    fwd latency - " + units.python_dict(
-            [(c, units.duration(v[2], raw)) for c, v in top(2)]))
+        out.append(
+            "    fwd latency - " + units.python_dict([(c, units.duration(v[2], raw)) for c, v in top(2)])
+        )
     return out
 
 
@@ -290,8 +340,9 @@ def _module_fields(profile: ModuleProfile, node: ModuleNode, s: Summary, opts: R
         return _outside_fields(profile, node, s, opts)
     if node.kind is NodeKind.MODULE:
         p = node.info.params_total if node.info is not None else None
-        fields.append(f"{units.params(p, raw)} = {units.share(p, s.params)} Params" if p is not None
-                      else "-- Params")
+        fields.append(
+            f"{units.params(p, raw)} = {units.share(p, s.params)} Params" if p is not None else "-- Params"
+        )
     has_flops = profile.flops.has_shapes
     if has_flops:
         fields.append(f"{units.mac_count(fwd.macs, raw)} = {units.share(fwd.macs, s.fwd_macs)} MACs")
@@ -339,28 +390,39 @@ def _outside_fields(profile: ModuleProfile, node: ModuleNode, s: Summary, opts: 
 def detailed_lines(profile: ModuleProfile, opts: RenderOptions) -> list[str]:
     s = summarize(profile, opts.batch_size)
     time_kind = "GPU busy time" if profile.has_gpu else "CPU time"
-    out = [DETAILED,
-           "Each module profile is listed after its name in the following order: ",
-           "params, percentage of total params, MACs, percentage of total MACs, fwd latency, "
-           "percentage of total fwd latency, fwd FLOPS",
-           f"then traceprof's: bwd latency, percentage of total bwd latency, bwd FLOPS, calls when "
-           f"not 1, input shapes, memory when recorded, extra_repr (latencies: {time_kind} per step; "
-           "percentages: of the summary's totals above)",
-           "",
-           "Note: 1. Work a module runs itself (functional calls, ops in its forward) makes up the "
-           "difference between its numbers and the sum of its submodules'.",
-           "2. FLOPs and MACs are computed from the ops' recorded shapes (docs/flops.md); FLOPS are "
-           "achieved rates over the module's own measured time.",
-           "3. Work outside every module is listed last under (not in any module), grouped by the "
-           "top-level op or annotation it ran under, with its time per pass: fwd, bwd and other "
-           "(neither: the optimizer step, zero_grad, copies, time between ops).",
-           ""]
+    out = [
+        DETAILED,
+        "Each module profile is listed after its name in the following order: ",
+        "params, percentage of total params, MACs, percentage of total MACs, fwd latency, "
+        "percentage of total fwd latency, fwd FLOPS",
+        f"then traceprof's: bwd latency, percentage of total bwd latency, bwd FLOPS, calls when "
+        f"not 1, input shapes, memory when recorded, extra_repr (latencies: {time_kind} per step; "
+        "percentages: of the summary's totals above)",
+        "",
+        "Note: 1. Work a module runs itself (functional calls, ops in its forward) makes up the "
+        "difference between its numbers and the sum of its submodules'.",
+        "2. FLOPs and MACs are computed from the ops' recorded shapes (docs/flops.md); FLOPS are "
+        "achieved rates over the module's own measured time.",
+        "3. Work outside every module is listed last under (not in any module), grouped by the "
+        "top-level op or annotation it ran under, with its time per pass: fwd, bwd and other "
+        "(neither: the optimizer step, zero_grad, copies, time between ops).",
+        "",
+    ]
 
     def emit(node: ModuleNode, indent: int, is_root: bool) -> None:
         pad = "  " * indent
         name = node.class_name if node.kind is NodeKind.MODULE and node.class_name else ""
-        label = name if is_root and name else (f"({node.name}): {name}" if name else f"({node.name})"
-                                               if not node.name.startswith("(") else node.name)
+        label = (
+            name
+            if is_root and name
+            else (
+                f"({node.name}): {name}"
+                if name
+                else f"({node.name})"
+                if not node.name.startswith("(")
+                else node.name
+            )
+        )
         fields = ", ".join(_module_fields(profile, node, s, opts))
         if not node.children:
             out.append(f"{pad}{label}({fields})")

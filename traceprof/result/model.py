@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import enum
 import math
-from typing import TYPE_CHECKING, Iterator
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -43,10 +44,10 @@ class Times(msgspec.Struct, frozen=True):
     bytes_written: float = 0.0  # every output written once
     unsupported_ops: float = 0.0  # calls of ops without a FLOP formula (docs/flops.md)
 
-    def __add__(self, other: "Times") -> "Times":
+    def __add__(self, other: Times) -> Times:
         return Times(*(getattr(self, f) + getattr(other, f) for f in Times.__struct_fields__))
 
-    def __sub__(self, other: "Times") -> "Times":
+    def __sub__(self, other: Times) -> Times:
         return Times(*(getattr(self, f) - getattr(other, f) for f in Times.__struct_fields__))
 
 
@@ -117,9 +118,14 @@ class OpStat(msgspec.Struct, frozen=True):
     def key(self) -> tuple[OpKind, str, str, str | None]:
         return (self.kind, self.name, self.phase, self.input_shapes)
 
-    def __add__(self, other: "OpStat") -> "OpStat":
-        return OpStat(self.kind, self.name, self.phase, self.input_shapes,
-                      *(getattr(self, f) + getattr(other, f) for f in _OP_SUMMED))
+    def __add__(self, other: OpStat) -> OpStat:
+        return OpStat(
+            self.kind,
+            self.name,
+            self.phase,
+            self.input_shapes,
+            *(getattr(self, f) + getattr(other, f) for f in _OP_SUMMED),
+        )
 
 
 class ModuleNode(msgspec.Struct, frozen=True):
@@ -139,7 +145,7 @@ class ModuleNode(msgspec.Struct, frozen=True):
     info: ModuleInfo | None = None
     memory: tuple[MemoryUse, ...] = ()  # per device, from [memory] events (profile_memory=True)
     #: the node's own ops and kernels per pass, largest first (traceprof.analysis.module_ops)
-    ops: tuple["OpStat", ...] = ()
+    ops: tuple[OpStat, ...] = ()
 
     def phase(self, p: Pass | str) -> PhaseTimes:
         """The node's times in pass ``p``."""
@@ -368,13 +374,16 @@ class ModuleProfile(msgspec.Struct, frozen=True):
                 for phase in PASSES:
                     own = node.phase(phase).own
                     rows = [o for o in node.ops if o.phase == phase.value]
-                    for kind, keys in ((OpKind.OP, _OP_SUMMED[1:]),
-                                       (OpKind.KERNEL, ("kernels", "gpu_busy_us", "gpu_work_us"))):
+                    for kind, keys in (
+                        (OpKind.OP, _OP_SUMMED[1:]),
+                        (OpKind.KERNEL, ("kernels", "gpu_busy_us", "gpu_work_us")),
+                    ):
                         for key in keys:
                             got = sum(getattr(o, key) for o in rows if o.kind is kind)
                             assert close(got, getattr(own, key)), (
                                 f"{node.qualified_name} {phase} {kind.value} rows {key}: "
-                                f"{got} != {getattr(own, key)}")
+                                f"{got} != {getattr(own, key)}"
+                            )
         roots = ZERO
         for r in self.roots:
             roots = roots + self.nodes[r].total
@@ -418,8 +427,7 @@ def bounded(rows: list[OpStat] | tuple[OpStat, ...], limit: int = MAX_ROWS) -> t
     for r in rows:
         k = r.key()
         merged[k] = merged[k] + r if k in merged else r
-    ranked = sorted(merged.values(), key=lambda r: (-r.gpu_busy_us, -r.cpu_us, -r.flops,
-                                                    -r.calls, r.name))
+    ranked = sorted(merged.values(), key=lambda r: (-r.gpu_busy_us, -r.cpu_us, -r.flops, -r.calls, r.name))
     kept: list[OpStat] = []
     rest: dict[tuple[OpKind, str], list[OpStat]] = {}
     seen: dict[tuple[OpKind, str], int] = {}

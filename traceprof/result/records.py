@@ -96,12 +96,15 @@ def profile_dataframe(profile: ModuleProfile) -> pd.DataFrame:
 def parquet_bytes(profile: ModuleProfile) -> bytes:
     """:func:`profile_dataframe` as a Parquet file, with the trace, the schema, the hierarchy
     source and the warnings in its metadata (needs pyarrow)."""
-    return dataframe_parquet(profile_dataframe(profile), {
-        "schema": JSON_SCHEMA,
-        "trace": profile.metadata.path.encode("utf-8", "surrogateescape"),
-        "hierarchy": profile.source,
-        "warnings": json.dumps(list(profile.warnings)),
-    })
+    return dataframe_parquet(
+        profile_dataframe(profile),
+        {
+            "schema": JSON_SCHEMA,
+            "trace": profile.metadata.path.encode("utf-8", "surrogateescape"),
+            "hierarchy": profile.source,
+            "warnings": json.dumps(list(profile.warnings)),
+        },
+    )
 
 
 def dataframe_parquet(df: pd.DataFrame, metadata: dict[str, str | bytes]) -> bytes:
@@ -113,21 +116,40 @@ def dataframe_parquet(df: pd.DataFrame, metadata: dict[str, str | bytes]) -> byt
         import pyarrow.parquet as pq
     except ImportError:
         raise MissingDependencyError(
-            "Parquet output needs pyarrow: pip install 'traceprof[parquet]'") from None
+            "Parquet output needs pyarrow: pip install 'traceprof[parquet]'"
+        ) from None
     table = pa.Table.from_pandas(df, preserve_index=False)
-    table = table.replace_schema_metadata({
-        **(table.schema.metadata or {}),
-        **{f"traceprof.{key}".encode(): value if isinstance(value, bytes) else value.encode()
-           for key, value in metadata.items()},
-    })
+    table = table.replace_schema_metadata(
+        {
+            **(table.schema.metadata or {}),
+            **{
+                f"traceprof.{key}".encode(): value if isinstance(value, bytes) else value.encode()
+                for key, value in metadata.items()
+            },
+        }
+    )
     buf = io.BytesIO()
     pq.write_table(table, buf)
     return buf.getvalue()
 
 
 #: columns of the per-module ops table (``--ops``, the JSON ``ops`` section)
-OP_FIELDS = ("node", "qualified_name", "pass", "kind", "name", "input_shapes", "calls", "kernels",
-             "gpu_busy_us", "gpu_work_us", "cpu_us", "flops", "share_of_node", "flop_per_s")
+OP_FIELDS = (
+    "node",
+    "qualified_name",
+    "pass",
+    "kind",
+    "name",
+    "input_shapes",
+    "calls",
+    "kernels",
+    "gpu_busy_us",
+    "gpu_work_us",
+    "cpu_us",
+    "flops",
+    "share_of_node",
+    "flop_per_s",
+)
 
 
 def op_records(profile: ModuleProfile, node: ModuleNode | None = None) -> list[dict[str, Any]]:
@@ -139,7 +161,8 @@ def op_records(profile: ModuleProfile, node: ModuleNode | None = None) -> list[d
     from traceprof.result.model import bounded
 
     shown: Callable[[Times | OpStat], float] = (
-        (lambda t: t.gpu_busy_us) if profile.has_gpu else (lambda t: t.cpu_us))
+        (lambda t: t.gpu_busy_us) if profile.has_gpu else (lambda t: t.cpu_us)
+    )
     groups: list[tuple[ModuleNode, tuple[OpStat, ...]]]
     if node is None:
         groups = [(n, n.ops) for n in profile.walk()]
@@ -151,14 +174,24 @@ def op_records(profile: ModuleProfile, node: ModuleNode | None = None) -> list[d
         whole = shown(n.total)
         for o in ops:
             time = shown(o)
-            out.append({
-                "node": n.id, "qualified_name": n.qualified_name, "pass": o.phase,
-                "kind": o.kind.value, "name": o.name, "input_shapes": o.input_shapes,
-                "calls": o.calls, "kernels": o.kernels, "gpu_busy_us": o.gpu_busy_us,
-                "gpu_work_us": o.gpu_work_us, "cpu_us": o.cpu_us, "flops": o.flops,
-                "share_of_node": time / whole if whole > 0 else 0.0,
-                "flop_per_s": o.flops / (time * 1e-6) if o.flops and time > 0 else None,
-            })
+            out.append(
+                {
+                    "node": n.id,
+                    "qualified_name": n.qualified_name,
+                    "pass": o.phase,
+                    "kind": o.kind.value,
+                    "name": o.name,
+                    "input_shapes": o.input_shapes,
+                    "calls": o.calls,
+                    "kernels": o.kernels,
+                    "gpu_busy_us": o.gpu_busy_us,
+                    "gpu_work_us": o.gpu_work_us,
+                    "cpu_us": o.cpu_us,
+                    "flops": o.flops,
+                    "share_of_node": time / whole if whole > 0 else 0.0,
+                    "flop_per_s": o.flops / (time * 1e-6) if o.flops and time > 0 else None,
+                }
+            )
     return out
 
 
@@ -178,15 +211,18 @@ def profile_document(profile: ModuleProfile, timeline: bool = False) -> dict[str
             "flags": md.flags,
         },
         "hierarchy": {"source": profile.source, "description": profile.source_description},
-        "steps": {**asdict(profile.selection),
-                  "cpu_in_ops_us": profile.selection.cpu_in_ops_us},
+        "steps": {**asdict(profile.selection), "cpu_in_ops_us": profile.selection.cpu_in_ops_us},
         "stats": asdict(profile.stats),
         "flops": flops_section(profile),
         "warnings": list(profile.warnings),
         "roots": list(profile.roots),
         "nodes": [  # memory: its passes as dicts too
-            {**node_record(profile, n), "children": list(n.children), "path": list(n.path),
-             "memory": [msgspec.to_builtins(m) for m in n.memory]}
+            {
+                **node_record(profile, n),
+                "children": list(n.children),
+                "path": list(n.path),
+                "memory": [msgspec.to_builtins(m) for m in n.memory],
+            }
             for n in profile.walk()
         ],
         "ops": op_records(profile),

@@ -72,19 +72,35 @@ class Timeline(msgspec.Struct, frozen=True):
             "modules": [list(p) for p in self.modules],
             "names": list(self.names),
             "lanes": [{"kind": ln.kind, "name": ln.name, "rows": ln.rows} for ln in self.lanes],
-            "events": {"lane": self.lane.tolist(), "row": self.row.tolist(),
-                       "start": r(self.start), "dur": r(self.dur), "name": self.name.tolist(),
-                       "module": self.module.tolist(), "phase": self.phase.tolist(),
-                       "count": self.count.tolist()},
-            "bounds": {"events_in_step": self.events_in_step,
-                       "events_shown": int(len(self.lane)),
-                       "merged_below_us": self.merged_below_us, "dropped": self.dropped,
-                       "max_events": MAX_EVENTS},
-            "memory": None if mem is None else {
-                "device": mem.device, "time_us": list(mem.time_us),
+            "events": {
+                "lane": self.lane.tolist(),
+                "row": self.row.tolist(),
+                "start": r(self.start),
+                "dur": r(self.dur),
+                "name": self.name.tolist(),
+                "module": self.module.tolist(),
+                "phase": self.phase.tolist(),
+                "count": self.count.tolist(),
+            },
+            "bounds": {
+                "events_in_step": self.events_in_step,
+                "events_shown": len(self.lane),
+                "merged_below_us": self.merged_below_us,
+                "dropped": self.dropped,
+                "max_events": MAX_EVENTS,
+            },
+            "memory": None
+            if mem is None
+            else {
+                "device": mem.device,
+                "time_us": list(mem.time_us),
                 "allocated_bytes": list(mem.allocated_bytes),
-                "peak": {"time_us": mem.peak_time_us, "bytes": mem.peak_bytes,
-                         "module": mem.peak_module, "phase": mem.peak_phase},
+                "peak": {
+                    "time_us": mem.peak_time_us,
+                    "bytes": mem.peak_bytes,
+                    "module": mem.peak_module,
+                    "phase": mem.peak_phase,
+                },
                 "exact_total": mem.exact_total,
             },
         }

@@ -5,13 +5,23 @@ from __future__ import annotations
 
 import enum
 import fnmatch
-from typing import Callable
+from collections.abc import Callable
 
 from msgspec.structs import replace
 
 from traceprof.errors import OptionError
-from traceprof.result.model import OpStat, bounded
-from traceprof.result.model import PASSES, ZERO, ModuleNode, ModuleProfile, NodeKind, Pass, PhaseTimes, Times
+from traceprof.result.model import (
+    PASSES,
+    ZERO,
+    ModuleNode,
+    ModuleProfile,
+    NodeKind,
+    OpStat,
+    Pass,
+    PhaseTimes,
+    Times,
+    bounded,
+)
 
 
 class SortKey(str, enum.Enum):
@@ -107,7 +117,7 @@ def top_children(profile: ModuleProfile, n: int, key: SortKey | str = SortKey.GP
         movable = [c for c in children if c.kind is not NodeKind.UNATTRIBUTED]
         if len(movable) <= n:
             return children, [], False
-        keep = set(id(c) for c in sorted(movable, key=fn)[:n])
+        keep = {id(c) for c in sorted(movable, key=fn)[:n]}
         kept = [c for c in children if id(c) in keep or c.kind is NodeKind.UNATTRIBUTED]
         folded = [c for c in movable if id(c) not in keep]
         return kept, folded, True
@@ -158,8 +168,7 @@ def _rebuild(profile: ModuleProfile, arrange: Arrange) -> ModuleProfile:
 
     def summed(group: list[ModuleNode]) -> tuple[PhaseTimes, PhaseTimes, PhaseTimes]:
         """The forward, backward and other pass of ``group`` summed."""
-        return (sum_phase(group, Pass.FORWARD), sum_phase(group, Pass.BACKWARD),
-                sum_phase(group, Pass.OTHER))
+        return (sum_phase(group, Pass.FORWARD), sum_phase(group, Pass.BACKWARD), sum_phase(group, Pass.OTHER))
 
     def subtree_ops(group: list[ModuleNode]) -> list[OpStat]:
         """The ops rows of every node of the subtrees of ``group`` (their own ops, merged by
@@ -182,33 +191,62 @@ def _rebuild(profile: ModuleProfile, arrange: Arrange) -> ModuleProfile:
         if folded and as_sibling:
             forward, backward, other = summed(folded)
             others = ModuleNode(
-                id=len(out), parent=new_id, children=(), depth=depth + 1, kind=NodeKind.OTHERS,
-                name=f"({len(folded)} more)", class_name="", qualified_name=node.qualified_name + "/(more)",
-                path=node.path + ("(more)",), calls=0.0, forward=forward, backward=backward, other=other,
+                id=len(out),
+                parent=new_id,
+                children=(),
+                depth=depth + 1,
+                kind=NodeKind.OTHERS,
+                name=f"({len(folded)} more)",
+                class_name="",
+                qualified_name=node.qualified_name + "/(more)",
+                path=node.path + ("(more)",),
+                calls=0.0,
+                forward=forward,
+                backward=backward,
+                other=other,
                 ops=bounded(subtree_ops(folded)),
             )
             out.append(others)
             child_ids.append(others.id)
         ops = node.ops
         if folded and not as_sibling:
-            phases = {p.value: PhaseTimes(own=node.phase(p).own + sum_phase(folded, p).total,
-                                          total=node.phase(p).total) for p in PASSES}
+            phases = {
+                p.value: PhaseTimes(
+                    own=node.phase(p).own + sum_phase(folded, p).total, total=node.phase(p).total
+                )
+                for p in PASSES
+            }
             ops = bounded(list(node.ops) + subtree_ops(folded))
         out[new_id] = replace(
-            node, id=new_id, parent=new_parent, children=tuple(child_ids), depth=depth,
-            ops=ops, **phases,
+            node,
+            id=new_id,
+            parent=new_parent,
+            children=tuple(child_ids),
+            depth=depth,
+            ops=ops,
+            **phases,
         )
         return new_id
 
     roots = [nodes[r] for r in profile.roots]
-    kept_roots, folded_roots, as_sibling = arrange(None, roots)
+    kept_roots, folded_roots, _as_sibling = arrange(None, roots)
     root_ids = [emit(r, -1, 0) for r in kept_roots]
     if folded_roots:
         forward, backward, other = summed(folded_roots)
         others = ModuleNode(
-            id=len(out), parent=-1, children=(), depth=0, kind=NodeKind.OTHERS,
-            name=f"({len(folded_roots)} more)", class_name="", qualified_name="(more)",
-            path=("(more)",), calls=0.0, forward=forward, backward=backward, other=other,
+            id=len(out),
+            parent=-1,
+            children=(),
+            depth=0,
+            kind=NodeKind.OTHERS,
+            name=f"({len(folded_roots)} more)",
+            class_name="",
+            qualified_name="(more)",
+            path=("(more)",),
+            calls=0.0,
+            forward=forward,
+            backward=backward,
+            other=other,
             ops=bounded(subtree_ops(folded_roots)),
         )
         out.append(others)

@@ -91,8 +91,10 @@ def top_modules(doc: dict) -> list[tuple[tuple[str, ...], str]]:
     """(path, tag label) of the modules that get a scalar, largest first."""
     metric = time_metric(doc)
     candidates = [
-        n for n in doc.get("nodes", [])
-        if n.get("kind") == "module" and n.get("depth", 0) <= TOP_MODULES_MAX_DEPTH
+        n
+        for n in doc.get("nodes", [])
+        if n.get("kind") == "module"
+        and n.get("depth", 0) <= TOP_MODULES_MAX_DEPTH
         and node_time(n, metric) > 0
     ]
     candidates.sort(key=lambda n: -node_time(n, metric))
@@ -106,8 +108,7 @@ def top_modules(doc: dict) -> list[tuple[tuple[str, ...], str]]:
     return chosen
 
 
-def scalars(mean_doc: dict, step_docs: list[tuple[int, dict]],
-            peak_flops: float | None) -> list[Scalar]:
+def scalars(mean_doc: dict, step_docs: list[tuple[int, dict]], peak_flops: float | None) -> list[Scalar]:
     """The scalars of a run: one point per step document."""
     metric = time_metric(mean_doc)
     unit = "GPU busy time" if metric == "gpu_busy_us" else "CPU time"
@@ -115,29 +116,43 @@ def scalars(mean_doc: dict, step_docs: list[tuple[int, dict]],
     out: list[Scalar] = []
     for step, doc in step_docs:
         s = doc.get("steps", {})
-        out.append(Scalar(f"{metric}/step", step, s.get(metric, 0.0),
-                          f"{unit} of the step, microseconds"))
-        out.append(Scalar("wall_us/step", step, s.get("wall_us", 0.0),
-                          "CPU wall time of the step, microseconds"))
+        out.append(Scalar(f"{metric}/step", step, s.get(metric, 0.0), f"{unit} of the step, microseconds"))
+        out.append(
+            Scalar("wall_us/step", step, s.get("wall_us", 0.0), "CPU wall time of the step, microseconds")
+        )
         if metric != "cpu_us":
-            out.append(Scalar("cpu_us/step", step, s.get("cpu_us", 0.0),
-                              "CPU time of the step, microseconds"))
+            out.append(
+                Scalar("cpu_us/step", step, s.get("cpu_us", 0.0), "CPU time of the step, microseconds")
+            )
             out.append(Scalar("kernels/step", step, s.get("kernels", 0.0), "kernels per step"))
         by_path = {tuple(n.get("path", ())): n for n in doc.get("nodes", [])}
         for path, label in modules:
             node = by_path.get(path)
             value = node_time(node, metric) if node else 0.0
-            out.append(Scalar(f"{metric}/{label}", step, value,
-                              f"{unit} of the module, all passes, microseconds"))
+            out.append(
+                Scalar(f"{metric}/{label}", step, value, f"{unit} of the module, all passes, microseconds")
+            )
         achieved, mfu = _achieved(doc, metric)
         if achieved:
-            out.append(Scalar("tflops/step", step, achieved / 1e12,
-                              f"achieved TFLOP/s: FLOPs of the step over its {unit}"))
+            out.append(
+                Scalar(
+                    "tflops/step",
+                    step,
+                    achieved / 1e12,
+                    f"achieved TFLOP/s: FLOPs of the step over its {unit}",
+                )
+            )
             if peak_flops:
                 mfu = achieved / peak_flops
             if mfu is not None:
-                out.append(Scalar("mfu/step", step, mfu, "model FLOPs utilization: achieved "
-                                  "FLOP/s over the device's peak"))
+                out.append(
+                    Scalar(
+                        "mfu/step",
+                        step,
+                        mfu,
+                        "model FLOPs utilization: achieved FLOP/s over the device's peak",
+                    )
+                )
     return out
 
 
@@ -175,11 +190,19 @@ def write_event_file(run_dir: str, points: list[Scalar], text_step: int, tree_te
         for p in points:
             description = None if p.tag in described else p.description
             described.add(p.tag)
-            writer.add_event(event_pb2.Event(
-                wall_time=now, step=p.step, summary=scalar_pb(p.tag, p.value, description)))
-        writer.add_event(event_pb2.Event(
-            wall_time=now, step=text_step,
-            summary=text_pb("module_tree", summary_markdown(tree_text),
-                            "traceprof's module tree: mean of the complete steps")))
+            writer.add_event(
+                event_pb2.Event(wall_time=now, step=p.step, summary=scalar_pb(p.tag, p.value, description))
+            )
+        writer.add_event(
+            event_pb2.Event(
+                wall_time=now,
+                step=text_step,
+                summary=text_pb(
+                    "module_tree",
+                    summary_markdown(tree_text),
+                    "traceprof's module tree: mean of the complete steps",
+                ),
+            )
+        )
     finally:
         writer.close()

@@ -79,8 +79,7 @@ def parse_json_object(data: bytes) -> dict:
 
 def is_plain_file_name(name) -> bool:
     """A file name without a directory part: what run.json may name as a profile."""
-    return (isinstance(name, str) and name not in ("", ".", "..")
-            and not any(c in name for c in "/\\\0"))
+    return isinstance(name, str) and name not in ("", ".", "..") and not any(c in name for c in "/\\\0")
 
 
 def parse_run_index(data: bytes) -> dict:
@@ -95,10 +94,12 @@ def parse_run_index(data: bytes) -> dict:
         raise ValueError("has no profiles.mean file name")
     steps = index.get("steps", [])
     if not isinstance(steps, list) or not all(
-            isinstance(s, dict) and type(s.get("step")) is int
-            and is_plain_file_name(s.get("profile")) for s in steps):
+        isinstance(s, dict) and type(s.get("step")) is int and is_plain_file_name(s.get("profile"))
+        for s in steps
+    ):
         raise ValueError("has steps that are not {step: integer, profile: file name}")
     return index
+
 
 #: the job a run's trace belongs to (traceprof tensorboard of several ranks of one job): the
 #: job's JSON document (docs/jobs.md) with ``runs``, rank -> run name; in every rank's run

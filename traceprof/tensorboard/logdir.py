@@ -14,21 +14,21 @@ import itertools
 import os
 import re
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 import msgspec
 from msgspec.structs import asdict
 
 from traceprof import render
-from traceprof.trace import schema
-from traceprof.render.json_format import profile_json
 from traceprof.api import analyze_steps
 from traceprof.errors import OutputError, TraceReadError
 from traceprof.output import write_atomic, write_atomic_bytes
-from traceprof.read.load import Progress
 from traceprof.read.build import load_trace
+from traceprof.read.load import Progress
+from traceprof.render.json_format import profile_json
 from traceprof.tensorboard import events, layout
 from traceprof.tensorboard.tb_profiler import MEMORY_SCALE, CopyStats, tb_profiler_copy
+from traceprof.trace import schema
 
 #: per-step profiles written per run (the first complete steps); the mean covers all of them
 MAX_STEP_PROFILES = 32
@@ -86,7 +86,8 @@ def _trace_files_in(directory: str) -> list[str]:
             dirs[:] = []
             continue
         files.extend(
-            os.path.join(root, n) for n in sorted(names)
+            os.path.join(root, n)
+            for n in sorted(names)
             if not n.startswith(".") and n.lower().endswith(_TRACE_SUFFIXES)
         )
     profiler_files = [f for f in files if schema.TBP_WORKER_FILE_RE.match(os.path.basename(f))]
@@ -130,8 +131,7 @@ def reserve_run_dir(logdir: str, name: str) -> tuple[str, str]:
         except FileExistsError:
             continue
         except OSError as e:
-            raise OutputError(
-                f"{path}: cannot create the run directory ({e.strerror or e})") from None
+            raise OutputError(f"{path}: cannot create the run directory ({e.strerror or e})") from None
         return "/".join(parts[:-1] + [leaf]), path
     raise AssertionError("unreachable")  # pragma: no cover
 
@@ -169,8 +169,7 @@ def write_logdir(
     try:
         os.makedirs(logdir, exist_ok=True)
     except OSError as e:
-        raise OutputError(
-            f"{logdir}: cannot create the log directory ({e.strerror or e})") from None
+        raise OutputError(f"{logdir}: cannot create the log directory ({e.strerror or e})") from None
     runs = []
     results: list = []  # per run, what a job needs (traceprof.job.RankResult)
     for path in traces:
@@ -180,9 +179,19 @@ def write_logdir(
             run_name = name
         else:
             run_name = f"{name}/{default_run_name(path)}"
-        runs.append(write_run(path, logdir, run_name, hierarchy=hierarchy, peak_flops=peak_flops,
-                              max_step_profiles=max_step_profiles, progress=progress,
-                              max_memory=max_memory, results=results))
+        runs.append(
+            write_run(
+                path,
+                logdir,
+                run_name,
+                hierarchy=hierarchy,
+                peak_flops=peak_flops,
+                max_step_profiles=max_step_profiles,
+                progress=progress,
+                max_memory=max_memory,
+                results=results,
+            )
+        )
     if len(runs) > 1:
         _write_job(runs, results)
     return runs
@@ -262,8 +271,7 @@ def write_run(
     try:
         os.makedirs(plugin_dir, exist_ok=True)
     except OSError as e:
-        raise OutputError(
-            f"{plugin_dir}: cannot create the directory ({e.strerror or e})") from None
+        raise OutputError(f"{plugin_dir}: cannot create the directory ({e.strerror or e})") from None
     write_atomic(os.path.join(plugin_dir, layout.MEAN_PROFILE), mean_text)
     for n, text in step_texts:
         write_atomic(os.path.join(plugin_dir, layout.step_profile_name(n)), text)
@@ -292,16 +300,23 @@ def write_run(
         "mean_of_steps": list(numbers),
         "profiles": {"mean": layout.MEAN_PROFILE},
         "steps": [{"step": n, "profile": layout.step_profile_name(n)} for n, _ in step_texts],
-        "steps_without_profile": list(numbers[len(step_texts):]) if step_texts else [],
+        "steps_without_profile": list(numbers[len(step_texts) :]) if step_texts else [],
         "scalars": sorted({p.tag for p in points}),
         "peak_flops": peak_flops,
         "tb_profiler": {"trace_copy": copy_name, "worker": worker, **asdict(copy_stats)},
     }
     write_atomic_bytes(layout.run_index_path(run_dir), _json_bytes(index))
     if results is not None:
-        from traceprof.job.analyze import RankResult
         from traceprof.analysis.job_timeline import step_timelines
+        from traceprof.job.analyze import RankResult
 
         results.append(RankResult(os.fspath(trace_path), profile, step_timelines(trace)))
-    return RunInfo(run_name, run_dir, os.fspath(trace_path), tuple(numbers),
-                   tuple(n for n, _ in step_texts), copy_name, copy_stats)
+    return RunInfo(
+        run_name,
+        run_dir,
+        os.fspath(trace_path),
+        tuple(numbers),
+        tuple(n for n, _ in step_texts),
+        copy_name,
+        copy_stats,
+    )

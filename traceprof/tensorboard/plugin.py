@@ -60,8 +60,13 @@ def _answers_errors(handler):
             return handler(self, request)
         except _Refused as e:
             detail = f" ({e.detail})" if e.detail else ""
-            logger.warning("traceprof plugin: HTTP %d for %s: %s%s", e.status,
-                           _one_line(request.full_path), e.message, detail)
+            logger.warning(
+                "traceprof plugin: HTTP %d for %s: %s%s",
+                e.status,
+                _one_line(request.full_path),
+                e.message,
+                detail,
+            )
             return _respond_json(json.dumps({"error": e.message}).encode(), status=e.status)
 
     return wrappers.Request.application(route)
@@ -87,7 +92,7 @@ class TraceprofPlugin(base_plugin.TBPlugin):
     # -- TensorBoard interface -----------------------------------------------------------------
 
     def get_plugin_apps(self):
-        apps = {route: self._serve_static for route in _STATIC_FILES}
+        apps = dict.fromkeys(_STATIC_FILES, self._serve_static)
         apps["/runs"] = self._serve_runs
         apps["/profile"] = self._serve_profile
         apps["/job"] = self._serve_job
@@ -143,8 +148,7 @@ class TraceprofPlugin(base_plugin.TBPlugin):
             # the file opened, should a directory have been swapped for a symlink since
             opened = _fd_path(fd)
             if opened is not None and not self._inside_logdir(opened):
-                raise _Refused(403, f"{what} resolves outside the log directory: refused",
-                               opened)
+                raise _Refused(403, f"{what} resolves outside the log directory: refused", opened)
             with open(fd, "rb", closefd=False) as f:
                 return f.read()
         except OSError as e:
@@ -202,8 +206,7 @@ class TraceprofPlugin(base_plugin.TBPlugin):
         else:
             by_step = {str(s["step"]): s["profile"] for s in index.get("steps", [])}
             if step not in by_step:
-                raise _Refused(404, f"run {name!r} has no profile of step "
-                                    f"{_one_line(step, 40)!r}")
+                raise _Refused(404, f"run {name!r} has no profile of step {_one_line(step, 40)!r}")
             file_name = by_step[step]
         what = f"run {name!r}: {file_name}"
         data = self._read(run_dir, file_name, what)  # a plain file name (parse_run_index)
@@ -235,8 +238,9 @@ class TraceprofPlugin(base_plugin.TBPlugin):
             raise exceptions.NotFound()
         with open(os.path.join(_STATIC_DIR, route[1:]), "rb") as f:
             data = f.read()
-        return wrappers.Response(data, content_type=_STATIC_FILES[route],
-                                 headers=[("X-Content-Type-Options", "nosniff")])
+        return wrappers.Response(
+            data, content_type=_STATIC_FILES[route], headers=[("X-Content-Type-Options", "nosniff")]
+        )
 
 
 def _fd_path(fd: int) -> str | None:
@@ -248,6 +252,9 @@ def _fd_path(fd: int) -> str | None:
 
 
 def _respond_json(data: bytes, status: int = 200):
-    return wrappers.Response(data, status=status, content_type=_JSON,
-                             headers=[("X-Content-Type-Options", "nosniff"),
-                                      ("Cache-Control", "no-cache")])
+    return wrappers.Response(
+        data,
+        status=status,
+        content_type=_JSON,
+        headers=[("X-Content-Type-Options", "nosniff"), ("Cache-Control", "no-cache")],
+    )

@@ -30,10 +30,10 @@ from typing import Any, TypeGuard
 
 import msgspec
 
-from traceprof.trace import schema
 from traceprof.errors import TraceReadError
 from traceprof.read.nesting import without_deep_values
 from traceprof.read.source import read_trace_bytes
+from traceprof.trace import schema
 
 #: a run holds the analyzed trace and this copy's decoded document at once: about twice the
 #: memory of loading the trace (measured: 880 MB peak for 100 MB of JSON, analyze 470 MB)
@@ -52,8 +52,9 @@ class CopyStats(msgspec.Struct, frozen=True):
     module_scopes_converted: int
 
 
-def tb_profiler_copy(path: str | os.PathLike, compresslevel: int = 3,
-                     max_memory: int | str | None = None) -> tuple[bytes, CopyStats]:
+def tb_profiler_copy(
+    path: str | os.PathLike, compresslevel: int = 3, max_memory: int | str | None = None
+) -> tuple[bytes, CopyStats]:
     """The gzipped JSON of a torch-tb-profiler-compatible copy of the trace at ``path``
     (``max_memory``: see :func:`traceprof.read.source.read_trace_bytes`)."""
     document = _load_document(path, max_memory)
@@ -76,11 +77,8 @@ def _load_document(path, max_memory=None) -> dict[str, Any]:
         raise TraceReadError(path, f"not valid JSON ({e})") from None
     if isinstance(document, list):
         document = {schema.TRACE_EVENTS_KEY: document}
-    if not isinstance(document, dict) or not isinstance(
-        document.get(schema.TRACE_EVENTS_KEY), list
-    ):
-        raise TraceReadError(
-            path, f'not a Kineto/Chrome trace: no "{schema.TRACE_EVENTS_KEY}" array')
+    if not isinstance(document, dict) or not isinstance(document.get(schema.TRACE_EVENTS_KEY), list):
+        raise TraceReadError(path, f'not a Kineto/Chrome trace: no "{schema.TRACE_EVENTS_KEY}" array')
     return document
 
 

@@ -33,7 +33,7 @@ def validate(path: str, expect: Mapping[str, Any]) -> list[str]:
     by_thread: dict[tuple[int | str, int | str], list[Event]] = {}
     launches: dict[int, Event] = {}
     kernels: list[Event] = []
-    seq_scope: dict[int, str | None] = {}   # forward sequence number -> innermost module scope
+    seq_scope: dict[int, str | None] = {}  # forward sequence number -> innermost module scope
     n_steps = n_scopes = 0
     for e in evs:
         if e.get("ph") != "X":
@@ -97,8 +97,13 @@ def validate(path: str, expect: Mapping[str, Any]) -> list[str]:
         if k["args"]["External id"] != r["args"]["External id"]:
             problems.append(f"kernel {c} External id differs from its launch")
     for e in evs:
-        if e.get("ph") == "X" and e.get("cat") == "cpu_op" and e["tid"] == BWD_TID and \
-                "Sequence number" in e["args"] and e["args"]["Sequence number"] not in seq_scope:
+        if (
+            e.get("ph") == "X"
+            and e.get("cat") == "cpu_op"
+            and e["tid"] == BWD_TID
+            and "Sequence number" in e["args"]
+            and e["args"]["Sequence number"] not in seq_scope
+        ):
             problems.append(f"backward op {e['name']} has no forward op")
             break
     nk = sum(1 for k in kernels if k["cat"] == "kernel")
@@ -111,7 +116,10 @@ def validate(path: str, expect: Mapping[str, Any]) -> list[str]:
         problems.append(f"module scopes {n_scopes} != expected")
     if len(streams) < 3:
         problems.append(f"only streams {streams}")
-    print(f"validated {len(evs)} events: {nk} kernels on streams {sorted(streams)}, {n_steps} steps, "
-          f"{n_scopes} module scopes, {len(seq_scope)} forward sequence numbers, "
-          f"{len(by_thread)} threads/streams", file=sys.stderr)
+    print(
+        f"validated {len(evs)} events: {nk} kernels on streams {sorted(streams)}, {n_steps} steps, "
+        f"{n_scopes} module scopes, {len(seq_scope)} forward sequence numbers, "
+        f"{len(by_thread)} threads/streams",
+        file=sys.stderr,
+    )
     return problems

@@ -39,7 +39,7 @@ from traceprof.testing.program import (
 
 
 def us(ns: int) -> float:
-    return ns / 1000          # ns integer -> microseconds, exact to 3 decimals
+    return ns / 1000  # ns integer -> microseconds, exact to 3 decimals
 
 
 class Emitter:
@@ -47,21 +47,30 @@ class Emitter:
 
     def __init__(self, model: Model, rng: random.Random, t0: int) -> None:
         self.m, self.rng = model, rng
-        self.t = t0                      # main-thread clock (ns)
+        self.t = t0  # main-thread clock (ns)
         self.t_first = t0
-        self.ext = 0                     # External id
-        self.corr = 0                    # correlation id
+        self.ext = 0  # External id
+        self.corr = 0  # correlation id
         self.seq = 17 + rng.randrange(1000)
         self.evidx = 0
         self.fwdbwd = 0
         self.sfree = {S_COMPUTE: t0, S_NCCL: t0, S_COPY: t0}
         self.allocated = 2_400_000_000
         self.reserved = 4_000_000_000
-        self.live: list[tuple[int, int]] = []        # (addr, bytes) of this step's allocations
+        self.live: list[tuple[int, int]] = []  # (addr, bytes) of this step's allocations
         self.addr = 0x7F3A00000000
-        self.counts = {"kernel": 0, "gpu_memcpy": 0, "gpu_memset": 0, "cuda_runtime": 0,
-                       "cpu_op": 0, "user_annotation": 0, "module_scopes": 0, "memory": 0,
-                       "ac2g_pairs": 0, "fwdbwd_pairs": 0}
+        self.counts = {
+            "kernel": 0,
+            "gpu_memcpy": 0,
+            "gpu_memset": 0,
+            "cuda_runtime": 0,
+            "cpu_op": 0,
+            "user_annotation": 0,
+            "module_scopes": 0,
+            "memory": 0,
+            "ac2g_pairs": 0,
+            "fwdbwd_pairs": 0,
+        }
         # (module, is a kernel) -> attributed GPU ns
         self.fwd_ns: dict[tuple[str, bool], int] = {}
         self.bwd_ns: dict[tuple[str, bool], int] = {}
@@ -69,8 +78,8 @@ class Emitter:
         self.gpu: list[Event] = []
         # the autograd nodes of this step's forward: (sequence number, node, fwdbwd flow id, module)
         self.grads: list[tuple[int, Grad, int, str | None]] = []
-        self.attr: str | None = None     # the innermost module scope
-        self.step_k7: list[int] | None = None   # first/last stream-7 activity of the step
+        self.attr: str | None = None  # the innermost module scope
+        self.step_k7: list[int] | None = None  # first/last stream-7 activity of the step
         # an injected straggler (generate_job): the kernels of one module run slow_factor times
         # longer on the slow rank; the other ranks wait that long in their next all-reduce
         self.slow_module: str | None = None
@@ -93,11 +102,26 @@ class Emitter:
 
     def _mem(self, tid: int, t: int, nbytes: int, addr: int) -> None:
         self.counts["memory"] += 1
-        self.cpu.append({"ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "[memory]",
-                         "pid": PID, "tid": tid, "ts": us(t),
-                         "args": {"Total Reserved": self.reserved, "Total Allocated": self.allocated,
-                                  "Bytes": nbytes, "Addr": addr, "Device Id": 0, "Device Type": 1,
-                                  "Ev Idx": self._ev_idx()}})
+        self.cpu.append(
+            {
+                "ph": "i",
+                "cat": "cpu_instant_event",
+                "s": "t",
+                "name": "[memory]",
+                "pid": PID,
+                "tid": tid,
+                "ts": us(t),
+                "args": {
+                    "Total Reserved": self.reserved,
+                    "Total Allocated": self.allocated,
+                    "Bytes": nbytes,
+                    "Addr": addr,
+                    "Device Id": 0,
+                    "Device Type": 1,
+                    "Ev Idx": self._ev_idx(),
+                },
+            }
+        )
 
     def _free(self, tid: int, t: int, n: int) -> None:
         for _ in range(min(n, len(self.live))):
@@ -140,8 +164,16 @@ class Emitter:
             args["Fwd thread id"] = 0
         args.update(node.args)
         args["Ev Idx"] = self._ev_idx()
-        ev = {"ph": "X", "cat": "cpu_op", "name": node.name, "pid": PID, "tid": tid,
-              "ts": us(t), "dur": 0, "args": args}
+        ev = {
+            "ph": "X",
+            "cat": "cpu_op",
+            "name": node.name,
+            "pid": PID,
+            "tid": tid,
+            "ts": us(t),
+            "dur": 0,
+            "args": args,
+        }
         self.cpu.append(ev)
         self.counts["cpu_op"] += 1
         start = t
@@ -150,8 +182,17 @@ class Emitter:
             self.seq += 1
             if node.grad is not None:
                 self.fwdbwd += 1
-                self.cpu.append({"ph": "s", "id": self.fwdbwd, "pid": PID, "tid": tid, "ts": us(t),
-                                 "cat": "fwdbwd", "name": "fwdbwd"})
+                self.cpu.append(
+                    {
+                        "ph": "s",
+                        "id": self.fwdbwd,
+                        "pid": PID,
+                        "tid": tid,
+                        "ts": us(t),
+                        "cat": "fwdbwd",
+                        "name": "fwdbwd",
+                    }
+                )
                 self.grads.append((s, node.grad, self.fwdbwd, self.attr))
         t += 200 + int(400 * rng.random())
         for c in node.children:
@@ -166,11 +207,21 @@ class Emitter:
         self.corr += 1
         c = self.corr
         rdur = self._jit(5200 if node.cat == "kernel" else 6500)
-        self.cpu.append({"ph": "X", "cat": "cuda_runtime", "name": node.api, "pid": PID, "tid": tid,
-                         "ts": us(t), "dur": us(rdur),
-                         "args": {"External id": eid, "cbid": node.cbid, "correlation": c}})
-        self.cpu.append({"ph": "s", "id": c, "pid": PID, "tid": tid, "ts": us(t),
-                         "cat": "ac2g", "name": "ac2g"})
+        self.cpu.append(
+            {
+                "ph": "X",
+                "cat": "cuda_runtime",
+                "name": node.api,
+                "pid": PID,
+                "tid": tid,
+                "ts": us(t),
+                "dur": us(rdur),
+                "args": {"External id": eid, "cbid": node.cbid, "correlation": c},
+            }
+        )
+        self.cpu.append(
+            {"ph": "s", "id": c, "pid": PID, "tid": tid, "ts": us(t), "cat": "ac2g", "name": "ac2g"}
+        )
         s = node.stream
         ks = max(t + 2500 + int(3000 * rng.random()), self.sfree[s])
         kd = self._jit(node.dur, 0.06)
@@ -181,7 +232,7 @@ class Emitter:
             else:
                 self.pending_wait += extra
         if node.kname == K["nccl"] and self.pending_wait:
-            kd += self.pending_wait            # waiting for the slow rank
+            kd += self.pending_wait  # waiting for the slow rank
             self.pending_wait = 0
         self.sfree[s] = ks + kd + 700 + int(900 * rng.random())
         if s == S_COMPUTE:
@@ -189,15 +240,48 @@ class Emitter:
                 self.step_k7 = [ks, ks + kd]
             self.step_k7[1] = ks + kd
         if node.cat == "kernel":
-            kargs = {"External id": eid, "queued": 0, "device": DEVICE, "context": 1,
-                     "stream": s, "correlation": c, **node.kargs}
+            kargs = {
+                "External id": eid,
+                "queued": 0,
+                "device": DEVICE,
+                "context": 1,
+                "stream": s,
+                "correlation": c,
+                **node.kargs,
+            }
         else:
-            kargs = {"External id": eid, "device": DEVICE, "context": 1, "stream": s,
-                     "correlation": c, **node.kargs}
-        self.gpu.append({"ph": "X", "cat": node.cat, "name": node.kname, "pid": DEVICE, "tid": s,
-                         "ts": us(ks), "dur": us(kd), "args": kargs})
-        self.gpu.append({"ph": "f", "id": c, "pid": DEVICE, "tid": s, "ts": us(ks),
-                         "cat": "ac2g", "name": "ac2g", "bp": "e"})
+            kargs = {
+                "External id": eid,
+                "device": DEVICE,
+                "context": 1,
+                "stream": s,
+                "correlation": c,
+                **node.kargs,
+            }
+        self.gpu.append(
+            {
+                "ph": "X",
+                "cat": node.cat,
+                "name": node.kname,
+                "pid": DEVICE,
+                "tid": s,
+                "ts": us(ks),
+                "dur": us(kd),
+                "args": kargs,
+            }
+        )
+        self.gpu.append(
+            {
+                "ph": "f",
+                "id": c,
+                "pid": DEVICE,
+                "tid": s,
+                "ts": us(ks),
+                "cat": "ac2g",
+                "name": "ac2g",
+                "bp": "e",
+            }
+        )
         cnt = self.counts
         cnt[node.cat] += 1
         cnt["cuda_runtime"] += 1
@@ -213,9 +297,16 @@ class Emitter:
         t += 400 + int(800 * rng.random())
         self.ext += 1
         my = self.ext
-        ev = {"ph": "X", "cat": "user_annotation", "name": node.name, "pid": PID, "tid": tid,
-              "ts": us(t), "dur": 0,
-              "args": {"External id": my, "Record function id": 0, "Ev Idx": self._ev_idx()}}
+        ev = {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": node.name,
+            "pid": PID,
+            "tid": tid,
+            "ts": us(t),
+            "dur": 0,
+            "args": {"External id": my, "Record function id": 0, "Ev Idx": self._ev_idx()},
+        }
         self.cpu.append(ev)
         self.counts["user_annotation"] += 1
         start = t
@@ -223,7 +314,7 @@ class Emitter:
         if node.qual is not None:
             self.counts["module_scopes"] += 1
             self.attr = node.qual
-        t += 1500 + int(2500 * rng.random())       # Python forward() overhead
+        t += 1500 + int(2500 * rng.random())  # Python forward() overhead
         for c in node.children:
             t = self.run(c, tid, t, my, bwd)
         t += 1200 + int(2000 * rng.random())
@@ -235,9 +326,18 @@ class Emitter:
         t += 300
         self.corr += 1
         d = self._jit(node.cost)
-        self.cpu.append({"ph": "X", "cat": "cuda_runtime", "name": node.name, "pid": PID, "tid": tid,
-                         "ts": us(t), "dur": us(d),
-                         "args": {"External id": eid, "cbid": node.cbid, "correlation": self.corr}})
+        self.cpu.append(
+            {
+                "ph": "X",
+                "cat": "cuda_runtime",
+                "name": node.name,
+                "pid": PID,
+                "tid": tid,
+                "ts": us(t),
+                "dur": us(d),
+                "args": {"External id": eid, "cbid": node.cbid, "correlation": self.corr},
+            }
+        )
         self.counts["cuda_runtime"] += 1
         if node.wait:
             dst, src = node.wait
@@ -248,10 +348,18 @@ class Emitter:
         t += 400
         end = max(t + 3000, self.sfree[node.stream] + 2000)
         self.corr += 1
-        self.cpu.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaStreamSynchronize",
-                         "pid": PID, "tid": tid, "ts": us(t), "dur": us(end - t),
-                         "args": {"External id": eid, "cbid": CBID["cudaStreamSynchronize"],
-                                  "correlation": self.corr}})
+        self.cpu.append(
+            {
+                "ph": "X",
+                "cat": "cuda_runtime",
+                "name": "cudaStreamSynchronize",
+                "pid": PID,
+                "tid": tid,
+                "ts": us(t),
+                "dur": us(end - t),
+                "args": {"External id": eid, "cbid": CBID["cudaStreamSynchronize"], "correlation": self.corr},
+            }
+        )
         self.counts["cuda_runtime"] += 1
         return end + 500
 
@@ -262,44 +370,131 @@ class Emitter:
         t = t_step = self.t
         self.ext += 1
         step_eid = self.ext
-        step_ev = {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{number}", "pid": PID,
-                   "tid": MAIN_TID, "ts": us(t), "dur": 0,
-                   "args": {"External id": step_eid, "Record function id": 0, "Ev Idx": self._ev_idx()}}
+        step_ev = {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": f"ProfilerStep#{number}",
+            "pid": PID,
+            "tid": MAIN_TID,
+            "ts": us(t),
+            "dur": 0,
+            "args": {"External id": step_eid, "Record function id": 0, "Ev Idx": self._ev_idx()},
+        }
         self.cpu.append(step_ev)
         self.counts["user_annotation"] += 1
-        t += 20_000 + int(30_000 * rng.random())          # dataloader next()
-        for inp in m.batch_inputs:                          # x, y = x.to(dev, non_blocking=True)
-            t = self.run(Op("aten::to", ins(inp, 4, 0, None, None, True, False, None), [
-                Op("aten::_to_copy", ins(inp, 4, 0, None, None, True, None), [
-                    empty("aten::empty_strided", inp, list(inp.shape), list(inp.strides), 4, 0, None, False),
-                    Op("aten::copy_", ins(inp, inp, True), [
-                        Launch("Memcpy HtoD (Pinned -> Device)", 3000 + inp.nbytes / H2D_BYTES_PER_NS,
-                               stream=S_COPY, cat="gpu_memcpy", api="cudaMemcpyAsync", nbytes=inp.nbytes)],
-                       cost=3000)], cost=2500)], cost=1500), MAIN_TID, t, step_eid)
+        t += 20_000 + int(30_000 * rng.random())  # dataloader next()
+        for inp in m.batch_inputs:  # x, y = x.to(dev, non_blocking=True)
+            t = self.run(
+                Op(
+                    "aten::to",
+                    ins(inp, 4, 0, None, None, True, False, None),
+                    [
+                        Op(
+                            "aten::_to_copy",
+                            ins(inp, 4, 0, None, None, True, None),
+                            [
+                                empty(
+                                    "aten::empty_strided",
+                                    inp,
+                                    list(inp.shape),
+                                    list(inp.strides),
+                                    4,
+                                    0,
+                                    None,
+                                    False,
+                                ),
+                                Op(
+                                    "aten::copy_",
+                                    ins(inp, inp, True),
+                                    [
+                                        Launch(
+                                            "Memcpy HtoD (Pinned -> Device)",
+                                            3000 + inp.nbytes / H2D_BYTES_PER_NS,
+                                            stream=S_COPY,
+                                            cat="gpu_memcpy",
+                                            api="cudaMemcpyAsync",
+                                            nbytes=inp.nbytes,
+                                        )
+                                    ],
+                                    cost=3000,
+                                ),
+                            ],
+                            cost=2500,
+                        )
+                    ],
+                    cost=1500,
+                ),
+                MAIN_TID,
+                t,
+                step_eid,
+            )
         t = self.run(Api("cudaEventRecord"), MAIN_TID, t, step_eid)
         t = self.run(Api("cudaStreamWaitEvent", wait=(S_COMPUTE, S_COPY)), MAIN_TID, t, step_eid)
 
         t = self.run(m.forward, MAIN_TID, t, step_eid)
         # loss.backward(): the seed gradient on the main thread, the graph on the autograd thread
-        t = self.run(Op("aten::ones_like", ins(Tn(), None, None, None, None, 1), [
-            empty("aten::empty_like", Tn(), Tn(), None, None, None, None, 1),
-            Op("aten::fill_", ins(Tn(), 1), [Launch(K["fill"], 2000)], cost=2500)], cost=2000),
-            MAIN_TID, t, step_eid)
+        t = self.run(
+            Op(
+                "aten::ones_like",
+                ins(Tn(), None, None, None, None, 1),
+                [
+                    empty("aten::empty_like", Tn(), Tn(), None, None, None, None, 1),
+                    Op("aten::fill_", ins(Tn(), 1), [Launch(K["fill"], 2000)], cost=2500),
+                ],
+                cost=2000,
+            ),
+            MAIN_TID,
+            t,
+            step_eid,
+        )
         t = self.backward(t + 12_000 + int(8000 * rng.random()))
         t += 15_000 + int(10_000 * rng.random())
         t = self.run(m.optimizer, MAIN_TID, t, step_eid)
         t = self.run(Scope("Optimizer.zero_grad#AdamW.zero_grad", []), MAIN_TID, t + 5000, step_eid)
-        t = self.run(Op("aten::item", ins(Tn()), [Op("aten::_local_scalar_dense", ins(Tn()), [
-            Launch("Memcpy DtoH (Device -> Pinned)", 1500, cat="gpu_memcpy", api="cudaMemcpyAsync",
-                   nbytes=2), Sync(S_COMPUTE)], cost=2000)], cost=1500), MAIN_TID, t, step_eid)
+        t = self.run(
+            Op(
+                "aten::item",
+                ins(Tn()),
+                [
+                    Op(
+                        "aten::_local_scalar_dense",
+                        ins(Tn()),
+                        [
+                            Launch(
+                                "Memcpy DtoH (Device -> Pinned)",
+                                1500,
+                                cat="gpu_memcpy",
+                                api="cudaMemcpyAsync",
+                                nbytes=2,
+                            ),
+                            Sync(S_COMPUTE),
+                        ],
+                        cost=2000,
+                    )
+                ],
+                cost=1500,
+            ),
+            MAIN_TID,
+            t,
+            step_eid,
+        )
         self._free(MAIN_TID, t + 200, len(self.live))
         t += 8_000 + int(6000 * rng.random())
         step_ev["dur"] = us(t - t_step)
-        if self.step_k7:                                    # Kineto's GPU-side span of the step
+        if self.step_k7:  # Kineto's GPU-side span of the step
             a, b = self.step_k7
-            self.gpu.append({"ph": "X", "cat": "gpu_user_annotation", "name": f"ProfilerStep#{number}",
-                             "pid": DEVICE, "tid": S_COMPUTE, "ts": us(a), "dur": us(b - a),
-                             "args": {"External id": step_eid}})
+            self.gpu.append(
+                {
+                    "ph": "X",
+                    "cat": "gpu_user_annotation",
+                    "name": f"ProfilerStep#{number}",
+                    "pid": DEVICE,
+                    "tid": S_COMPUTE,
+                    "ts": us(a),
+                    "dur": us(b - a),
+                    "args": {"External id": step_eid},
+                }
+            )
         self.t = t + 1500 + int(2000 * rng.random())
         return self.cpu + self.gpu
 
@@ -311,10 +506,22 @@ class Emitter:
             self.attr = attr
             tb += 1500 + int(2500 * rng.random())
             self.ext += 1
-            outer = {"ph": "X", "cat": "cpu_op", "name": f"autograd::engine::evaluate_function: {g.name}",
-                     "pid": PID, "tid": BWD_TID, "ts": us(tb), "dur": 0,
-                     "args": {"External id": self.ext, "Record function id": 0, "Sequence number": seq,
-                              "Fwd thread id": 1, "Ev Idx": self._ev_idx()}}
+            outer = {
+                "ph": "X",
+                "cat": "cpu_op",
+                "name": f"autograd::engine::evaluate_function: {g.name}",
+                "pid": PID,
+                "tid": BWD_TID,
+                "ts": us(tb),
+                "dur": 0,
+                "args": {
+                    "External id": self.ext,
+                    "Record function id": 0,
+                    "Sequence number": seq,
+                    "Fwd thread id": 1,
+                    "Ev Idx": self._ev_idx(),
+                },
+            }
             self.cpu.append(outer)
             start = tb
             tb += 400 + int(600 * rng.random())
@@ -323,11 +530,29 @@ class Emitter:
             args = {"External id": my, "Sequence number": seq, "Fwd thread id": 1, "Record function id": 0}
             args.update(g.args)
             args["Ev Idx"] = self._ev_idx()
-            inner = {"ph": "X", "cat": "cpu_op", "name": g.name, "pid": PID, "tid": BWD_TID,
-                     "ts": us(tb), "dur": 0, "args": args}
+            inner = {
+                "ph": "X",
+                "cat": "cpu_op",
+                "name": g.name,
+                "pid": PID,
+                "tid": BWD_TID,
+                "ts": us(tb),
+                "dur": 0,
+                "args": args,
+            }
             self.cpu.append(inner)
-            self.cpu.append({"ph": "f", "id": flow, "pid": PID, "tid": BWD_TID, "ts": us(tb),
-                             "cat": "fwdbwd", "name": "fwdbwd", "bp": "e"})
+            self.cpu.append(
+                {
+                    "ph": "f",
+                    "id": flow,
+                    "pid": PID,
+                    "tid": BWD_TID,
+                    "ts": us(tb),
+                    "cat": "fwdbwd",
+                    "name": "fwdbwd",
+                    "bp": "e",
+                }
+            )
             self.counts["cpu_op"] += 2
             self.counts["fwdbwd_pairs"] += 1
             istart = tb
@@ -336,15 +561,24 @@ class Emitter:
                 tb = self.run(c, BWD_TID, tb, my, bwd=True)
             tb += 1000 + int(1500 * rng.random())
             inner["dur"] = us(tb - istart)
-            tb += 2000 + int(3000 * rng.random())            # engine: validate outputs, queue next
+            tb += 2000 + int(3000 * rng.random())  # engine: validate outputs, queue next
             outer["dur"] = us(tb - start)
             self._free(BWD_TID, tb + 200, 2)
             tb += 400
             self.attr = None
-            for p in g.params:                                # AccumulateGrad for leaf params
-                tb = self.run(Op("autograd::engine::evaluate_function: torch::autograd::AccumulateGrad",
-                                 {}, [Op("torch::autograd::AccumulateGrad", ins(p), cost=2500)], cost=2000),
-                              BWD_TID, tb, my, bwd=True)
+            for p in g.params:  # AccumulateGrad for leaf params
+                tb = self.run(
+                    Op(
+                        "autograd::engine::evaluate_function: torch::autograd::AccumulateGrad",
+                        {},
+                        [Op("torch::autograd::AccumulateGrad", ins(p), cost=2500)],
+                        cost=2000,
+                    ),
+                    BWD_TID,
+                    tb,
+                    my,
+                    bwd=True,
+                )
                 bucket += p.nbytes
                 if bucket >= bucket_cap:
                     tb = self.allreduce(tb, bucket)
@@ -357,8 +591,19 @@ class Emitter:
 
     def allreduce(self, tb: int, nbytes: int) -> int:
         dur = 12_000 + 2 * 7 / 8 * nbytes / NCCL_BYTES_PER_NS
-        node = Scope("nccl:all_reduce", [Op("record_param_comms", ins(Tn(nbytes // 2), 0, 0, 8), [
-            Api("cudaEventRecord"), Api("cudaStreamWaitEvent", wait=(S_NCCL, S_COMPUTE)),
-            Launch(K["nccl"], dur, stream=S_NCCL, grid=(16, 1, 1), block=(640, 1, 1), regs=94)],
-            cost=9000)])
+        node = Scope(
+            "nccl:all_reduce",
+            [
+                Op(
+                    "record_param_comms",
+                    ins(Tn(nbytes // 2), 0, 0, 8),
+                    [
+                        Api("cudaEventRecord"),
+                        Api("cudaStreamWaitEvent", wait=(S_NCCL, S_COMPUTE)),
+                        Launch(K["nccl"], dur, stream=S_NCCL, grid=(16, 1, 1), block=(640, 1, 1), regs=94),
+                    ],
+                    cost=9000,
+                )
+            ],
+        )
         return self.run(node, BWD_TID, tb, self.ext, bwd=True)

@@ -8,14 +8,18 @@ that a benchmark on a generated trace decodes and stores strings of a real captu
 from __future__ import annotations
 
 # Kernel names as CUDA 12 / PyTorch 2.x on H100 spell them.
-_MTA = ("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::"
-        "(anonymous namespace)::TensorListMetadata<{n}>, at::native::(anonymous namespace)::"
-        "{functor}<c10::BFloat16, {n}, {r}, 0>, {op}, float>(at::native::(anonymous namespace)::"
-        "TensorListMetadata<{n}>, at::native::(anonymous namespace)::{functor}<c10::BFloat16, "
-        "{n}, {r}, 0>, {op}, float)")
-_FA_BWD_TRAITS = ("pytorch_flash::Flash_bwd_kernel_traits<64, 128, 128, 8, 2, 4, 2, false, false, "
-                  "cutlass::bfloat16_t, pytorch_flash::Flash_kernel_traits<64, 128, 128, 8, "
-                  "cutlass::bfloat16_t> >")
+_MTA = (
+    "void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::"
+    "(anonymous namespace)::TensorListMetadata<{n}>, at::native::(anonymous namespace)::"
+    "{functor}<c10::BFloat16, {n}, {r}, 0>, {op}, float>(at::native::(anonymous namespace)::"
+    "TensorListMetadata<{n}>, at::native::(anonymous namespace)::{functor}<c10::BFloat16, "
+    "{n}, {r}, 0>, {op}, float)"
+)
+_FA_BWD_TRAITS = (
+    "pytorch_flash::Flash_bwd_kernel_traits<64, 128, 128, 8, 2, 4, 2, false, false, "
+    "cutlass::bfloat16_t, pytorch_flash::Flash_kernel_traits<64, 128, 128, 8, "
+    "cutlass::bfloat16_t> >"
+)
 K: dict[str, str] = {
     "gemm_tn": "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x256x64_warpgroupsize2x1x1_execute_segment_k_off_kernel__5x_cublas",
     "gemm_nn": "sm90_xmma_gemm_bf16bf16_bf16f32_f32_nn_n_tilesize128x256x64_warpgroupsize2x1x1_execute_segment_k_off_kernel__5x_cublas",
@@ -56,9 +60,9 @@ K: dict[str, str] = {
 }
 
 # Throughput model (H100 SXM, bf16): durations in ns.
-GEMM_FLOPS_PER_NS = 520e3        # ~520 TFLOP/s achieved
+GEMM_FLOPS_PER_NS = 520e3  # ~520 TFLOP/s achieved
 FLASH_FLOPS_PER_NS = 330e3
-MEM_BYTES_PER_NS = 2600.0        # ~2.6 TB/s
+MEM_BYTES_PER_NS = 2600.0  # ~2.6 TB/s
 H2D_BYTES_PER_NS = 22.0
 NCCL_BYTES_PER_NS = 160.0
 

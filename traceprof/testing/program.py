@@ -16,10 +16,10 @@ from typing import Any, TypeAlias
 # Trace constants
 # ---------------------------------------------------------------------------------------------
 
-PID = 48213                    # CPU process id
-MAIN_TID = 48213               # forward / optimizer thread
-BWD_TID = 48377                # autograd engine thread
-DEVICE = 0                     # GPU events: pid = device index
+PID = 48213  # CPU process id
+MAIN_TID = 48213  # forward / optimizer thread
+BWD_TID = 48377  # autograd engine thread
+DEVICE = 0  # GPU events: pid = device index
 S_COMPUTE, S_NCCL, S_COPY = 7, 20, 24
 BASE_TIME_NS = 1767225600000000000
 PREFIX = "[traceprof:1]"
@@ -27,11 +27,17 @@ PREFIX = "[traceprof:1]"
 BF16, LONG, FLOAT = "c10::BFloat16", "long int", "float"
 DSIZE = {BF16: 2, LONG: 8, FLOAT: 4, "bool": 1}
 
-CBID = {"cudaLaunchKernel": 211, "cudaLaunchKernelExC": 430, "cudaMemcpyAsync": 41,
-        "cudaMemsetAsync": 51, "cudaStreamSynchronize": 131, "cudaStreamWaitEvent": 147,
-        "cudaEventRecord": 135}
+CBID = {
+    "cudaLaunchKernel": 211,
+    "cudaLaunchKernelExC": 430,
+    "cudaMemcpyAsync": 41,
+    "cudaMemsetAsync": 51,
+    "cudaStreamSynchronize": 131,
+    "cudaStreamWaitEvent": 147,
+    "cudaEventRecord": 135,
+}
 
-PEEK, TAKE = 1, 2        # how an op uses the autograd sequence number
+PEEK, TAKE = 1, 2  # how an op uses the autograd sequence number
 
 #: one trace event, as written (a JSON object)
 Event: TypeAlias = dict[str, Any]
@@ -109,8 +115,15 @@ class Op:
 
     __slots__ = ("args", "children", "cost", "grad", "name", "seq")
 
-    def __init__(self, name: str, args: dict[str, Any], children: Sequence[Node] = (),
-                 seq: int | None = None, grad: Grad | None = None, cost: int = 1200) -> None:
+    def __init__(
+        self,
+        name: str,
+        args: dict[str, Any],
+        children: Sequence[Node] = (),
+        seq: int | None = None,
+        grad: Grad | None = None,
+        cost: int = 1200,
+    ) -> None:
         self.name, self.args, self.children = name, args, tuple(children)
         self.seq, self.grad, self.cost = seq, grad, cost
 
@@ -129,10 +142,19 @@ class Launch:
 
     __slots__ = ("api", "cat", "cbid", "dur", "kargs", "kname", "stream")
 
-    def __init__(self, kname: str, dur: float, stream: int = S_COMPUTE, cat: str = "kernel",
-                 api: str = "cudaLaunchKernel", grid: tuple[int, int, int] = (1, 1, 1),
-                 block: tuple[int, int, int] = (256, 1, 1), regs: int = 32, smem: int = 0,
-                 nbytes: int = 0) -> None:
+    def __init__(
+        self,
+        kname: str,
+        dur: float,
+        stream: int = S_COMPUTE,
+        cat: str = "kernel",
+        api: str = "cudaLaunchKernel",
+        grid: tuple[int, int, int] = (1, 1, 1),
+        block: tuple[int, int, int] = (256, 1, 1),
+        regs: int = 32,
+        smem: int = 0,
+        nbytes: int = 0,
+    ) -> None:
         self.kname, self.dur, self.stream, self.cat, self.api = kname, int(dur), stream, cat, api
         self.cbid = CBID[api]
         self.kargs: dict[str, Any]
@@ -141,12 +163,17 @@ class Launch:
             bps = round(blocks / 132, 6)
             wps = round(bps * block[0] * block[1] * block[2] / 32, 6)
             occ = min(100, int(wps / 64 * 100)) if wps else 0
-            self.kargs = {"registers per thread": regs, "shared memory": smem,
-                          "blocks per SM": bps, "warps per SM": wps,
-                          "grid": list(grid), "block": list(block),
-                          "est. achieved occupancy %": occ}
+            self.kargs = {
+                "registers per thread": regs,
+                "shared memory": smem,
+                "blocks per SM": bps,
+                "warps per SM": wps,
+                "grid": list(grid),
+                "block": list(block),
+                "est. achieved occupancy %": occ,
+            }
         else:
-            bw = nbytes / dur if dur else 0.0       # bytes/ns == GB/s
+            bw = nbytes / dur if dur else 0.0  # bytes/ns == GB/s
             self.kargs = {"bytes": nbytes, "memory bandwidth (GB/s)": bw}
 
 
@@ -182,8 +209,9 @@ class Grad:
 
     __slots__ = ("args", "children", "name", "params")
 
-    def __init__(self, name: str, args: dict[str, Any], children: Sequence[Node] = (),
-                 params: Sequence[Tn] = ()) -> None:
+    def __init__(
+        self, name: str, args: dict[str, Any], children: Sequence[Node] = (), params: Sequence[Tn] = ()
+    ) -> None:
         self.name, self.args, self.children, self.params = name, args, tuple(children), tuple(params)
 
 

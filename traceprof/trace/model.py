@@ -151,12 +151,12 @@ class Trace(msgspec.Struct, frozen=True):
 
     @property
     def python_ids(self) -> np.ndarray:
-        """"Python id" of every event, -1 where it has none (built when asked)."""
+        """ "Python id" of every event, -1 where it has none (built when asked)."""
         return self._per_event(self.python.id)
 
     @property
     def python_parent_ids(self) -> np.ndarray:
-        """"Python parent id" of every event, -1 where it has none (built when asked)."""
+        """ "Python parent id" of every event, -1 where it has none (built when asked)."""
         return self._per_event(self.python.parent_id)
 
     def _per_event(self, values: np.ndarray) -> np.ndarray:
@@ -228,4 +228,3 @@ BLOCK_EVENTS = 1 << 18
 # ---------------------------------------------------------------------------------------------
 # Times that cannot be right. Nothing is changed silently: every event dropped or repaired is
 # counted in a warning.
-

@@ -162,8 +162,20 @@ METADATA_PHASE = "M"
 MEMORY_EVENT_NAME = "[memory]"
 #: c10::DeviceType codes written as "Device Type" -> device names
 DEVICE_TYPE_NAMES: dict[int, str] = {
-    0: "cpu", 1: "cuda", 2: "mkldnn", 6: "hip", 8: "maia", 9: "xla", 12: "xpu", 13: "mps",
-    14: "meta", 15: "hpu", 16: "ve", 18: "ipu", 19: "mtia", 20: "privateuseone",
+    0: "cpu",
+    1: "cuda",
+    2: "mkldnn",
+    6: "hip",
+    8: "maia",
+    9: "xla",
+    12: "xpu",
+    13: "mps",
+    14: "meta",
+    15: "hpu",
+    16: "ve",
+    18: "ipu",
+    19: "mtia",
+    20: "privateuseone",
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -178,10 +190,16 @@ MODULE_TABLE_KEY = "traceprof"  # written by traceprof.capture (docs/trace-conve
 #: boolean capture flags written at the top level by newer PyTorch versions
 FLAG_KEYS = ("record_shapes", "with_flops", "with_modules", "profile_memory", "with_stack")
 #: the top-level values traceprof reads; the others (user metadata, ...) are kept undecoded
-TOP_LEVEL_KEYS_READ = frozenset({
-    DEVICE_PROPERTIES_KEY, DISTRIBUTED_INFO_KEY, BASE_TIME_NS_KEY, SCHEMA_VERSION_KEY,
-    MODULE_TABLE_KEY, *FLAG_KEYS,
-})
+TOP_LEVEL_KEYS_READ = frozenset(
+    {
+        DEVICE_PROPERTIES_KEY,
+        DISTRIBUTED_INFO_KEY,
+        BASE_TIME_NS_KEY,
+        SCHEMA_VERSION_KEY,
+        MODULE_TABLE_KEY,
+        *FLAG_KEYS,
+    }
+)
 
 # deviceProperties entry spellings
 DEVICE_NAME = "name"
@@ -212,6 +230,7 @@ TRACEPROF_SCOPE_VERSION = 1
 def traceprof_scope_name(class_name: str, qualified_name: str) -> str:
     """The name traceprof.capture gives a module call's scope (the root has the empty name)."""
     return f"[traceprof:{TRACEPROF_SCOPE_VERSION}]{class_name}: {qualified_name}"
+
 
 #: PyTorch Lightning's module scope; the class may be dotted (module path + class)
 LIGHTNING_SCOPE_RE = re.compile(r"\[pl\]\[module\]([^:]*):[ ]?(.*)\Z", re.S)
@@ -299,9 +318,26 @@ CONCRETE_TRUE = "True"
 CONCRETE_FALSE = "False"
 #: c10::ScalarType codes, as "Concrete Inputs" writes ScalarType arguments (out_dtype=...)
 SCALAR_TYPE_CODES: dict[int, str] = {
-    0: "uint8", 1: "int8", 2: "int16", 3: "int32", 4: "int64", 5: "fp16", 6: "fp32", 7: "fp64",
-    8: "complex32", 9: "complex64", 10: "complex128", 11: "bool", 12: "int8", 13: "uint8",
-    14: "int32", 15: "bf16", 23: "fp8_e5m2", 24: "fp8_e4m3", 25: "fp8_e5m2", 26: "fp8_e4m3",
+    0: "uint8",
+    1: "int8",
+    2: "int16",
+    3: "int32",
+    4: "int64",
+    5: "fp16",
+    6: "fp32",
+    7: "fp64",
+    8: "complex32",
+    9: "complex64",
+    10: "complex128",
+    11: "bool",
+    12: "int8",
+    13: "uint8",
+    14: "int32",
+    15: "bf16",
+    23: "fp8_e5m2",
+    24: "fp8_e4m3",
+    25: "fp8_e5m2",
+    26: "fp8_e4m3",
 }
 
 #: Top-level op or annotation names (the "not in any module" groups) that are the optimizer's
@@ -329,7 +365,9 @@ RANK_IN_FILE_NAME_RE = re.compile(r"(?:rank|worker)[_-]?(\d{1,7})(?!\d)", re.I)
 #: windows: the rank, the ``.<milliseconds>.pt.trace`` suffix and the file extensions
 JOB_FILE_NAME_VARYING_RE = re.compile(
     r"(?:(?<=rank)|(?<=worker))[_-]?\d{1,7}(?!\d)|(?:\.\d{6,})?(?:\.pt)?\.trace(?:\.json)?(?:\.gz)?\Z"
-    r"|\.json(?:\.gz)?\Z", re.I)
+    r"|\.json(?:\.gz)?\Z",
+    re.I,
+)
 #: file names a job directory is searched for
 TRACE_FILE_SUFFIXES: tuple[str, ...] = (".json", ".json.gz")
 #: the names torch.profiler's tensorboard_trace_handler gives traces; in a directory that has
