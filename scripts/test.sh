@@ -9,6 +9,9 @@
 # - Python packages: the CPU build of torch (pinned: a bare `torch` pulls a multi-GB CUDA build)
 #   and traceprof with its test, capture and TensorBoard extras, into the active virtual
 #   environment, or into ./.venv (created when missing) when no environment is active.
+# - Then the checks, each failing the run when broken: `lint-imports` (the stages import only
+#   the stages below them, torch stays in capture/: the contracts in pyproject.toml), `ruff check`,
+#   `ruff format --check`, and `mypy` (strict on the data model and the analysis stages).
 # - Then `python -m pytest -q` from the project root, with any arguments given.
 #
 # .ci/run runs this same script.
@@ -37,6 +40,12 @@ fi
 
 python -m pip install -q --upgrade pip
 python -m pip install -q "torch==${TORCH_VERSION}"
-python -m pip install -q -e '.[test,capture,tensorboard]'
+python -m pip install -q -e '.[test,capture,tensorboard,lint]'
+
+echo "test.sh: checks: lint-imports, ruff check, ruff format --check, mypy" >&2
+lint-imports --no-cache
+ruff check --quiet .
+ruff format --check --quiet .
+mypy
 
 exec python -m pytest -q "$@"

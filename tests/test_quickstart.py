@@ -34,7 +34,12 @@ def test_the_test_command_installs_the_browser_and_the_python_packages():
     assert script[:1] == ["bash"]
     text = (ROOT / script[1]).read_text()
     assert "chromium-driver" in text and "apt-get install" in text
-    assert 'torch==${TORCH_VERSION}' in text and "[test,capture,tensorboard]" in text
+    assert "torch==${TORCH_VERSION}" in text and "[test,capture,tensorboard,lint]" in text
+    # the checks run before the tests, each ending the script when it fails (set -e)
+    checks = ["lint-imports --no-cache", "ruff check --quiet .", "ruff format --check --quiet .", "mypy"]
+    lines = [line.strip() for line in text.splitlines()]
+    assert "set -euo pipefail" in lines and all(c in lines for c in checks)
+    assert max(lines.index(c) for c in checks) < lines.index('exec python -m pytest -q "$@"')
     assert text.rstrip().endswith('exec python -m pytest -q "$@"')
 
 
@@ -42,7 +47,12 @@ def test_the_first_command_analyzes_the_shipped_sample():
     first = _quick_start()[0]
     analyze = shlex.split(first.split("&&", 1)[1])
     assert analyze[0] == "traceprof" and (ROOT / analyze[2]).is_file()
-    done = subprocess.run([sys.executable, "-m", "traceprof", *analyze[1:]], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "traceprof", *analyze[1:]],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     assert "Detailed Profile per GPU" in done.stdout and "layer1" in done.stdout
