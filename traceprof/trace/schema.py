@@ -187,6 +187,8 @@ DISTRIBUTED_INFO_KEY = "distributedInfo"
 BASE_TIME_NS_KEY = "baseTimeNanoseconds"
 SCHEMA_VERSION_KEY = "schemaVersion"
 MODULE_TABLE_KEY = "traceprof"  # written by traceprof.capture (docs/trace-conventions.md)
+#: the compiled-kernel table traceprof.capture writes for torch.compile graphs (same document)
+COMPILED_TABLE_KEY = "traceprof_compiled"
 #: boolean capture flags written at the top level by newer PyTorch versions
 FLAG_KEYS = ("record_shapes", "with_flops", "with_modules", "profile_memory", "with_stack")
 #: the top-level values traceprof reads; the others (user metadata, ...) are kept undecoded
@@ -197,6 +199,7 @@ TOP_LEVEL_KEYS_READ = frozenset(
         BASE_TIME_NS_KEY,
         SCHEMA_VERSION_KEY,
         MODULE_TABLE_KEY,
+        COMPILED_TABLE_KEY,
         *FLAG_KEYS,
     }
 )
