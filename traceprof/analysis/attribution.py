@@ -35,6 +35,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from traceprof.analysis.classify import make_context
+from traceprof.analysis.compiled_regions import compiled_work_warnings
 from traceprof.analysis.counted_ops import flop_summary, ops_in_selection, with_peak
 from traceprof.analysis.cpu_time import cpu_time
 from traceprof.analysis.event_detail import first_step_timeline, node_ops
@@ -156,6 +157,7 @@ def _attribute(
     all_warnings += unattributed_gpu_warnings(
         selection, int(gpu.before_trace.sum()), int((gpu.no_launch & ~gpu.before_trace).sum()), len(gpu.work)
     )
+    all_warnings += compiled_work_warnings(ctx, cpu, gpu, selection)
     if not costs.has_shapes:
         all_warnings.append(NO_SHAPES_WARNING)
     has_gpu = stats.kernels + stats.memcpys + stats.memsets > 0

@@ -249,6 +249,88 @@ BACKWARD_NODE_RE = re.compile(r".*Backward\d*\Z")
 LAUNCH_NAME_RE = re.compile(r".*Launch", re.I)
 
 
+# ---------------------------------------------------------------------------------------------
+# Compiled models (torch.compile) and graph replays, as any trace shows them (traces captured
+# without traceprof's compiled-kernel table too)
+
+#: a run of a Dynamo frame's compiled code ("Torch-Compiled Region: 0/0"; compiled autograd:
+#: "Torch-Compiled Region: !0/0/0")
+COMPILED_REGION_PREFIX = "Torch-Compiled Region: "
+#: the autograd node that runs a compiled graph's backward
+COMPILED_BACKWARD_NAME = "CompiledFunctionBackward"
+#: a launch that replays a captured CUDA / HIP graph: every kernel of the graph comes from it
+GRAPH_LAUNCH_NAMES = frozenset({"cudaGraphLaunch", "cuGraphLaunch", "hipGraphLaunch"})
+#: families of kernels by name, first match wins: Inductor's Triton kernels (pointwise, reduction,
+#: persistent reduction, templates), its C++ kernels (graph_<n>_cpp_fused_...), attention and
+#: GEMM library kernels (cuBLAS, CUTLASS, hipBLASLt's Cijk_, nvjet)
+KERNEL_FAMILIES: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("persistent reduction", re.compile(r"triton_per_")),
+    ("reduction", re.compile(r"triton_red_")),
+    ("pointwise", re.compile(r"triton_poi_")),
+    ("template", re.compile(r"triton_(tem|mm|bmm)_?")),
+    ("C++ kernel", re.compile(r"(graph_\d+_)?cpp_fused_")),
+    ("attention", re.compile(r"flash|fmha|attention|attn", re.I)),
+    ("GEMM/extern", re.compile(r"gemm|gemv|matmul|cutlass|cublas|Cijk_|xmma|nvjet|_mma_|wgmma", re.I)),
+)
+OTHER_KERNEL_FAMILY = "other"
+
+# The compiled-kernel table's join (traces captured by traceprof.capture with the table,
+# COMPILED_TABLE_KEY; docs/attribution.md "Compiled models").
+
+#: the scope of one run of a compiled graph (a user_annotation): "## Call CompiledFxGraph <key> ##"
+#: with <key> the graph's FX graph cache key, the literal "None" when the cache was bypassed
+COMPILED_CALL_RE = re.compile(r"## Call CompiledFxGraph (\S+) ##\Z")
+COMPILED_CALL_NO_KEY = "None"
+#: the prefix of Inductor's C++ kernel events, "graph_<graph id>_<kernel>": the compile's counter,
+#: shared by the forward and the backward graph of one Dynamo graph
+COMPILED_KERNEL_PREFIX_RE = re.compile(r"graph_\d+_")
+#: the table's format and the version this traceprof reads
+COMPILED_TABLE_FORMAT = "traceprof.compiled"
+COMPILED_TABLE_VERSION = 1
+#: a graph's direction in the table: its runs are in the backward pass (the others, "forward"
+#: and "inference", in the forward)
+COMPILED_BACKWARD_DIRECTION = "backward"
+#: call-site kinds of the kernels Inductor generated (their events carry no shapes: their FLOPs
+#: come from their nodes); "extern", "fallback" and "wrapper" calls are ordinary aten op events
+COMPILED_GENERATED_KINDS = frozenset({"cpp", "triton"})
+#: a node whose module stack came from the forward graph's (a backward node of a forward op);
+#: a backward graph's node with its own "nn_module_stack" is a forward op computed again
+COMPILED_FROM_FORWARD_STACK = "fwd_nn_module_stack"
+COMPILED_OWN_STACK = "nn_module_stack"
+#: torch dtype names, as the table writes a tensor's dtype -> "Input type" spellings
+TORCH_DTYPE_SPELLINGS: dict[str, str] = {
+    "float64": "double",
+    "float32": "float",
+    "float16": "c10::Half",
+    "bfloat16": "c10::BFloat16",
+    "float8_e4m3fn": "c10::Float8_e4m3fn",
+    "float8_e4m3fnuz": "c10::Float8_e4m3fnuz",
+    "float8_e5m2": "c10::Float8_e5m2",
+    "float8_e5m2fnuz": "c10::Float8_e5m2fnuz",
+    "float8_e8m0fnu": "c10::Float8_e8m0fnu",
+    "int64": "long int",
+    "int32": "int",
+    "int16": "short int",
+    "int8": "signed char",
+    "uint8": "unsigned char",
+    "bool": "bool",
+    "complex64": "c10::complex<float>",
+    "complex128": "c10::complex<double>",
+    "complex32": "c10::complex<c10::Half>",
+}
+#: "Input type" of a scalar argument and of a list of scalars
+SCALAR_TYPE = "Scalar"
+SCALAR_LIST_TYPE = "ScalarList"
+
+
+def compiled_op_event_name(op: str) -> str | None:
+    """The event name of a table node's op: ``"aten.mm.default"`` -> ``"aten::mm"``; None for
+    what is not a dispatcher op (``getitem``, a placeholder's name)."""
+    parts = op.split(".")
+    return f"{parts[0]}::{parts[1]}" if len(parts) >= 3 and parts[0] and parts[1] else None
+
+
+
 def step_number(name: str) -> int | None:
     m = STEP_RE.match(name)
     return int(m.group(1)) if m else None
