@@ -10,6 +10,12 @@ name (``h100``, ``a100``, ``mi300x``...).
     python scripts/capture_samples.py                 # all models, CUDA when available
     python scripts/capture_samples.py --device cpu --models gpt bert
     python scripts/capture_samples.py --threads 1     # how the committed CPU samples were made
+    python scripts/capture_samples.py --device cpu --models gpt --modes train --compiled --threads 1
+
+``--compiled`` captures the models compiled with ``torch.compile(model)`` instead, as
+``<model>_<train|infer>_compiled_<device>.pt.trace.json.gz``: the session records the graphs
+Inductor compiles in the first (wait) step and embeds the compiled-kernel table
+(``docs/capture.md``). On CPU it needs a C++ compiler; a first compile takes tens of seconds.
 
 With torch's default of one intra-op thread per core, a busy machine stretches single ops
 by orders of magnitude (threads waiting for a descheduled peer); one thread keeps CPU samples
@@ -87,16 +93,18 @@ MODELS = ("lenet5", "resnet18", "gpt", "bert")
 
 
 def call(model: torch.nn.Module, inputs: tuple) -> Any:
-    if isinstance(model, sm.BertEncoder):
+    if isinstance(getattr(model, "_orig_mod", model), sm.BertEncoder):
         ids, mask = inputs
         return model(ids, attention_mask=mask)  # a keyword argument in the module table
     return model(*inputs)
 
 
-def capture_one(name: str, mode: str, device: torch.device, out_dir: str) -> str:
+def capture_one(name: str, mode: str, device: torch.device, out_dir: str, compiled: bool = False) -> str:
     torch.manual_seed(0)
     model, make_inputs, loss_of = sample(name, device)
     model.to(device)
+    if compiled:
+        model = torch.compile(model)  # compiled in the first (wait) step, inside the session
     steps = 4  # wait 1, warmup 1, active 2
     if mode == "train":
         model.train()
@@ -115,7 +123,8 @@ def capture_one(name: str, mode: str, device: torch.device, out_dir: str) -> str
             with torch.no_grad():
                 call(model, make_inputs())
 
-    final = os.path.join(out_dir, f"{name}_{mode}_{device_tag(device)}.pt.trace.json.gz")
+    variant = f"{mode}_compiled" if compiled else mode
+    final = os.path.join(out_dir, f"{name}_{variant}_{device_tag(device)}.pt.trace.json.gz")
     # _trace_file: one file with this exact name instead of <worker>.<ms>.pt.trace.json.gz
     with capture.profile(model, wait=1, warmup=1, active=2, _trace_file=os.path.relpath(final)) as prof:
         for _ in range(steps):
@@ -133,11 +142,19 @@ def summarize(path: str) -> str:
         1 for e in trace["traceEvents"] if e.get("ph") == "X" and e.get("name", "").startswith("[traceprof:")
     )
     table = capture.decode_table(trace["traceprof"])
-    return (
+    line = (
         f"{os.path.relpath(path, ROOT)}: {os.path.getsize(path) / 1e6:.2f} MB, "
         f"{len(trace['traceEvents'])} events, {n_scopes} scopes, "
         f"{len(table['modules'])} modules, {table['modules'][0]['params_total']:,} params"
     )
+    if "traceprof_compiled" in trace:
+        compiled = capture.decode_table(trace["traceprof_compiled"])
+        sites = sum(len(g["calls"]) for g in compiled["graphs"].values())
+        line += (
+            f", {len(compiled['graphs'])} compiled graphs, {sites} kernel call sites"
+            f" ({len(trace['traceprof_compiled']) / 1e3:.0f} kB encoded)"
+        )
+    return line
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -149,6 +166,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--threads", type=int, default=None, help="torch intra-op threads (default: torch's choice)"
     )
+    parser.add_argument(
+        "--compiled",
+        action="store_true",
+        help="torch.compile(model) (files named <model>_<mode>_compiled_...)",
+    )
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -158,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     os.makedirs(args.out, exist_ok=True)
     for name in args.models:
         for mode in args.modes:
-            print(summarize(capture_one(name, mode, device, args.out)), flush=True)
+            print(summarize(capture_one(name, mode, device, args.out, args.compiled)), flush=True)
     return 0
 
 

@@ -6,6 +6,11 @@ it, so a forward that raises still closes its scope. No backward hooks are used 
 in-place ops and roughly double step time); the analyzer joins backward ops to forward scopes
 through sequence numbers.
 
+A module compiled in place (``module.compile()``) runs its hooks inside its compiled code, where
+they do nothing; it gets a wrapper around its compiled call instead, which opens the same scope
+eagerly (the session gives the submodules of compiled modules no hooks at all, see
+``traceprof.capture.session``).
+
 Scopes are ``torch._C._profiler._RecordFunctionFast`` records when torch has them (about
 0.6-1.3 us per scope, enter and exit, under an active CPU profiler on the development machine;
 they appear in the trace as ``cat: "cpu_op"``), else the operators behind
@@ -180,10 +185,39 @@ def _make_hooks(
     return open_scope, close_scope
 
 
+def _scoped_compiled_call(
+    impl: Callable, module: Any, open_scope: Callable, close_scope: Callable, is_compiling: Callable[[], bool]
+) -> Callable:
+    """``impl`` (a module's ``_compiled_call_impl``) inside the module's scope, run eagerly.
+
+    The same scope, stack entry and shape capture as the hooks give; an exception closes the
+    scope like ``always_call`` hooks do. Inside an outer compiled region it calls straight
+    through.
+    """
+
+    def scoped(*args: Any, **kwargs: Any) -> Any:
+        if is_compiling():
+            return impl(*args, **kwargs)
+        open_scope(module, args)
+        try:
+            output = impl(*args, **kwargs)
+        except Exception:
+            close_scope(module, args, kwargs, None)
+            raise
+        close_scope(module, args, kwargs, output)
+        return output
+
+    scoped.__wrapped__ = impl  # type: ignore[attr-defined]
+    return scoped
+
+
 class ScopeHooks:
     """Hooks that give every call of ``modules`` one scope; ``remove()`` takes them all off.
 
-    ``modules`` is a list of ``(qualified_name, class_name, module)``.
+    ``modules`` is a list of ``(qualified_name, class_name, module)``. A module compiled in place
+    (``module.compile()``) runs its hooks inside the compiled code, where they do nothing; it
+    gets no hooks but a wrapper around its ``_compiled_call_impl`` that opens the same scope
+    eagerly (``remove()`` puts the compiled call back).
     """
 
     def __init__(self, modules: list[tuple[str, str, Any]], state: ScopeState) -> None:
@@ -191,11 +225,18 @@ class ScopeHooks:
         self.kind, make_record = _record_factory()
         is_compiling = _is_compiling()
         self._handles: list[Any] = []
+        self._patched: list[tuple[Any, Any, Any]] = []  # (module, compiled call, our wrapper)
         try:
             for name, class_name, module in modules:
                 open_scope, close_scope = _make_hooks(
                     state, make_record, name, scope_name(class_name, name), is_compiling
                 )
+                impl = getattr(module, "__dict__", {}).get("_compiled_call_impl")
+                if impl is not None:
+                    wrapper = _scoped_compiled_call(impl, module, open_scope, close_scope, is_compiling)
+                    module.__dict__["_compiled_call_impl"] = wrapper
+                    self._patched.append((module, impl, wrapper))
+                    continue
                 # prepend: our scope encloses the time of hooks that others registered.
                 self._handles.append(module.register_forward_pre_hook(open_scope, prepend=True))
                 self._handles.append(
@@ -208,6 +249,10 @@ class ScopeHooks:
     def remove(self) -> None:
         while self._handles:
             self._handles.pop().remove()
+        while self._patched:
+            module, impl, wrapper = self._patched.pop()
+            if module.__dict__.get("_compiled_call_impl") is wrapper:  # not recompiled since
+                module.__dict__["_compiled_call_impl"] = impl
         self.state.scopes_on = False
         self.state.capture_on = False
         self.state.close_all()

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import gzip
 import os
-import sys
 import time
+import warnings
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Literal
 
+from traceprof.capture.compiled import inside_compiled, named_model_modules, runs_compiled
 from traceprof.capture.module_table import build_table, describe_modules, encode_table
+from traceprof.trace.schema import COMPILED_TABLE_KEY
 from traceprof.trace.schema import MODULE_TABLE_KEY as TABLE_KEY
 
 __all__ = ["profile", "profile_once", "write_trace"]
@@ -54,19 +56,31 @@ class profile:
     those ranks profile: on the others the session does nothing (``step()`` is a no-op, no hooks,
     no files).
 
-    ``torch.compile``: a compiled model (``OptimizedModule``) is profiled through its original
-    module ``_orig_mod``; qualified names are those of ``_orig_mod`` (no ``_orig_mod.`` prefix).
-    The root scope is opened around the compiled call by hooks on the wrapper, which run eagerly,
-    so all work of the compiled graphs (forward ops and kernels, and through sequence numbers
-    their backward) is attributed to the root module. Compiled code has no submodule scopes: the
-    submodule hooks return at once under ``torch.compiler.is_compiling()``, so graphs traced
-    during the session stay the same, and graphs compiled before it never call them (Dynamo does
-    not guard on module hooks by default, so adding and removing them does not recompile). A
-    submodule that runs eagerly (Dynamo fell back to eager for its call) still gets its scope.
-    The module table lists every submodule with its parameters; shapes are recorded for the root
-    (and for submodules that ran eagerly). A model compiled in place with ``Module.compile()``
-    runs its hooks inside the compiled code, so it gets no scopes at all (the table is still
-    written); pass ``torch.compile(model)`` instead to get the root scope.
+    ``torch.compile`` (``docs/capture.md``): with ``record_compiled=True`` (the default) the
+    session records, from ``__enter__`` on (before the wait and warmup steps, so graphs compiled
+    in the first steps are recorded), every graph Inductor compiles: which module each of its
+    kernels works for (:class:`traceprof.capture.compiled.CompiledGraphRecorder`). That table is
+    added to the trace's top level under ``"traceprof_compiled"`` next to the module table, when
+    it is not empty. While the session is active it changes a few Inductor settings (kernel
+    profiling records, provenance tracking, a custom post-grad pass, a wrapper around
+    ``CompiledFxGraph.post_compile``) and restores all of them on exit, also on exceptions. A
+    failure of the recorder never stops the loop: the session warns and goes on without the table.
+
+    Module names are those of the original model whatever way it was compiled: a
+    ``torch.compile`` wrapper (``OptimizedModule``, as the model or as a submodule) stands for
+    the module it wraps, named without ``_orig_mod.``; its hooks run eagerly around the compiled
+    call and give that module's scope. A module compiled in place (``module.compile()``, the
+    model or blocks one by one) gets its scope from a wrapper around its compiled call instead of
+    hooks (hooks would run inside the compiled code). The submodules of a compiled module get no
+    hooks at all: Dynamo would trace them into the graphs and guard on their ids, so blocks
+    compiled one by one would recompile block after block, and every graph traced with them
+    would recompile once they are removed; inside compiled code the kernel table places the work
+    instead. Modules that run compiled code the session cannot see (the model called from a
+    ``torch.compile``'d function) keep their hooks; those return at once under
+    ``torch.compiler.is_compiling()``. Graphs compiled before the session began are not
+    recorded: enter the session before the first call of a compiled model. Graphs that an
+    earlier session in this process recorded for a compiled module of the same class are
+    embedded again (Dynamo runs them without compiling them again).
     """
 
     def __init__(
@@ -82,6 +96,7 @@ class profile:
         ranks: Iterable[int] | None = None,
         worker_name: str | None = None,
         *,
+        record_compiled: bool = True,
         _trace_file: str | os.PathLike | None = None,
     ) -> None:
         for label, value, least in (
@@ -99,6 +114,7 @@ class profile:
         self.with_stack = with_stack
         self.ranks = None if ranks is None else frozenset(int(r) for r in ranks)
         self.worker_name = worker_name
+        self.record_compiled = record_compiled
         self.trace_paths: list[str] = []
         self.rank: int | None = None
         self.world_size: int | None = None
@@ -112,6 +128,11 @@ class profile:
         self._rows: list[dict[str, Any]] = []
         self._embedded = False
         self._torch_version = ""
+        self._recorder: Any = None  # the CompiledGraphRecorder while active
+        self._earlier_classes: frozenset[str] = frozenset()  # earlier sessions' graphs of these
+        self._compiled_payload: str | None = None  # the encoded compiled table (None: empty) ...
+        self._compiled_payload_changes = -1  # ... as of this many recorded graphs
+        self._compiled_embedded_changes = -1  # what the current cycle's trace holds (-1: nothing)
 
     # -- context manager -------------------------------------------------------------------
 
@@ -135,18 +156,29 @@ class profile:
             if distributed:
                 self.worker_name += f".rank{self.rank}of{self.world_size}"
 
-        target, wrapper = _unwrap_compiled(self.model)
-        named = list(target.named_modules())
-        self._rows = describe_modules(named)
-        hooked = [(name, type(m).__name__, m) for name, m in named]
-        if wrapper is not None:  # root scope around the compiled call, submodules inside it
-            hooked = [("", type(target).__name__, wrapper)] + [h for h in hooked if h[0] != ""]
+        # torch.compile wrappers stand for the modules they wrap: names without "_orig_mod.",
+        # hooks on the wrapper (they run eagerly around the compiled call)
+        named = named_model_modules(self.model)
+        self._rows = describe_modules((name, module) for name, module, _ in named)
+        inside = inside_compiled(named)  # no hooks there: Dynamo would guard on them
+        hooked = [
+            (name, type(module).__name__, target) for name, module, target in named if name not in inside
+        ]
 
         activities = [ProfilerActivity.CPU]
         if torch.cuda.is_available():
             activities.append(ProfilerActivity.CUDA)
+        compiled = any(runs_compiled(*entry) for entry in named)
+        if compiled:  # graphs that an earlier session recorded for these modules may run again
+            self._earlier_classes = frozenset(type(module).__name__ for _, module, _ in named)
+        if self.record_compiled:  # before the first step: graphs compiled in it are recorded
+            self._recorder = _start_recorder(self.model, compiled)
         self._state = ScopeState()
-        self._hooks = ScopeHooks(hooked, self._state)
+        try:
+            self._hooks = ScopeHooks(hooked, self._state)
+        except BaseException:
+            self._stop_recorder()
+            raise
         self.scope_kind = self._hooks.kind
         try:
             self.profiler = torch.profiler.profile(
@@ -162,6 +194,7 @@ class profile:
             self.profiler.__enter__()
         except BaseException:
             self._hooks.remove()
+            self._stop_recorder()
             self.profiler = None
             raise
         self.enabled = True
@@ -181,7 +214,10 @@ class profile:
                     if exc_type is None:
                         raise  # else the user's exception is the one to see
         finally:
-            self.profiler.__exit__(exc_type, exc, tb)  # saves the trace when in an active step
+            try:
+                self.profiler.__exit__(exc_type, exc, tb)  # saves the trace when in an active step
+            finally:
+                self._stop_recorder()  # every Inductor setting and patch back as it was
         return False
 
     # -- loop API ------------------------------------------------------------------------------
@@ -195,10 +231,15 @@ class profile:
         previous = self.profiler.current_action
         if self._recording() and (self._state.dirty or not self._embedded):
             self._embed_table()
+        elif previous == ProfilerAction.WARMUP or self._recording():
+            # graphs compiled in this step: encoded and added now, so that the cost is paid in
+            # the warmup steps (the active steps add the same payload again, ready-made)
+            self._embed_compiled_table()
         self.profiler.step()
         if previous == ProfilerAction.RECORD_AND_SAVE:  # a cycle ended: next one starts afresh
             self._state.reset_calls()
             self._embedded = False
+            self._compiled_embedded_changes = -1
         self._sync_state()
 
     # -- internals -----------------------------------------------------------------------------
@@ -230,11 +271,68 @@ class profile:
             world_size=self.world_size if self.world_size is not None else 1,
         )
 
+    def compiled_table(self) -> dict[str, Any] | None:
+        """The compiled-kernel table recorded so far (``None``: no recorder in this session)."""
+        if self._recorder is None:
+            return None
+        return self._recorder.table(earlier=self._earlier_classes)
+
     def _embed_table(self) -> None:
         # add_metadata reaches the trace's top level only during warmup/active steps.
         self.profiler.add_metadata(TABLE_KEY, encode_table(self.module_table()))
         self._state.dirty = False
         self._embedded = True
+        self._embed_compiled_table(again=True)  # next to the module table, in the active steps
+
+    def _embed_compiled_table(self, again: bool = False) -> None:
+        """Add the compiled table if it grew since this cycle last got it (or ``again``).
+
+        Encoded only when it grew; an empty table (nothing compiled) is not added. Never raises:
+        a failure warns and stops the recorder.
+        """
+        recorder = self._recorder
+        if recorder is None:
+            return
+        changes = recorder.changes
+        if changes == self._compiled_embedded_changes and not again:
+            return
+        try:
+            if changes != self._compiled_payload_changes:
+                # with the graphs an earlier session recorded for this model's classes, which
+                # Dynamo runs again without compiling them (none for an eager model)
+                table = recorder.table(earlier=self._earlier_classes)
+                self._compiled_payload = encode_table(table) if table["graphs"] else None
+                self._compiled_payload_changes = changes
+            if self._compiled_payload is not None:
+                self.profiler.add_metadata(COMPILED_TABLE_KEY, self._compiled_payload)
+            self._compiled_embedded_changes = changes
+        except Exception as e:
+            self._recorder_failed(
+                f"the compiled-kernel table could not be embedded ({type(e).__name__}: {e})"
+            )
+
+    def _recorder_failed(self, what: str) -> None:
+        """Warn and go on without the compiled table."""
+        warnings.warn(f"traceprof: {what}; the trace has no compiled-kernel table", stacklevel=3)
+        self._stop_recorder()
+
+    def _stop_recorder(self) -> None:
+        """Exit the recorder (restoring Inductor's settings); warn about what it could not record."""
+        recorder, self._recorder = self._recorder, None
+        if recorder is None:
+            return
+        try:
+            recorder.__exit__(None, None, None)
+        except Exception as e:
+            warnings.warn(
+                f"traceprof: restoring Inductor's settings failed ({type(e).__name__}: {e})", stacklevel=3
+            )
+        if recorder.warnings:
+            warnings.warn(
+                f"traceprof: {len(recorder.warnings)} problem(s) while recording compiled graphs;"
+                f" the first: {recorder.warnings[0]}",
+                stacklevel=3,
+            )
 
     def _on_trace_ready(self, prof: Any) -> None:
         if self._trace_file is not None:
@@ -375,16 +473,28 @@ def _distributed_info() -> tuple[int, int, bool]:
     return rank, world_size, world_size > 1
 
 
-def _unwrap_compiled(model: Any) -> tuple[Any, Any]:
-    """``(module to describe, compiled wrapper or None)`` for ``torch.compile``'d models."""
-    eval_frame = sys.modules.get("torch._dynamo.eval_frame")
-    optimized = getattr(eval_frame, "OptimizedModule", None)
-    if optimized is None or not isinstance(model, optimized):
-        return model, None
-    target = model._orig_mod
-    while isinstance(target, optimized):  # compiled twice
-        target = target._orig_mod
-    return target, model
+def _start_recorder(model: Any, compiled: bool) -> Any:
+    """An active :class:`CompiledGraphRecorder` for ``model``, or ``None`` when it cannot start.
+
+    A recorder that cannot start (another one is active, a torch without the hooks it needs)
+    leaves Inductor as it was; the session warns when the model is compiled and goes on.
+    """
+    from traceprof.capture.compiled import CompiledGraphRecorder
+
+    named = named_model_modules(model)
+    original = named[0][1] if named else model
+    recorder = CompiledGraphRecorder(original)
+    try:
+        recorder.__enter__()
+    except Exception as e:
+        if compiled:
+            warnings.warn(
+                f"traceprof: compiled graphs are not recorded ({type(e).__name__}: {e}); the trace will"
+                " have no compiled-kernel table",
+                stacklevel=3,
+            )
+        return None
+    return recorder
 
 
 def _sum_tensors(output: Any) -> Any:

@@ -1,0 +1,459 @@
+"""traceprof.capture with torch.compile on CPU: the compiled-kernel table, scopes, restoring
+Inductor, failures of the recorder (docs/capture.md, docs/trace-conventions.md)."""
+
+from __future__ import annotations
+
+import collections
+import os
+import shutil
+import warnings
+
+import pytest
+
+torch = pytest.importorskip("torch")
+nn = torch.nn
+
+import traceprof.capture as capture  # noqa: E402
+from traceprof.capture import compiled as compiled_mod  # noqa: E402
+from traceprof.capture.compiled import (  # noqa: E402
+    CompiledGraphRecorder,
+    RecorderUnavailable,
+    expected_event_name,
+    module_path,
+    parse_wrapper_source,
+)
+from traceprof.trace.schema import COMPILED_TABLE_KEY, MODULE_TABLE_KEY  # noqa: E402
+
+from .compiled_models import (  # noqa: E402
+    CASES,
+    compiled_table,
+    join_compiled_events,
+    load_trace,
+)
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+COMPILED_SAMPLE = os.path.join(REPO, "sample_traces", "gpt_train_compiled_cpu.pt.trace.json.gz")
+
+needs_compiler = pytest.mark.skipif(
+    not any(shutil.which(cc) for cc in ("g++", "c++", "clang++")),
+    reason="torch.compile on CPU needs a C++ compiler",
+)
+
+
+def scope_names(trace) -> collections.Counter:
+    return collections.Counter(
+        e["name"]
+        for e in trace["traceEvents"]
+        if e.get("ph") == "X" and e.get("name", "").startswith("[traceprof:")
+    )
+
+
+def inductor_state() -> dict:
+    """Every Inductor config value, plus the patched class attribute."""
+    import torch._inductor.config as inductor_config
+    from torch._inductor.output_code import CompiledFxGraph
+
+    state = dict(inductor_config.get_config_copy())
+    state["CompiledFxGraph.post_compile"] = CompiledFxGraph.__dict__["post_compile"]
+    return state
+
+
+class Tiny(nn.Module):
+    """A model of its own class per test that must compile inside its session (Dynamo reuses
+    code compiled for a class's forward in an earlier test)."""
+
+    def __init__(self, width: int = 16) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(8, width)
+        self.act = nn.GELU()
+        self.fc2 = nn.Linear(width, 4)
+
+    def forward(self, x):
+        return self.fc2(self.act(self.fc1(x)))
+
+
+def tiny_class():
+    """A fresh subclass of Tiny with its own ``forward`` code object and name."""
+    namespace: dict = {}
+    exec("def forward(self, x):\n    return self.fc2(self.act(self.fc1(x)))\n", namespace)
+    tiny_class.made += 1
+    return type(f"Tiny{tiny_class.made}", (Tiny,), {"forward": namespace["forward"]})
+
+
+tiny_class.made = 0
+
+
+def train(model, steps, prof=None, x=None):
+    x = torch.randn(4, 8) if x is None else x
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    for _ in range(steps):
+        model(x).sum().backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        if prof is not None:
+            prof.step()
+
+
+# -- pure helpers ------------------------------------------------------------------------------
+
+
+def test_module_path_parses_dynamo_source_names():
+    assert module_path("L['self'].blocks.0.ln") == ("L['self']", "blocks.0.ln")
+    assert module_path("L['self'].blocks[1].attn") == ("L['self']", "blocks.1.attn")
+    assert module_path("L['self']._orig_mod.fc") == ("L['self']", "fc")
+    assert module_path("L['self']._modules['fc']") == ("L['self']", "fc")
+    assert module_path("L['model']") == ("L['model']", "")
+    assert module_path("G['net'].layers['a']") == ("G['net']", "layers.a")
+    assert module_path("getattr(L['self'], 'x')")[1] is None
+
+
+def test_expected_event_names_of_wrapper_calls():
+    assert expected_event_name("extern_kernels.addmm") == "aten::addmm"
+    assert expected_event_name("extern_kernels.bmm_dtype") == "aten::bmm"
+    assert expected_event_name("extern_kernels._mkl_linear") == "mkl::_mkl_linear"
+    assert expected_event_name("extern_kernels.bias_addmm") is None
+    assert expected_event_name("extern_kernels.no_such_kernel") is None
+    assert expected_event_name("torch.ops.aten.convolution_backward.default") == "aten::convolution_backward"
+    assert expected_event_name("aten.randint.low_out") == "aten::randint"
+    assert expected_event_name("print") is None
+
+
+WRAPPER = """
+cpp_fused_add_0 = async_compile.cpp_pybinding(['float*'], r'''
+extern "C"  void  kernel(float* in_out_ptr0)
+{
+    torch::aot_inductor::RAIIAtenRecordFunctionHandle record_graph_7_cpp_fused_add_0_("graph_7_cpp_fused_add_0", nullptr);
+}
+''')
+
+
+async_compile.wait(globals())
+
+class Runner:
+    def call(self, args):
+        primals_1, primals_2 = args
+        buf0 = empty_strided_cpu((4, 16), (16, 1), torch.float32)
+        # Topologically Sorted Source Nodes: [linear], Original ATen: [aten.t, aten.addmm]
+        # [Provenance debug handles] extern_kernels.addmm:2
+        extern_kernels.addmm(primals_2, primals_1, primals_1, alpha=1, beta=1, out=buf0)
+        # [Provenance debug handles] cpp_fused_add_0:3
+        cpp_fused_add_0(buf0)
+        # [Provenance debug handles] torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default:4
+        buf1 = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default(buf0, buf0, buf0, 0.0, True)
+        aten.scatter_reduce_.two(buf0,1,buf0,buf0, reduce='sum', include_self=True)
+        buf0.zero_()
+        cpp_fused_add_0(buf0)
+        return (buf0, )
+
+runner = Runner(partitions=[])
+"""
+
+
+def test_parse_wrapper_source_lists_call_sites_in_order():
+    kernels, calls = parse_wrapper_source(WRAPPER)
+    assert kernels == {"cpp_fused_add_0": {"kind": "cpp", "event": "graph_7_cpp_fused_add_0"}}
+    assert [(c["kind"], c["event"], c["handle"]) for c in calls] == [
+        ("extern", "aten::addmm", 2),
+        ("cpp", "graph_7_cpp_fused_add_0", 3),
+        ("fallback", "aten::_scaled_dot_product_flash_attention_for_cpu", 4),
+        ("fallback", "aten::scatter_reduce_", None),
+        ("wrapper", "aten::zero_", None),
+        ("cpp", "graph_7_cpp_fused_add_0", None),
+    ]
+    assert parse_wrapper_source("") == ({}, [])
+
+
+def test_named_model_modules_see_through_compile_wrappers():
+    model = nn.Sequential(nn.Linear(2, 2), nn.Sequential(nn.ReLU(), nn.Linear(2, 2)))
+    model[1] = torch.compile(model[1])
+    wrapped = torch.compile(model)
+    named = compiled_mod.named_model_modules(wrapped)
+    assert [n for n, _, _ in named] == ["", "0", "1", "1.0", "1.1"]
+    assert named[0][1] is model and named[0][2] is wrapped
+    assert named[2][1] is model[1]._orig_mod and named[2][2] is model[1]
+    assert compiled_mod.inside_compiled(named) == {"0", "1", "1.0", "1.1"}
+    assert compiled_mod.inside_compiled(compiled_mod.named_model_modules(model)) == {"1.0", "1.1"}
+    assert compiled_mod.is_compiled_model(model) and not compiled_mod.is_compiled_model(nn.Linear(2, 2))
+
+
+# -- the fixture's traces: the table and the join ----------------------------------------------------
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_compiled_trace_has_the_table_and_its_kernel_events_join(compiled_traces, case):
+    eager_path, compiled_path = compiled_traces[case]
+    assert compiled_table(load_trace(eager_path)) is None  # nothing compiled: nothing embedded
+    trace = load_trace(compiled_path)
+    assert MODULE_TABLE_KEY in trace
+    table = compiled_table(trace)
+    assert table is not None, f"{COMPILED_TABLE_KEY} missing from the trace"
+    assert (table["format"], table["version"]) == ("traceprof.compiled", 1)
+    assert table["torch_version"] == torch.__version__
+    assert table["warnings"] == []
+    assert table["graphs"] and table["compiles"]
+    for key, graph in this_session(table)["graphs"].items():
+        assert graph["table_key"] == key and graph["nodes_source"] == "post_grad_pass"
+        assert graph["calls"], key
+        for site in graph["calls"]:
+            assert {"kernel", "kind", "event", "handle", "index", "nodes", "module", "module_from"} <= set(
+                site
+            )
+            for node in site["nodes"]:
+                assert {"op", "inputs", "output", "module", "module_class"} <= set(graph["nodes"][node])
+    directions = collections.Counter(c["direction"] for c in this_session(table)["compiles"])
+    assert directions["forward"] == directions["backward"] >= 1
+
+    result = join_compiled_events(trace)
+    counts = result["counts"]
+    assert counts["graph_runs"] >= 2 and counts["events"] >= 10, counts
+    assert counts["matched"] >= 0.95 * counts["events"], (counts, result["unmatched"])
+    assert counts["with_module"] >= 0.95 * counts["events"], counts
+    assert counts["orphan_kernel_events"] == 0
+    # module paths are qualified names of the original model (no "_orig_mod")
+    eager_names = {
+        r["name"] for r in capture.decode_table(load_trace(eager_path)[MODULE_TABLE_KEY])["modules"]
+    }
+    table_names = {r["name"] for r in capture.decode_table(trace[MODULE_TABLE_KEY])["modules"]}
+    assert table_names == eager_names
+    assert set(result["per_module"]) <= eager_names, set(result["per_module"]) - eager_names
+
+
+def this_session(table):
+    """The table without the graphs an earlier session of the process recorded."""
+    return {
+        "graphs": {k: g for k, g in table["graphs"].items() if not g.get("earlier_session")},
+        "compiles": [c for c in table["compiles"] if not c.get("earlier_session")],
+    }
+
+
+def test_each_way_of_compiling_gets_its_scopes_and_roots(compiled_traces):
+    tables = {case: this_session(compiled_table(load_trace(compiled_traces[case][1]))) for case in CASES}
+    scopes = {case: scope_names(load_trace(compiled_traces[case][1])) for case in CASES}
+    # torch.compile(model) and model.compile(): one root scope per step, named as the original
+    assert scopes["gpt"] == {"[traceprof:1]GPT: ": 1}
+    assert scopes["cnn"] == {"[traceprof:1]SmallCNN: ": 1}
+    assert scopes["graph_break"] == {"[traceprof:1]GraphBreakMLP: ": 1}
+    assert {c["root"] for c in tables["gpt"]["compiles"]} == {""}
+    assert {c["root_class"] for c in tables["cnn"]["compiles"]} == {"SmallCNN"}
+    # a graph break: two frames, each with its forward and backward graph
+    assert len({c["compile_id"] for c in tables["graph_break"]["compiles"]}) == 2
+    assert len(tables["graph_break"]["graphs"]) == 4
+    # blocks compiled one by one: an eager scope per block, one graph shared by both blocks
+    # (the session's hooks must not make Dynamo recompile per block), time in both blocks
+    blocks = {name for name in scopes["per_block"] if name.startswith("[traceprof:1]Block: ")}
+    assert blocks == {"[traceprof:1]Block: transformer.h.0", "[traceprof:1]Block: transformer.h.1"}
+    assert not any("transformer.h.0." in name for name in scopes["per_block"])  # no hooks inside
+    forward = [c for c in tables["per_block"]["compiles"] if c["direction"] == "forward"]
+    # (a real compile with a cold Inductor cache, a cache hit with the row kept from then on a rerun)
+    assert [(c["root"], c["root_class"]) for c in forward] == [("transformer.h.0", "Block")]
+    assert all(c["table_from"] in ("compile", "cache_dir") for c in tables["per_block"]["compiles"])
+    per_module = join_compiled_events(load_trace(compiled_traces["per_block"][1]))["per_module"]
+    for block in ("transformer.h.0", "transformer.h.1"):
+        assert any(path.startswith(block + ".attn") for path in per_module), (block, per_module)
+
+
+# -- the session with compiled models ------------------------------------------------------------
+
+
+@needs_compiler
+def test_inductor_config_and_patches_restored_also_on_exceptions(tmp_path):
+    before = inductor_state()
+    model = tiny_class()()
+    model.compile()
+    impl = model.__dict__["_compiled_call_impl"]
+    with capture.profile(model, logdir=tmp_path / "ok", wait=0, warmup=1, active=1) as prof:
+        assert inductor_state() != before  # the recorder is on from __enter__
+        assert model.__dict__["_compiled_call_impl"] is not impl
+        train(model, 2, prof)
+    assert inductor_state() == before
+    assert model.__dict__["_compiled_call_impl"] is impl
+    assert all(not m._forward_pre_hooks and not m._forward_hooks for m in model.modules())
+    assert compiled_table(load_trace(prof.trace_paths[0]))["graphs"]
+
+    with pytest.raises(RuntimeError, match="boom"):
+        with capture.profile(model, logdir=tmp_path / "raise", wait=0, warmup=1, active=2) as prof:
+            train(model, 2, prof)
+            raise RuntimeError("boom")
+    assert inductor_state() == before
+    assert model.__dict__["_compiled_call_impl"] is impl
+    assert CompiledGraphRecorder._active is None
+
+
+@needs_compiler
+def test_no_recompile_after_the_session(tmp_path):
+    """Graphs compiled in a session do not depend on the session's hooks: calling the model
+    afterwards compiles nothing."""
+    from torch._dynamo.utils import counters
+
+    model = torch.compile(tiny_class()())
+    with capture.profile(model, logdir=tmp_path, wait=0, warmup=1, active=1) as prof:
+        train(model, 2, prof)
+    frames = counters["frames"]["total"]
+    train(model, 2)
+    assert counters["frames"]["total"] == frames
+
+
+@needs_compiler
+def test_every_cycle_of_a_repeating_schedule_gets_the_table(tmp_path):
+    model = torch.compile(tiny_class()())
+    with capture.profile(model, logdir=tmp_path, wait=1, warmup=1, active=1, repeat=2) as prof:
+        train(model, 6, prof)
+    assert len(prof.trace_paths) == 2
+    for path in prof.trace_paths:
+        trace = load_trace(path)
+        counts = join_compiled_events(trace)["counts"]
+        assert counts["graph_runs"] == 2 and counts["with_module"] == counts["events"] > 0, counts
+
+
+@needs_compiler
+def test_profile_once_twice_embeds_the_graphs_of_the_first_session(tmp_path):
+    """The second call compiles nothing (Dynamo reuses the first session's graphs): its trace
+    gets those graphs from the earlier session."""
+    model = torch.compile(tiny_class()())
+    x = torch.randn(4, 8)
+    first = capture.profile_once(model, x, backward=True, path=tmp_path / "1.pt.trace.json.gz")
+    second = capture.profile_once(model, x, backward=True, path=tmp_path / "2.pt.trace.json.gz")
+    t1, t2 = load_trace(first), load_trace(second)
+    table1, table2 = compiled_table(t1), compiled_table(t2)
+    assert not any(g.get("earlier_session") for g in table1["graphs"].values())
+    assert set(table1["graphs"]) <= set(table2["graphs"])
+    assert all(table2["graphs"][k].get("earlier_session") for k in table1["graphs"])
+    for trace in (t1, t2):
+        counts = join_compiled_events(trace)["counts"]
+        assert counts["events"] > 0 and counts["with_module"] == counts["events"], counts
+    # an eager model in the same process gets no compiled table
+    eager = capture.profile_once(Tiny(), x, path=tmp_path / "eager.pt.trace.json.gz")
+    assert compiled_table(load_trace(eager)) is None
+
+
+@needs_compiler
+def test_cache_hits_get_the_rows_of_the_compile_that_filled_the_cache(tmp_path, monkeypatch):
+    """A model whose graphs are Inductor cache hits (same graphs, a new Dynamo frame) gets the
+    rows recorded when they were compiled: from this process's earlier session, or from the
+    file next to Inductor's cache (what a rerun of the script finds)."""
+    classes = [tiny_class() for _ in range(3)]  # the same forward source, three code objects
+    tables = []
+    for i, where in enumerate(("compile", "process", "cache_dir")):
+        if where == "cache_dir":  # as in a new process: nothing recorded in memory
+            monkeypatch.setattr(CompiledGraphRecorder, "_earlier_graphs", {})
+            monkeypatch.setattr(CompiledGraphRecorder, "_earlier_compiles", [])
+        torch.manual_seed(0)
+        model = torch.compile(classes[i](24))  # graphs of this test only (width 24)
+        with capture.profile(model, logdir=tmp_path / where, wait=0, warmup=1, active=1) as prof:
+            train(model, 2, prof)
+        trace = load_trace(prof.trace_paths[0])
+        table = this_session(compiled_table(trace))
+        tables.append(table)
+        if i == 0 and {c["table_from"] for c in table["compiles"]} == {"cache_dir"}:
+            continue  # this test's graphs were compiled by an earlier run of the tests
+        assert {c["table_from"] for c in table["compiles"]} == {where}, (where, table["compiles"])
+        assert {c["root"] for c in table["compiles"]} == {""}
+        counts = join_compiled_events(trace)["counts"]
+        assert counts["events"] > 0 and counts["with_module"] == counts["events"], (where, counts)
+    assert set(tables[0]["graphs"]) == set(tables[1]["graphs"]) == set(tables[2]["graphs"])
+
+
+@needs_compiler
+def test_a_failing_recorder_warns_and_the_loop_goes_on(tmp_path, monkeypatch):
+    # Inductor's caches off: every graph is compiled for real (keys None: "nokey:" rows)
+    import torch._functorch.config as functorch_config
+    import torch._inductor.config as inductor_config
+
+    with inductor_config.patch(fx_graph_cache=False), functorch_config.patch(enable_autograd_cache=False):
+        failing_recorder(tmp_path, monkeypatch)
+
+
+def failing_recorder(tmp_path, monkeypatch):
+    before = inductor_state()
+
+    def boom(*args, **kwargs):
+        raise ValueError("recorder bug")
+
+    # 1. recording a compiled graph fails: the compile and the step go on, one warning at the end
+    monkeypatch.setattr(CompiledGraphRecorder, "_on_compiled", boom)
+    model = torch.compile(tiny_class()())
+    with pytest.warns(UserWarning, match="problem.*recording compiled graphs.*recorder bug"):
+        with capture.profile(model, logdir=tmp_path / "a", wait=0, warmup=1, active=1) as prof:
+            train(model, 2, prof)
+    trace = load_trace(prof.trace_paths[0])
+    assert MODULE_TABLE_KEY in trace and COMPILED_TABLE_KEY not in trace
+    monkeypatch.undo()
+    assert inductor_state() == before
+
+    # 2. the post-grad pass fails: never inside the user's compile
+    monkeypatch.setattr(compiled_mod, "_provenance_map", boom)
+    model = torch.compile(tiny_class()())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with capture.profile(model, logdir=tmp_path / "b", wait=0, warmup=1, active=1) as prof:
+            train(model, 2, prof)
+    assert any("recorder bug" in str(w.message) for w in caught)
+    assert len(prof.trace_paths) == 1
+    monkeypatch.undo()
+    assert inductor_state() == before
+
+    # 3. the table cannot be built: the session warns once, stops recording, writes the trace
+    monkeypatch.setattr(CompiledGraphRecorder, "table", boom)
+    model = torch.compile(tiny_class()())
+    with pytest.warns(UserWarning, match="could not be embedded"):
+        with capture.profile(model, logdir=tmp_path / "c", wait=0, warmup=1, active=1) as prof:
+            train(model, 2, prof)
+    trace = load_trace(prof.trace_paths[0])
+    assert MODULE_TABLE_KEY in trace and COMPILED_TABLE_KEY not in trace
+    monkeypatch.undo()
+    assert inductor_state() == before
+
+    # 4. the recorder cannot start (a torch without its hooks): a warning for a compiled model
+    def unavailable(self):
+        raise RecorderUnavailable("no hooks in this torch")
+
+    monkeypatch.setattr(CompiledGraphRecorder, "__enter__", unavailable)
+    with pytest.warns(UserWarning, match="not recorded.*no hooks in this torch"):
+        with capture.profile(model, logdir=tmp_path / "d", wait=0, warmup=1, active=1) as prof:
+            train(model, 2, prof)
+    assert scope_names(load_trace(prof.trace_paths[0])) == {
+        f"[traceprof:1]{type(model._orig_mod).__name__}: ": 1
+    }
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no warning for an eager model
+        with capture.profile(Tiny(), logdir=tmp_path / "e", wait=0, warmup=1, active=1) as prof:
+            train(prof.model, 2, prof)
+    assert inductor_state() == before
+
+
+@needs_compiler
+def test_compiled_module_scopes_for_a_bare_profiler(tmp_path):
+    """Without the session: modules compiled in place get their scope from the helper."""
+    model = nn.Sequential(nn.Linear(8, 8), tiny_class()(12))
+    model[1].compile()
+    impl = model[1].__dict__["_compiled_call_impl"]
+    x = torch.randn(4, 8)
+    model(x)  # compiles
+    with compiled_mod.compiled_module_scopes(model):
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            model(x)
+    path = str(tmp_path / "bare.json")
+    prof.export_chrome_trace(path)
+    assert scope_names(load_trace(path)) == {f"[traceprof:1]{type(model[1]).__name__}: 1": 1}
+    assert model[1].__dict__["_compiled_call_impl"] is impl
+
+
+def test_record_compiled_false_leaves_inductor_alone(tmp_path):
+    before = inductor_state()
+    model = Tiny()
+    with capture.profile(model, logdir=tmp_path, wait=0, warmup=0, active=1, record_compiled=False) as prof:
+        assert inductor_state() == before
+        train(model, 1, prof)
+    assert prof.compiled_table() is None
+
+
+# -- the committed sample ---------------------------------------------------------------------------
+
+
+def test_compiled_cpu_sample_trace_joins():
+    trace = load_trace(COMPILED_SAMPLE)
+    table = compiled_table(trace)
+    assert table is not None and table["graphs"]
+    counts = join_compiled_events(trace)["counts"]
+    assert counts["events"] > 50 and counts["matched"] == counts["events"], counts
+    assert counts["with_module"] >= 0.95 * counts["events"], counts

@@ -1,0 +1,1061 @@
+"""The compiled-kernel table: which module each kernel of a ``torch.compile`` graph works for.
+
+A compiled model leaves no module scopes inside its graphs: the ops of a submodule are fused
+into generated kernels and run from Inductor's wrapper code. While a
+:class:`CompiledGraphRecorder` is active, every graph Inductor compiles (forward, backward and
+inference graphs; every region of a model with graph breaks; models compiled with
+``torch.compile(model)``, ``model.compile()`` or block by block) is recorded: for each call
+site of its generated wrapper (a generated C++/Triton kernel, an extern kernel such as
+``extern_kernels.mm``, a fallback such as ``torch.ops.aten.convolution_backward.default``) the
+name of the event that call leaves in a profiler trace, and the post-grad FX nodes it computes
+with their aten op, input and output shapes and dtypes, and module path. :meth:`table` returns
+the document (``"format": "traceprof.compiled"``, ``"version": 1``) that the capture session
+embeds into the trace under ``"traceprof_compiled"``; ``docs/trace-conventions.md`` describes
+every field and how a trace event finds its row.
+
+In short: every run of a compiled graph is a scope ``## Call CompiledFxGraph <key> ##`` whose
+``<key>`` is the graph's FX graph cache key (``table["graphs"]`` is keyed by it); the scope's
+direct children are the wrapper's call sites in order (``graphs[key]["calls"]``): generated C++
+kernels are ``graph_<graph_id>_<kernel>`` events (``cpp.enable_kernel_profile``), extern kernels
+and fallbacks ordinary ``aten::<op>`` events. Matching walks the children in time order and takes
+for each the next call site whose ``event`` equals its name.
+
+What the recorder changes while active, all undone on exit (also when the block raises):
+
+- ``torch._inductor.config.cpp.enable_kernel_profile = True`` (else C++ kernels leave no event);
+- ``torch._inductor.config.trace.provenance_tracking_level = 2`` unless already non-zero (the
+  map from each kernel to the post-grad nodes it computes);
+- a pass appended to ``post_grad_custom_post_pass`` that only keeps a reference to each
+  post-grad graph; its ``uuid()`` enters every FX graph and AOTAutograd cache key, so graphs
+  compiled without the recorder (other settings, no pass) are never taken from the caches for
+  it: each is compiled for real the first time, and its row is built from its post-grad graph;
+- ``CompiledFxGraph.post_compile`` wrapped: the one place every compiled graph passes through,
+  compiled or loaded from a cache. Nothing the recorder does can fail a compile: its errors are
+  collected in ``warnings``.
+
+A graph loaded from Inductor's caches has no post-grad graph: its row comes from where the
+compile that filled the cache put it: this recorder (a hit inside the session), an earlier
+recorder of the process, or a file ``<inductor cache dir>/traceprof/compiled-<salt>/<key>.json``
+written at that compile (so a rerun of a script with a warm cache compiles no more than without
+traceprof).
+
+:class:`compiled_module_scopes` gives modules compiled in place (``module.compile()``) an eager
+scope per call for traces taken without the capture session (the session does the same itself,
+see ``traceprof.capture.scopes``).
+
+This module imports torch only inside functions: importing it does not import torch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import threading
+from collections import Counter
+from collections.abc import Callable, Collection, Iterable, Iterator
+from typing import Any, ClassVar
+
+from traceprof.capture.module_table import decode_table, encode_table
+from traceprof.trace.schema import COMPILED_TABLE_KEY, traceprof_scope_name
+
+__all__ = [
+    "COMPILED_TABLE_KEY",
+    "TABLE_FORMAT",
+    "TABLE_VERSION",
+    "CompiledGraphRecorder",
+    "RecorderUnavailable",
+    "compiled_in_place",
+    "compiled_module_scopes",
+    "decode_table",
+    "encode_table",
+    "expected_event_name",
+    "inside_compiled",
+    "is_compiled_model",
+    "iter_call_sites",
+    "module_path",
+    "named_model_modules",
+    "parse_wrapper_source",
+    "runs_compiled",
+]
+
+TABLE_FORMAT = "traceprof.compiled"
+TABLE_VERSION = 1
+
+#: ``"L['self'].blocks.0.ln"`` -> root ``"L['self']"``, rest ``".blocks.0.ln"``
+_ROOT_RE = re.compile(r"""^([A-Za-z_]\w*\[(['"]).*?\2\])""")
+_TOKEN_RE = re.compile(r"""\.(\w+)|\[(-?\d+)\]|\[(['"])(.*?)\3\]""")
+_KERNEL_DEF_RE = re.compile(r"^(?P<name>\w+) = async_compile\.(?P<kind>cpp_pybinding|cpp|triton)\(", re.M)
+_RECORD_RE = re.compile(r'RAIIAtenRecordFunctionHandle\s+\w+\("(?P<event>[^"]+)"')
+_TRITON_NAME_RE = re.compile(r"""async_compile\.triton\(\s*['"](?P<name>\w+)['"]""")
+_HANDLE_RE = re.compile(r"#\s*\[Provenance debug handles\]\s*(?P<name>\S+):(?P<handle>\d+)\s*$")
+_CALL_RE = re.compile(r"^(?:[\w\s,\[\]]+=\s*)?(?P<callee>[A-Za-z_][\w.]*)\(")
+_INPLACE_RE = re.compile(r"^(?P<obj>buf\w*|primals_\w+|arg\w+)\.(?P<method>\w+_)\(")
+_PREFIX_RE = re.compile(r"(graph_\d+_)")
+_SAFE_KEY_RE = re.compile(r"[A-Za-z0-9_-]{1,200}")
+#: goes into every FX graph cache key through the recorder's pass (``uuid()``); change it when the
+#: recorder changes what it records, so that graphs cached by an older version compile again
+_SALT = "1"
+#: the format of the files that keep a graph's row next to Inductor's cache
+_PERSIST_FORMAT = "traceprof.compiled.graph/1"
+_OP_NAMESPACES = ("aten", "prims", "quantized", "mkldnn", "onednn")
+#: nesting depth past which a described value is written as ``null``
+_MAX_DEPTH = 6
+
+
+class RecorderUnavailable(RuntimeError):
+    """This torch lacks a hook the recorder needs (it was written against torch 2.13)."""
+
+
+# -- module paths ------------------------------------------------------------------------------
+
+
+def module_path(source_name: str) -> tuple[str, str | None]:
+    """Split a Dynamo module source name into ``(root_local, qualified_name)``.
+
+    ``"L['self'].blocks.0.ln"`` -> ``("L['self']", "blocks.0.ln")``;
+    ``"L['self'].blocks[0]"`` -> ``("L['self']", "blocks.0")``; ``"L['model']"`` ->
+    ``("L['model']", "")``. ``_orig_mod`` and ``_modules`` components are dropped. When the name
+    does not parse: ``(source_name, None)``.
+    """
+    m = _ROOT_RE.match(source_name)
+    if not m:
+        return source_name, None
+    root = m.group(1)
+    rest = source_name[m.end() :]
+    parts: list[str] = []
+    pos = 0
+    while pos < len(rest):
+        t = _TOKEN_RE.match(rest, pos)
+        if t is None:
+            return root, None
+        part = next(g for g in (t.group(1), t.group(2), t.group(4)) if g is not None)
+        if part not in ("_orig_mod", "_modules"):
+            parts.append(part)
+        pos = t.end()
+    return root, ".".join(parts)
+
+
+def _common_module(paths: Iterable[str]) -> str:
+    """The deepest module that contains all ``paths`` (``""``: the compiled root)."""
+    split = [p.split(".") if p else [] for p in paths]
+    common: list[str] = []
+    for parts in zip(*split):
+        if any(p != parts[0] for p in parts):
+            break
+        common.append(parts[0])
+    return ".".join(common)
+
+
+def _optimized_module_class() -> Any:
+    """``torch._dynamo.eval_frame.OptimizedModule`` if Dynamo was imported (else nothing is compiled)."""
+    import sys
+
+    eval_frame = sys.modules.get("torch._dynamo.eval_frame")
+    cls = getattr(eval_frame, "OptimizedModule", None)
+    return cls if isinstance(cls, type) else None
+
+
+def named_model_modules(model: Any) -> list[tuple[str, Any, Any]]:
+    """``(qualified_name, module, call_target)`` for every module of ``model``, compiled or not.
+
+    Like ``model.named_modules()`` (shared modules once, under their first name), but a
+    ``torch.compile`` wrapper (``OptimizedModule``, at the root or as a submodule:
+    ``model.blocks[0] = torch.compile(block)``) stands for the module it wraps: ``module`` is the
+    original module, named without ``_orig_mod.``, and ``call_target`` is the wrapper, whose
+    hooks run eagerly around the compiled call. For every other module ``call_target`` is the
+    module itself.
+    """
+    optimized = _optimized_module_class()
+    out: list[tuple[str, Any, Any]] = []
+    seen: set[int] = set()
+    stack: list[tuple[str, Any]] = [("", model)]
+    while stack:
+        name, wrapper = stack.pop()
+        module = wrapper
+        while optimized is not None and isinstance(module, optimized):
+            module = module._orig_mod
+        if id(module) in seen:
+            continue
+        seen.add(id(module))
+        out.append((name, module, wrapper))
+        children = [
+            (f"{name}.{n}" if name else str(n), c) for n, c in module._modules.items() if c is not None
+        ]
+        stack.extend(reversed(children))  # depth first, in registration order
+    return out
+
+
+def compiled_in_place(module: Any) -> Any:
+    """The compiled ``_call_impl`` of a module compiled with ``module.compile()``, else ``None``."""
+    return getattr(module, "__dict__", {}).get("_compiled_call_impl")
+
+
+def runs_compiled(name: str, module: Any, call_target: Any) -> bool:
+    """The module's calls run compiled code: a ``torch.compile`` wrapper or compiled in place."""
+    return call_target is not module or compiled_in_place(module) is not None
+
+
+def inside_compiled(named: list[tuple[str, Any, Any]]) -> set[str]:
+    """Names of the modules of ``named`` (:func:`named_model_modules`) that are called from
+    inside compiled code: the descendants of modules that :func:`runs_compiled`.
+
+    Hooks on these would be traced into the graphs, and Dynamo guards on the hook ids (per
+    module, so blocks compiled one by one would each recompile, and every graph traced with the
+    hooks would recompile once they are removed); they give no scope there anyway.
+    """
+    roots = [name for name, module, target in named if runs_compiled(name, module, target)]
+    return {
+        name
+        for name, _, _ in named
+        if any(name != root and (root == "" or name.startswith(root + ".")) for root in roots)
+    }
+
+
+def is_compiled_model(model: Any) -> bool:
+    """``model`` is, or holds, a ``torch.compile`` wrapper or a module compiled in place."""
+    return any(runs_compiled(*entry) for entry in named_model_modules(model))
+
+
+# -- wrapper source ----------------------------------------------------------------------------
+
+
+def expected_event_name(callee: str) -> str | None:
+    """The name of the profiler event a wrapper call of ``callee`` leaves (``None``: unknown).
+
+    ``extern_kernels.addmm`` -> ``aten::addmm``;
+    ``torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default`` ->
+    ``aten::_scaled_dot_product_flash_attention_for_cpu``; ``aten.randint.low_out`` ->
+    ``aten::randint``; ``extern_kernels._mkl_linear`` -> ``mkl::_mkl_linear``. Extern kernels
+    that are Python functions (``bias_addmm``, ``conv1x1_via_mm``) give ``None``.
+    """
+    parts = callee.split(".")
+    if parts[0] == "extern_kernels" and len(parts) >= 2:
+        try:
+            from torch._inductor.select_algorithm import extern_kernels
+        except Exception:  # torch without Inductor
+            return None
+        fn: Any = extern_kernels
+        for p in parts[1:]:
+            fn = getattr(fn, p, None)
+            if fn is None:
+                return None
+        schema = getattr(fn, "_schema", None)
+        if schema is not None:
+            return str(schema.name)
+        qualified = getattr(fn, "_qualified_op_name", None)
+        if qualified:
+            return str(qualified)
+        if type(fn).__name__ == "builtin_function_or_method":  # torch.mm and friends
+            return "aten::" + str(fn.__name__)
+        return None
+    if parts[0] == "torch" and len(parts) >= 4 and parts[1] == "ops":
+        return f"{parts[2]}::{parts[3]}"
+    if parts[0] in _OP_NAMESPACES and len(parts) >= 2:
+        return f"{parts[0]}::{parts[1]}"
+    return None
+
+
+def _call_site(line: str, kernels: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
+    """The call site a line of the wrapper's ``call`` function makes, or ``None``."""
+    call = _CALL_RE.match(line)
+    callee = call.group("callee") if call else None
+    if callee in kernels:
+        return {"kernel": callee, "kind": kernels[callee]["kind"], "event": kernels[callee]["event"]}
+    if callee and callee.startswith("extern_kernels."):
+        return {"kernel": callee, "kind": "extern", "event": expected_event_name(callee)}
+    if (
+        callee
+        and (callee.startswith("torch.ops.") or callee.split(".")[0] in _OP_NAMESPACES)
+        and callee.count(".") >= 2
+    ):
+        return {"kernel": callee, "kind": "fallback", "event": expected_event_name(callee)}
+    inplace = _INPLACE_RE.match(line)
+    if inplace:  # buf.zero_(), buf.copy_(...): a dispatcher call made by the wrapper itself
+        method = inplace.group("method")
+        return {"kernel": f"{inplace.group('obj')}.{method}", "kind": "wrapper", "event": f"aten::{method}"}
+    return None
+
+
+def parse_wrapper_source(source: str) -> tuple[dict[str, dict[str, Any]], list[dict[str, Any]]]:
+    """Kernel definitions and call sites of an Inductor Python wrapper module.
+
+    Returns ``(kernels, calls)``. ``kernels`` maps a kernel's Python name to ``{"kind", "event"}``
+    where ``event`` is the name its profiler record carries (C++: the string of its
+    ``RAIIAtenRecordFunctionHandle``, ``graph_<n>_<kernel>``, or ``None`` when it was compiled
+    without ``cpp.enable_kernel_profile``; Triton: the kernel's name, unverified). ``calls``
+    lists the call sites of the ``call`` function in order: ``{"kernel", "kind", "event",
+    "handle"}``, with ``handle`` the provenance debug handle of the ``# [Provenance debug
+    handles]`` comment above the call (``None`` without one).
+    """
+    kernels: dict[str, dict[str, Any]] = {}
+    defs = list(_KERNEL_DEF_RE.finditer(source))
+    for i, d in enumerate(defs):
+        end = defs[i + 1].start() if i + 1 < len(defs) else len(source)
+        body = source[d.start() : end]
+        kind = "triton" if d.group("kind") == "triton" else "cpp"
+        event: str | None
+        if kind == "cpp":
+            r = _RECORD_RE.search(body)
+            event = r.group("event") if r else None
+        else:
+            t = _TRITON_NAME_RE.search(body)
+            event = t.group("name") if t else d.group("name")
+        kernels[d.group("name")] = {"kind": kind, "event": event}
+
+    start = source.find("def call(")
+    calls: list[dict[str, Any]] = []
+    if start < 0:
+        return kernels, calls
+    pending: tuple[str, int] | None = None
+    for raw in source[start:].splitlines()[1:]:
+        line = raw.strip()
+        if not line:
+            continue
+        if not raw.startswith((" ", "\t")):  # the end of the call function (dedent)
+            break
+        if line.startswith("#"):
+            h = _HANDLE_RE.search(line)
+            if h:
+                pending = (h.group("name"), int(h.group("handle")))
+            continue
+        site = _call_site(line, kernels)
+        if site is None:
+            continue
+        site["handle"] = pending[1] if pending is not None and pending[0] == site["kernel"] else None
+        pending = None
+        calls.append(site)
+    return kernels, calls
+
+
+# -- node descriptions ---------------------------------------------------------------------------
+
+
+def _describe_val(val: Any, depth: int = 0) -> Any:
+    """Shape and dtype of a ``node.meta["val"]`` (fake tensor, SymInt, tuples of them)."""
+    if depth > _MAX_DEPTH:
+        return None
+    shape = getattr(val, "shape", None)
+    dtype = getattr(val, "dtype", None)
+    if shape is not None and dtype is not None:
+        # a symbolic size keeps its expression ("s0", "2*s1"); int() would specialize it
+        dims = [d if isinstance(d, int) else str(d) for d in shape]
+        return {"shape": dims, "dtype": str(dtype).removeprefix("torch.")}
+    if isinstance(val, (list, tuple)):
+        return [_describe_val(v, depth + 1) for v in val]
+    if val is None or isinstance(val, (bool, int, float, str)):
+        return val
+    if type(val).__name__ in ("SymInt", "SymFloat", "SymBool"):
+        return {"sym": str(val)}
+    return str(val)
+
+
+def _describe_arg(arg: Any, depth: int = 0) -> Any:
+    if depth > _MAX_DEPTH:
+        return None
+    if hasattr(arg, "op") and hasattr(arg, "meta") and hasattr(arg, "target"):  # an fx.Node
+        return _describe_val(arg.meta.get("val"))
+    if isinstance(arg, (list, tuple)):
+        return [_describe_arg(a, depth + 1) for a in arg]
+    if arg is None or isinstance(arg, (bool, int, float, str)):
+        return arg
+    return str(arg)
+
+
+def _event_of_op(op: str) -> str | None:
+    """``"aten.addmm.default"`` -> ``"aten::addmm"`` (the event name of a dispatcher call)."""
+    parts = op.split(".")
+    return f"{parts[0]}::{parts[1]}" if len(parts) >= 3 else None
+
+
+def _op_name(target: Any) -> str:
+    if type(target).__name__ in ("OpOverload", "OpOverloadPacket", "HigherOrderOperator"):
+        return str(target)  # "aten.mm.default"
+    name = getattr(target, "__name__", None)
+    return str(name) if name else str(target)
+
+
+def _module_stack(node: Any) -> list[tuple[str, str, str]]:
+    """``[(key, source_name, class_name), ...]``, outermost first; backward nodes use the forward's."""
+    stack = node.meta.get("fwd_nn_module_stack") or node.meta.get("nn_module_stack") or {}
+    out = []
+    for key, value in stack.items():
+        try:
+            source, cls = value
+        except (TypeError, ValueError):
+            continue
+        cls_name = cls.__name__ if isinstance(cls, type) else str(cls).rsplit(".", 1)[-1]
+        out.append((str(key), str(source), cls_name))
+    return out
+
+
+def _describe_node(node: Any) -> dict[str, Any]:
+    """Op, input and output shapes, and module of a post-grad node.
+
+    ``module`` is the qualified name of the innermost module of the node's module stack,
+    relative to the compiled frame's root local (``root_local``, usually ``L['self']``); ``""``
+    when the node has no stack (code of the compiled function itself, autograd's gradient sums
+    in a backward graph, nodes a post-grad pattern created). A ``copy_`` that writes a mutated
+    input back (BatchNorm's running statistics) takes the module of the value it copies.
+    ``module_from`` says which of these applied (``None``: no stack).
+    """
+    stack = _module_stack(node)
+    module_from: str | None = None
+    if stack:
+        module_from = "fwd_nn_module_stack" if "fwd_nn_module_stack" in node.meta else "nn_module_stack"
+    elif (
+        _op_name(node.target) == "aten.copy_.default"
+        and len(node.args) >= 2
+        and hasattr(node.args[1], "meta")
+    ):
+        stack = _module_stack(node.args[1])
+        module_from = "copy_source" if stack else None
+    row: dict[str, Any] = {
+        "op": _op_name(node.target),
+        "inputs": [_describe_arg(a) for a in node.args],
+        "output": _describe_val(node.meta.get("val")),
+    }
+    if node.kwargs:
+        row["kwargs"] = {str(k): _describe_arg(v) for k, v in node.kwargs.items()}
+    if stack:
+        _, source, cls_name = stack[-1]
+        root, qualified = module_path(source)
+        row["module"] = qualified if qualified is not None else source
+        row["module_class"] = cls_name
+        row["root_local"] = root
+    else:
+        row["module"] = ""
+        row["module_class"] = None
+    row["module_from"] = module_from
+    return row
+
+
+def _assign_modules(
+    calls: list[dict[str, Any]],
+    nodes: dict[str, Any],
+    provenance: dict[str, list[str]],
+    offsets: dict[str, int],
+) -> dict[str, dict[str, Any]]:
+    """Fill ``nodes``, ``module``, ``modules``, ``module_from`` (and ``primary_node``) of each call
+    site from the provenance map; return the described nodes by name."""
+    used: dict[str, dict[str, Any]] = {}
+    for site in calls:
+        names: list[str] = []
+        if site["handle"] is not None:
+            handle_key = f"{site['kernel']}:{site['handle']}"
+            # handles restart in every provenance context: keep only what this graph added
+            names = list(provenance.get(handle_key, [])[offsets.get(handle_key, 0) :])
+        site["nodes"] = names
+        site["module"] = None
+        site["module_from"] = None
+        modules, known = [], []
+        for name in names:
+            node = nodes.get(name)
+            if node is None:
+                continue
+            if name not in used:
+                used[name] = _describe_node(node)
+            modules.append(used[name]["module"])
+            if used[name]["module_from"] is not None:
+                known.append(used[name]["module"])
+        if not modules:
+            continue
+        site["modules"] = dict(Counter(modules))
+        # nodes without a module stack (gradient sums, pattern-made nodes) do not pull a fused
+        # kernel up to the root
+        site["module"] = _common_module(known) if known else ""
+        site["module_from"] = "nodes"
+        if site["kind"] in ("extern", "fallback") and site["event"]:
+            # the node the extern call computes (its other nodes are views feeding it)
+            primary = [n for n in names if n in used and _event_of_op(used[n]["op"]) == site["event"]]
+            if len(primary) == 1:
+                site["primary_node"] = primary[0]
+                site["module"] = used[primary[0]]["module"]
+                site["module_from"] = "primary_node"
+    # call sites Inductor gave no provenance handle (the scatter_reduce_ of max_pool2d's backward,
+    # emitted while lowering another node): the module of the call site before (or after) them
+    assigned = ("nodes", "primary_node")
+    for i, site in enumerate(calls):
+        if site["module"] is not None:
+            continue
+        before = next((c for c in reversed(calls[:i]) if c["module_from"] in assigned), None)
+        after = next((c for c in calls[i + 1 :] if c["module_from"] in assigned), None)
+        near = before if before is not None else after
+        if near is not None:
+            site["module"] = near["module"]
+            site["module_from"] = "previous_call" if near is before else "next_call"
+    return used
+
+
+# -- the recorder ----------------------------------------------------------------------------------
+
+
+class _PendingGraph:
+    """A post-grad graph seen by the recorder's pass, waiting for its ``post_compile``."""
+
+    __slots__ = ("graph", "placeholders", "provenance_lengths")
+
+    def __init__(self, graph: Any, provenance_lengths: dict[str, int]) -> None:
+        self.graph = graph
+        self.provenance_lengths = provenance_lengths
+        self.placeholders = sum(1 for n in graph.nodes if n.op == "placeholder")
+
+
+def _provenance_map() -> dict[str, list[str]]:
+    import torch._inductor.debug as inductor_debug
+
+    return getattr(inductor_debug, "_inductor_triton_kernel_to_post_grad_node_info", None) or {}
+
+
+def _make_pass(recorder: CompiledGraphRecorder) -> Any:
+    from torch._inductor.custom_graph_pass import CustomGraphPass
+
+    class TraceprofRecordPass(CustomGraphPass):
+        """A post-grad pass that only remembers the graph (it changes nothing)."""
+
+        def __call__(self, graph: Any) -> None:
+            recorder._on_post_grad_graph(graph)
+
+        def uuid(self) -> str:
+            return f"traceprof-compiled-table-v{TABLE_VERSION}-{recorder.salt}"
+
+    return TraceprofRecordPass()
+
+
+class CompiledGraphRecorder:
+    """Record every graph Inductor compiles while active; :meth:`table` returns the table.
+
+    ::
+
+        with CompiledGraphRecorder(model) as rec:
+            train_step()                       # the first call compiles: recorded
+            with torch.profiler.profile(...) as prof:
+                train_step()
+                prof.add_metadata(COMPILED_TABLE_KEY, encode_table(rec.table()))
+
+    ``model`` (optional) is the user's model: it names the module each compiled frame ran on
+    (``compiles[i]["root"]``: ``"blocks.0"`` for a block compiled alone, ``""`` for the whole
+    model) by looking the module ids of ``nn_module_stack`` up in the model's modules at
+    compile time. ``salt`` goes into the pass's ``uuid()`` and so into every cache key (a new
+    salt compiles everything again). ``persist``: keep each row in a file next to Inductor's
+    cache and read it back on a cache hit. Graphs compiled before any recorder was active are not
+    recorded (Dynamo reuses them without compiling): enter it before the first call. Graphs an
+    earlier recorder of this process recorded are kept when it exits, and ``table(earlier=...)``
+    can include them (marked ``"earlier_session": true``): Dynamo keeps running those graphs in
+    a later session without compiling them again (a second session, ``profile_once`` twice).
+
+    Only one recorder can be active at a time. ``__enter__`` raises :class:`RecorderUnavailable`
+    when this torch lacks a hook the recorder needs, having changed nothing.
+    """
+
+    _active: CompiledGraphRecorder | None = None
+    _lock = threading.Lock()
+    #: graphs and compiles that recorders of this process recorded, for later sessions
+    _earlier_graphs: ClassVar[dict[str, dict[str, Any]]] = {}
+    _earlier_compiles: ClassVar[list[dict[str, Any]]] = []
+    #: at most this many graphs are kept for later sessions (the oldest are dropped)
+    EARLIER_GRAPHS_LIMIT = 2048
+
+    def __init__(self, model: Any = None, *, salt: str = _SALT, persist: bool = True) -> None:
+        self.model = model
+        self.salt = salt
+        self.persist = persist
+        self.graphs: dict[str, dict[str, Any]] = {}
+        self.compiles: list[dict[str, Any]] = []
+        self.warnings: list[str] = []
+        self.changes = 0  #: counts recorded compiles and cache hits: a new table when it grows
+        self._local = threading.local()
+        self._saved: dict[str, Any] = {}
+        self._patched: Any = None  # our post_compile wrapper while installed
+        self._original: Any = None
+        self._active_flag = False
+        self._torch_version = ""
+        self._module_names: dict[int, tuple[str, str]] | None = None  # id -> (name, class)
+        self._mutex = threading.RLock()  # a compile on another thread while table() reads
+
+    # -- context manager ---------------------------------------------------------------------
+
+    def __enter__(self) -> CompiledGraphRecorder:
+        import torch
+
+        try:
+            import torch._inductor.config as inductor_config
+            import torch._inductor.custom_graph_pass  # the pass base class
+            import torch._inductor.debug  # the provenance map
+            from torch._inductor.custom_graph_pass import get_custom_graph_passes
+            from torch._inductor.output_code import CompiledFxGraph
+        except Exception as e:
+            raise RecorderUnavailable(f"torch {torch.__version__} has no Inductor hooks: {e}") from e
+        if "post_compile" not in CompiledFxGraph.__dict__:
+            raise RecorderUnavailable(f"torch {torch.__version__}: no CompiledFxGraph.post_compile")
+        if not hasattr(inductor_config.trace, "provenance_tracking_level") or not hasattr(
+            inductor_config.cpp, "enable_kernel_profile"
+        ):
+            raise RecorderUnavailable(f"torch {torch.__version__}: no provenance tracking in Inductor")
+        with CompiledGraphRecorder._lock:
+            if CompiledGraphRecorder._active is not None:
+                raise RuntimeError("a CompiledGraphRecorder is already active")
+            CompiledGraphRecorder._active = self
+        self._torch_version = str(torch.__version__)
+        try:
+            self._saved = {
+                "cpp.enable_kernel_profile": inductor_config.cpp.enable_kernel_profile,
+                "trace.provenance_tracking_level": inductor_config.trace.provenance_tracking_level,
+                "post_grad_custom_post_pass": inductor_config.post_grad_custom_post_pass,
+            }
+            inductor_config.cpp.enable_kernel_profile = True
+            if not inductor_config.trace.provenance_tracking_level:
+                inductor_config.trace.provenance_tracking_level = 2
+            passes = get_custom_graph_passes(inductor_config.post_grad_custom_post_pass)
+            ours = _make_pass(self)
+            inductor_config.post_grad_custom_post_pass = [*passes, ours] if passes else ours
+
+            self._original = CompiledFxGraph.__dict__["post_compile"]
+            self._patched = _wrap_post_compile(self, self._original)
+            CompiledFxGraph.post_compile = self._patched  # type: ignore[method-assign]
+            self._active_flag = True
+        except BaseException:
+            self._restore()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._restore()
+
+    @property
+    def active(self) -> bool:
+        return self._active_flag
+
+    def _restore(self) -> None:
+        """Undo every change, whatever state ``__enter__`` reached; safe to call twice."""
+        self._active_flag = False
+        errors = []
+        try:
+            from torch._inductor.output_code import CompiledFxGraph
+
+            if self._patched is not None and CompiledFxGraph.__dict__.get("post_compile") is self._patched:
+                CompiledFxGraph.post_compile = self._original  # type: ignore[method-assign]
+            # else someone patched it after us: our wrapper stays below theirs, inactive
+        except Exception as e:
+            errors.append(e)
+        self._patched = self._original = None
+        if self._saved:
+            import torch._inductor.config as inductor_config
+
+            saved, self._saved = self._saved, {}
+            for dotted, value in saved.items():
+                try:
+                    target: Any = inductor_config
+                    *path, attr = dotted.split(".")
+                    for part in path:
+                        target = getattr(target, part)
+                    setattr(target, attr, value)
+                except Exception as e:
+                    errors.append(e)
+        with CompiledGraphRecorder._lock:
+            if CompiledGraphRecorder._active is self:
+                CompiledGraphRecorder._active = None
+                self._keep_for_later()
+        self._local = threading.local()
+        self._module_names = None
+        if errors:
+            raise errors[0]
+
+    def _keep_for_later(self) -> None:
+        """Add this recorder's graphs to the process's earlier graphs (under ``_lock``)."""
+        cls = CompiledGraphRecorder
+        for key, graph in self.graphs.items():
+            if graph.get("nodes_source") == "post_grad_pass" or key not in cls._earlier_graphs:
+                cls._earlier_graphs.pop(key, None)
+                cls._earlier_graphs[key] = graph
+        keys = set(self.graphs)
+        cls._earlier_compiles = [c for c in cls._earlier_compiles if c["key"] not in keys] + [
+            c for c in self.compiles if c["table_from"] is not None
+        ]
+        while len(cls._earlier_graphs) > cls.EARLIER_GRAPHS_LIMIT:
+            cls._earlier_graphs.pop(next(iter(cls._earlier_graphs)))
+        kept = set(cls._earlier_graphs)
+        cls._earlier_compiles = [c for c in cls._earlier_compiles if c["key"] in kept]
+
+    # -- hooks ---------------------------------------------------------------------------------
+
+    def _on_post_grad_graph(self, graph: Any) -> None:
+        if not self._active_flag:
+            return
+        try:
+            lengths = {k: len(v) for k, v in _provenance_map().items()}
+            self._local.pending = _PendingGraph(graph, lengths)
+        except Exception as e:  # recording must never break a compile
+            self._local.pending = None
+            self.warnings.append(f"post-grad pass failed: {type(e).__name__}: {e}")
+
+    def _on_compiled(self, compiled: Any, example_inputs: Any, graph_kwargs: Any) -> None:
+        from torch._guards import CompileContext
+
+        pending: _PendingGraph | None = getattr(self._local, "pending", None)
+        self._local.pending = None
+        if pending is not None and example_inputs is not None and pending.placeholders != len(example_inputs):
+            self.warnings.append(
+                f"a post-grad graph with {pending.placeholders} inputs does not fit a compiled graph"
+                f" with {len(example_inputs)}: recorded as a cache hit"
+            )
+            pending = None
+        graph_kwargs = graph_kwargs or {}
+        if graph_kwargs.get("is_backward"):
+            direction = "backward"
+        elif graph_kwargs.get("is_inference"):
+            direction = "inference"
+        else:
+            direction = "forward"
+        graph_id = graph_kwargs.get("graph_id")
+        compile_id = CompileContext.current_compile_id()
+        compile_id_s = str(compile_id) if compile_id is not None else None
+        key = getattr(compiled, "_fx_graph_cache_key", None)
+        table_key = key if key is not None else f"nokey:{graph_id}:{direction}"
+        source = getattr(compiled, "source_code", None) or ""
+
+        root: str | None = None
+        root_class: str | None = None
+        table_from: str | None
+        entry = self.graphs.get(table_key)
+        if pending is not None:  # a real compile: the table row comes from its post-grad graph
+            old_ids = entry["compile_ids"] if entry is not None else []
+            entry = self._build_entry(table_key, key, direction, graph_id, source, pending)
+            entry["compile_ids"] = list(old_ids)
+            self.graphs[table_key] = entry
+            root, root_class = self._root_module(pending)
+            table_from = "compile"
+            if key is not None and self.persist:
+                self._persist(key, entry, root, root_class)
+        elif entry is not None:  # compiled earlier in this session
+            table_from = "session"
+            root, root_class = next(
+                (
+                    (c["root"], c["root_class"])
+                    for c in self.compiles
+                    if c["key"] == table_key and c["root"] is not None
+                ),
+                (None, None),
+            )
+        else:  # a cache hit on a graph that an earlier session or process compiled
+            found = self._recorded_elsewhere(key) if key is not None else None
+            if found is not None:
+                entry, root, root_class, table_from = found
+                # the module under that name in this model (the class may be a new one)
+                root_class = self._classes_by_name().get(root or "", root_class) if root is not None else None
+            else:
+                entry = self._build_entry(table_key, key, direction, graph_id, source, None)
+                table_from = None
+                self.warnings.append(
+                    f"graph {table_key} came from Inductor's cache without its recorded table: its"
+                    " kernels have no module paths"
+                )
+            self.graphs[table_key] = entry
+        if compile_id_s is not None and compile_id_s not in entry["compile_ids"]:
+            entry["compile_ids"].append(compile_id_s)
+        self.compiles.append(
+            {
+                "compile_id": compile_id_s,
+                "direction": direction,
+                "graph_id": graph_id,
+                "key": table_key,
+                "cache": "compiled" if pending is not None else "cache_hit",
+                "root": root,
+                "root_class": root_class,
+                "table_from": table_from,
+            }
+        )
+        self.changes += 1
+
+    # -- graphs recorded elsewhere ----------------------------------------------------------------
+
+    @staticmethod
+    def _persist_path(key: str) -> str | None:
+        """Where the row of graph ``key`` is kept, next to Inductor's own cache (``None``: a key
+        that is no file name)."""
+        if not _SAFE_KEY_RE.fullmatch(key):
+            return None
+        from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+        return os.path.join(cache_dir(), "traceprof", f"compiled-{_SALT}", f"{key}.json")
+
+    def _persist(self, key: str, entry: dict[str, Any], root: str | None, root_class: str | None) -> None:
+        """Write the row of a graph compiled for real, for cache hits of later processes."""
+        try:
+            path = self._persist_path(key)
+            if path is None:
+                return
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            document = {"format": _PERSIST_FORMAT, "graph": entry, "root": root, "root_class": root_class}
+            import tempfile  # only where a row is saved: a one-trace analysis never needs it
+
+            fd, tmp = tempfile.mkstemp(prefix=".tmp", suffix=".json", dir=os.path.dirname(path))
+            try:
+                with os.fdopen(fd, "w", encoding="utf-8") as f:
+                    json.dump(document, f, default=str, separators=(",", ":"))
+                os.replace(tmp, path)  # whole or not at all, also with ranks writing at once
+            except BaseException:
+                os.unlink(tmp)
+                raise
+        except Exception as e:
+            self.warnings.append(f"could not keep the table of graph {key}: {type(e).__name__}: {e}")
+
+    def _recorded_elsewhere(self, key: str) -> tuple[dict[str, Any], str | None, str | None, str] | None:
+        """``(row, root, root_class, where)`` of a graph an earlier recorder of this process
+        (``"process"``) or an earlier process (``"cache_dir"``) compiled, else ``None``."""
+        with CompiledGraphRecorder._lock:
+            graph = CompiledGraphRecorder._earlier_graphs.get(key)
+            if graph is not None and graph.get("nodes_source") == "post_grad_pass":
+                compile_ = next(
+                    (
+                        c
+                        for c in CompiledGraphRecorder._earlier_compiles
+                        if c["key"] == key and c["root"] is not None
+                    ),
+                    {},
+                )
+                entry = json.loads(json.dumps(graph, default=str))
+                entry["compile_ids"] = []
+                return entry, compile_.get("root"), compile_.get("root_class"), "process"
+        if not self.persist:
+            return None
+        try:
+            path = self._persist_path(key)
+            if path is None or not os.path.exists(path):
+                return None
+            with open(path, encoding="utf-8") as f:
+                document = json.load(f)
+            entry = document["graph"]
+            if document.get("format") != _PERSIST_FORMAT or entry.get("table_key") != key:
+                return None
+            entry["compile_ids"] = []
+            return entry, document.get("root"), document.get("root_class"), "cache_dir"
+        except Exception as e:  # a damaged file: as if there were none
+            self.warnings.append(f"could not read the kept table of graph {key}: {type(e).__name__}: {e}")
+            return None
+
+    # -- building -------------------------------------------------------------------------------
+
+    def _build_entry(
+        self,
+        table_key: str,
+        key: str | None,
+        direction: str,
+        graph_id: Any,
+        source: str,
+        pending: _PendingGraph | None,
+    ) -> dict[str, Any]:
+        kernels, calls = parse_wrapper_source(source)
+        for index, site in enumerate(calls):
+            site["index"] = index
+        used: dict[str, dict[str, Any]] = {}
+        inputs: list[dict[str, Any]] = []
+        if pending is not None:
+            nodes = {n.name: n for n in pending.graph.nodes}
+            used = _assign_modules(calls, nodes, _provenance_map(), pending.provenance_lengths)
+            # binds symbolic sizes ("s77") to a run's concrete inputs
+            inputs = [
+                {"name": n.name, "val": _describe_val(n.meta.get("val"))}
+                for n in pending.graph.nodes
+                if n.op == "placeholder"
+            ]
+        else:
+            for site in calls:
+                site["nodes"] = []
+                site["module"] = site["module_from"] = None
+        prefixes = sorted(
+            {m.group(1) for k in kernels.values() if k["event"] for m in [_PREFIX_RE.match(k["event"])] if m}
+        )
+        return {
+            "key": key,
+            "table_key": table_key,
+            "direction": direction,
+            "graph_id": graph_id,
+            "event_prefixes": prefixes,
+            "compile_ids": [],
+            "wrapper": "python" if "def call(" in source else ("cpp" if source else "none"),
+            "nodes_source": "post_grad_pass" if pending is not None else "none",
+            "inputs": inputs,
+            "calls": calls,
+            "nodes": used,
+        }
+
+    def _modules_by_id(self) -> dict[int, tuple[str, str]]:
+        """id of each module of ``self.model`` (and of its compile wrappers) -> (name, class)."""
+        if self._module_names is None:  # once per recorder: the model's modules do not change
+            self._module_names = {}
+            if self.model is not None:
+                for name, module, wrapper in named_model_modules(self.model):
+                    entry = (name, type(module).__name__)
+                    self._module_names.setdefault(id(module), entry)
+                    self._module_names.setdefault(id(wrapper), entry)
+        return self._module_names
+
+    def _classes_by_name(self) -> dict[str, str]:
+        return dict(self._modules_by_id().values())
+
+    def _root_module(self, pending: _PendingGraph) -> tuple[str | None, str | None]:
+        """``(qualified name, class)`` in ``self.model`` of the module the compiled frame ran on.
+
+        Each node's module stack pairs a module's id (its key) with its path relative to the
+        frame's root local; a module found in the model under ``"<root>.<path>"`` votes for
+        ``<root>``. ``(None, None)`` without a model or a vote (a frame that is not a module of
+        the model, a graph without module stacks).
+        """
+        if self.model is None:
+            return None, None
+        names = self._modules_by_id()
+        classes = self._classes_by_name()
+        votes: Counter[str] = Counter()
+        for node in pending.graph.nodes:
+            for key, source, _ in _module_stack(node):
+                try:
+                    found = names.get(int(key.split("@", 1)[0]))
+                except ValueError:
+                    continue
+                _, relative = module_path(source)
+                if found is None or relative is None:
+                    continue
+                qualified = found[0]
+                if relative == "":
+                    votes[qualified] += 1
+                elif qualified == relative:
+                    votes[""] += 1
+                elif qualified.endswith("." + relative):
+                    votes[qualified[: -len(relative) - 1]] += 1
+        if not votes:
+            return None, None
+        root = votes.most_common(1)[0][0]
+        return root, classes.get(root)
+
+    # -- output ---------------------------------------------------------------------------------
+
+    def table(self, earlier: Collection[str] = ()) -> dict[str, Any]:
+        """The table as a JSON-able document (format ``traceprof.compiled``, version 1).
+
+        ``earlier``: class names; the graphs that earlier recorders of this process recorded for
+        a compiled frame whose root module has one of these classes (``compiles[i]
+        ["root_class"]``) are included too, with their compiles, each marked
+        ``"earlier_session": true``.
+        """
+        import torch._functorch.config as functorch_config
+        import torch._inductor.config as inductor_config
+
+        graphs: dict[str, Any] = {}
+        compiles: list[dict[str, Any]] = []
+        if earlier:
+            classes = set(earlier)
+            with CompiledGraphRecorder._lock:
+                wanted = {
+                    c["key"]
+                    for c in CompiledGraphRecorder._earlier_compiles
+                    if c.get("root_class") in classes
+                }
+                for key, graph in CompiledGraphRecorder._earlier_graphs.items():
+                    if key in wanted and key not in self.graphs:
+                        graphs[key] = {**graph, "earlier_session": True}
+                compiles = [
+                    {**c, "earlier_session": True}
+                    for c in CompiledGraphRecorder._earlier_compiles
+                    if c["key"] in graphs
+                ]
+        with self._mutex:
+            graphs.update(self.graphs)
+            compiles.extend(self.compiles)
+            graphs = json.loads(json.dumps(graphs, default=str))
+            compiles = json.loads(json.dumps(compiles, default=str))
+            warnings = list(self.warnings)
+        return {
+            "format": TABLE_FORMAT,
+            "version": TABLE_VERSION,
+            "torch_version": self._torch_version,
+            "salt": self.salt,
+            "config": {
+                "fx_graph_cache": bool(inductor_config.fx_graph_cache),
+                "autograd_cache": bool(getattr(functorch_config, "enable_autograd_cache", False)),
+                "cpp_wrapper": bool(inductor_config.cpp_wrapper),
+                "descriptive_names": str(inductor_config.cpp.descriptive_names),
+                "kernel_profile": True,
+            },
+            "graphs": graphs,
+            "compiles": compiles,
+            "warnings": warnings,
+        }
+
+
+def _wrap_post_compile(recorder: CompiledGraphRecorder, original: Any) -> Any:
+    def post_compile(graph: Any, example_inputs: Any, constants: Any, graph_kwargs: Any) -> Any:
+        result = original(graph, example_inputs, constants, graph_kwargs)
+        if recorder._active_flag:
+            try:
+                with recorder._mutex:
+                    recorder._on_compiled(graph, example_inputs, graph_kwargs)
+            except Exception as e:  # recording must never break a compile
+                recorder.warnings.append(f"recording a compiled graph failed: {type(e).__name__}: {e}")
+        return result
+
+    post_compile.__wrapped__ = original  # type: ignore[attr-defined]
+    return post_compile
+
+
+def iter_call_sites(table: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """``(table_key, call_site)`` for every call site of every graph of a table document."""
+    for key, graph in table.get("graphs", {}).items():
+        for site in graph.get("calls", []):
+            yield key, site
+
+
+# -- eager scopes around modules compiled in place ---------------------------------------------------
+
+
+class compiled_module_scopes:
+    """Give every call of a module compiled in place (``module.compile()``) an eager scope.
+
+    ``Module.compile()`` makes ``Module.__call__`` run ``module._compiled_call_impl``, a compiled
+    ``_call_impl``: the module's hooks then run inside compiled code, so hook-based scopes never
+    open for it. And Dynamo compiles one graph for all blocks of one class (module paths in the
+    graph are relative to ``L['self']``), so which block ran is known only at run time. While
+    active, this wraps ``_compiled_call_impl`` of each such module of ``model`` so that its calls
+    run inside a scope ``[traceprof:1]<Class>: <qualified.name>`` while a profiler is on. Inside
+    an outer compiled region the wrapper calls straight through. Restored on exit.
+
+    For traces taken with a bare ``torch.profiler``; the capture session does this itself.
+    """
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+        self._patched: list[tuple[Any, Any, Any]] = []
+
+    def __enter__(self) -> compiled_module_scopes:
+        import torch
+
+        is_compiling = torch.compiler.is_compiling
+        record = getattr(torch._C._profiler, "_RecordFunctionFast", None) or torch.profiler.record_function
+        for name, module, _ in named_model_modules(self.model):
+            impl = compiled_in_place(module)
+            if impl is None:
+                continue
+            scope = traceprof_scope_name(type(module).__name__, name)
+            wrapped = _scoped_call(impl, scope, is_compiling, record)
+            module.__dict__["_compiled_call_impl"] = wrapped
+            self._patched.append((module, impl, wrapped))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        while self._patched:
+            module, impl, wrapped = self._patched.pop()
+            if module.__dict__.get("_compiled_call_impl") is wrapped:
+                module.__dict__["_compiled_call_impl"] = impl
+
+
+def _scoped_call(impl: Any, scope: str, is_compiling: Callable[[], bool], record: Any) -> Any:
+    import torch.autograd.profiler as autograd_profiler
+
+    def scoped(*args: Any, **kwargs: Any) -> Any:
+        if is_compiling() or not autograd_profiler._is_profiler_enabled:
+            return impl(*args, **kwargs)
+        with record(scope):
+            return impl(*args, **kwargs)
+
+    scoped.__wrapped__ = impl  # type: ignore[attr-defined]
+    return scoped
