@@ -15,6 +15,10 @@ own start when it has no launch). Numbers are the mean over the selected steps.
 FLOPs and bytes are those of the counted ops (:mod:`traceprof.analysis.op_costs`), attributed
 like every other CPU event: a backward op goes to the module of the forward op that created it.
 
+Compiled models: a trace with the compiled-kernel table gets its compiled kernels' modules first
+(:mod:`.compiled`: the tree's ``event_node``, nodes made by qualified name, FLOPs from the
+table's nodes), before the stages below.
+
 This module runs the stages in order, each in its own module:
 
 - :mod:`.steps`: the steps of the trace and the selected ones;
@@ -35,6 +39,13 @@ from collections.abc import Sequence
 import numpy as np
 
 from traceprof.analysis.classify import make_context
+from traceprof.analysis.compiled import (
+    TABLE_DESCRIPTION,
+    CompiledWork,
+    compiled_summary,
+    join_compiled,
+    with_compiled_costs,
+)
 from traceprof.analysis.compiled_regions import compiled_work_warnings
 from traceprof.analysis.counted_ops import flop_summary, ops_in_selection, with_peak
 from traceprof.analysis.cpu_time import cpu_time
@@ -45,7 +56,7 @@ from traceprof.analysis.link import Links, link
 from traceprof.analysis.memory import memory_by_node
 from traceprof.analysis.memory_events import memory_device, memory_events
 from traceprof.analysis.module_tree import module_nodes, optimizer_totals, parents, tree_shape
-from traceprof.analysis.node_metrics import calls, own_metrics, subtree_totals
+from traceprof.analysis.node_metrics import calls, fused_metrics, own_metrics, subtree_totals
 from traceprof.analysis.op_costs import OpCosts, count_ops
 from traceprof.analysis.selection_totals import link_stats, step_selection
 from traceprof.analysis.steps import Steps, find_steps, select_steps
@@ -98,8 +109,11 @@ def analyze_steps(
     links = link(trace)
     release_freed_memory()  # as after each stage of the attribution (stage.gives_memory_back)
     tree = build_hierarchy(trace, links, hierarchy)
+    tree, compiled = join_compiled(trace, links, tree, formulas)
     found = find_steps(trace, links)
     costs = count_ops(trace, links, formulas, exclude=tree.scope_mask)
+    if compiled is not None:
+        costs = with_compiled_costs(costs, compiled)
     release_freed_memory()
     hints = []
     if tree.source in (Source.ANNOTATIONS, Source.NONE) and hierarchy in (None, "auto"):
@@ -107,7 +121,7 @@ def analyze_steps(
     profiles = []
     for step in steps:
         selected, selection_warnings = select_steps(found, step, trace.metadata.path)
-        profile = _attribute(trace, links, tree, found, selected, hints + selection_warnings, costs)
+        profile = _attribute(trace, links, tree, found, selected, hints + selection_warnings, costs, compiled)
         if peak_flops is not None:
             profile = with_peak(profile, peak_flops)
         profiles.append(profile)
@@ -122,25 +136,30 @@ def _attribute(
     selected: np.ndarray,
     warnings: list[str],
     costs: OpCosts,
+    compiled: CompiledWork | None = None,
 ) -> ModuleProfile:
     """The ModuleProfile of the selected steps: every stage in order."""
     ctx = make_context(trace, links, tree, steps, selected)
     cpu = cpu_time(ctx)
     gpu = gpu_work(ctx)
-    counted = ops_in_selection(ctx, costs.counted)
+    counted = ops_in_selection(ctx, costs.counted, costs.node)
     unsupported = ops_in_selection(ctx, costs.unsupported)
     groups = Groups(ctx)
     group_unattributed(groups, cpu, gpu, counted, unsupported)
     memory = memory_events(ctx, groups)
     n_nodes = groups.n_nodes
     own = own_metrics(ctx, n_nodes, cpu, gpu, counted, unsupported, costs)
-    node_calls = calls(ctx, n_nodes)
+    node_calls = calls(ctx, n_nodes, compiled)
     parent = parents(tree, groups)
     total = {k: subtree_totals(v, parent) for k, v in own.items()}
-    shape = tree_shape(tree, groups, total, parent)
+    fused = None
+    if compiled is not None:
+        fused_own = fused_metrics(ctx, n_nodes, cpu, gpu, compiled)
+        fused = (fused_own, {k: subtree_totals(v, parent) for k, v in fused_own.items()})
+    shape = tree_shape(tree, groups, total, parent, trace.metadata.module_table)
     memory_use = memory_by_node(trace, memory.keep, memory.node, memory.pass_code, parent, ctx.n_steps)
-    ops_of = node_ops(ctx, groups, cpu, gpu, counted, costs)
-    nodes, new_id = module_nodes(ctx, groups, shape, own, total, node_calls, memory_use, ops_of)
+    ops_of = node_ops(ctx, groups, cpu, gpu, counted, costs, compiled)
+    nodes, new_id = module_nodes(ctx, groups, shape, own, total, node_calls, memory_use, ops_of, fused)
     timeline = first_step_timeline(
         ctx,
         parent,
@@ -157,7 +176,8 @@ def _attribute(
     all_warnings += unattributed_gpu_warnings(
         selection, int(gpu.before_trace.sum()), int((gpu.no_launch & ~gpu.before_trace).sum()), len(gpu.work)
     )
-    all_warnings += compiled_work_warnings(ctx, cpu, gpu, selection)
+    attributed = compiled.explained if compiled is not None else None
+    all_warnings += compiled_work_warnings(ctx, cpu, gpu, selection, attributed)
     if not costs.has_shapes:
         all_warnings.append(NO_SHAPES_WARNING)
     has_gpu = stats.kernels + stats.memcpys + stats.memsets > 0
@@ -176,7 +196,8 @@ def _attribute(
     return ModuleProfile(
         metadata=trace.metadata,
         source=tree.source.value,
-        source_description=tree.source.description,
+        source_description=tree.source.description
+        + (f" + {TABLE_DESCRIPTION}" if compiled is not None else ""),
         nodes=tuple(nodes),
         roots=tuple(new_id[r] for r in shape.roots),
         selection=selection,
@@ -187,4 +208,5 @@ def _attribute(
         optimizer_step=optimizer_totals(nodes),
         memory_device=memory_device(memory_use),
         timeline=timeline,
+        compiled=compiled_summary(ctx, compiled, cpu, gpu) if compiled is not None else None,
     )

@@ -155,4 +155,7 @@ def classify_events(
     fscope[has] = scope_of[fop[has]]
     ok = fscope >= 0
     node[ok] = tree.node_of_scope[fscope[ok]]
+    if tree.event_node is not None:  # compiled kernels: the node of their graph's table
+        forced = np.where(valid, tree.event_node[e], -1)
+        node = np.where(forced >= 0, forced, node).astype(node.dtype, copy=False)
     return node, backward

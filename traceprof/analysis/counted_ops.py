@@ -37,11 +37,16 @@ class Ops(msgspec.Struct):
     pass_code: np.ndarray
 
 
-def ops_in_selection(ctx: Context, candidates: np.ndarray) -> Ops:
-    """The ops among ``candidates`` in the selection, with their node and pass."""
+def ops_in_selection(ctx: Context, candidates: np.ndarray, forced: np.ndarray | None = None) -> Ops:
+    """The ops among ``candidates`` in the selection, with their node and pass. ``forced``: per
+    candidate, a node that takes its cost whatever its event's node is (-1: its event's;
+    ``OpCosts.node``)."""
     keep = ctx.in_selection(ctx.trace.events.ts[candidates])
     ops = candidates[keep]
     node, _, pass_code = ctx.classify(ops)
+    if forced is not None:
+        chosen = forced[keep]
+        node = np.where(chosen >= 0, chosen, node).astype(node.dtype, copy=False)
     return Ops(keep, ops, node, pass_code)
 
 

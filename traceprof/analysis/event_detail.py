@@ -13,6 +13,7 @@ import numpy as np
 
 from traceprof.analysis import module_ops, step_timeline
 from traceprof.analysis.classify import Context
+from traceprof.analysis.compiled import CompiledWork
 from traceprof.analysis.counted_ops import Ops
 from traceprof.analysis.cpu_time import CpuTime
 from traceprof.analysis.gpu_work import GpuWork
@@ -20,19 +21,32 @@ from traceprof.analysis.memory_events import SelectedMemory
 from traceprof.analysis.op_costs import OpCosts
 from traceprof.analysis.stage import gives_memory_back
 from traceprof.analysis.unattributed import Groups
-from traceprof.result.model import OpStat
+from traceprof.result.model import PASSES, OpKind, OpStat
 from traceprof.result.timeline import Timeline
+
+PASS_VALUES = tuple(p.value for p in PASSES)
 
 
 @gives_memory_back
 def node_ops(
-    ctx: Context, groups: Groups, cpu: CpuTime, gpu: GpuWork, counted: Ops, costs: OpCosts
+    ctx: Context,
+    groups: Groups,
+    cpu: CpuTime,
+    gpu: GpuWork,
+    counted: Ops,
+    costs: OpCosts,
+    compiled: CompiledWork | None = None,
 ) -> list[tuple[OpStat, ...]]:
-    """Each node's own ops and kernels per pass (traceprof.analysis.module_ops)."""
-    return module_ops.ops_by_node(
+    """Each node's own ops and kernels per pass (traceprof.analysis.module_ops); with compiled
+    work, a graph run's kernels are ops of their own (not the region's), and the rows of
+    kernels fused across modules name the modules."""
+    scope_mask = ctx.tree.scope_mask
+    if compiled is not None:
+        scope_mask = scope_mask | compiled.boundary
+    rows = module_ops.ops_by_node(
         ctx.trace,
         ctx.links,
-        ctx.tree.scope_mask,
+        scope_mask,
         ctx.is_step,
         groups.n_nodes,
         ctx.n_steps,
@@ -43,6 +57,59 @@ def node_ops(
         gpu=module_ops.Attributed(gpu.work, gpu.node, gpu.pass_code, gpu.busy_us),
         gpu_anchor=gpu.anchor,
     )
+    if compiled is None or not compiled.spans:
+        return rows
+    return module_ops.with_modules(rows, fused_rows(ctx, gpu, compiled))
+
+
+def fused_rows(ctx: Context, gpu: GpuWork, compiled: CompiledWork) -> dict[tuple[str, int, str, str], str]:
+    """(kind, node, pass, name) of the op and kernel rows of kernels fused across modules ->
+    the modules they span."""
+    ev = ctx.trace.events
+    fused = compiled.events[compiled.span >= 0]
+    span = compiled.span[compiled.span >= 0]
+    keep = ctx.in_selection(ev.ts[fused])
+    fused, span = fused[keep], span[keep]
+    node, _, phase = ctx.classify(fused)
+    out: dict[tuple[str, int, str, str], str] = {}
+    # and the FLOPs of their ops in the modules of those ops
+    shared = compiled.share_span >= 0
+    share_event = compiled.share_event[shared]
+    in_step = ctx.in_selection(ev.ts[share_event])
+    share_event = share_event[in_step]
+    _, _, share_phase = ctx.classify(share_event)
+    rows = np.concatenate(
+        [
+            np.stack([node, phase, ev.name[fused], span], axis=1),
+            np.stack(
+                [
+                    compiled.share_node[shared][in_step],
+                    share_phase,
+                    ev.name[share_event],
+                    compiled.share_span[shared][in_step],
+                ],
+                axis=1,
+            ),
+        ]
+    )
+    for nd, ph, name, sp in np.unique(rows, axis=0).tolist():
+        out[(OpKind.OP.value, nd, PASS_VALUES[ph], ev.names[name])] = compiled.spans[sp]
+    # the GPU kernels launched inside them
+    anchor = np.maximum(gpu.anchor, 0)
+    inside = (gpu.anchor >= 0) & compiled.event_fused[anchor]
+    if inside.any():
+        is_fused = np.zeros(len(ev), bool)
+        is_fused[fused] = True
+        around = ctx.links.nearest(is_fused)[anchor[inside]]
+        span_of = dict(zip(fused.tolist(), span.tolist()))
+        has = around >= 0
+        rows = np.stack(
+            [gpu.node[inside][has], gpu.pass_code[inside][has], ev.name[gpu.work[inside][has]], around[has]],
+            axis=1,
+        )
+        for nd, ph, name, at in np.unique(rows, axis=0).tolist():
+            out[(OpKind.KERNEL.value, nd, PASS_VALUES[ph], ev.names[name])] = compiled.spans[span_of[at]]
+    return out
 
 
 @gives_memory_back

@@ -6,6 +6,10 @@ path*: the keys of the enclosing scopes, outermost first; repeated calls of one 
 
 Scopes opened inside a backward node op (modules re-run by activation checkpointing) are joined
 to the forward node of the same module instance instead of starting a new tree.
+
+A trace with the compiled-kernel table but no module scopes of any source (recorded by
+torch.profiler itself) takes traceprof's source with no scope: the table names its modules
+(traceprof.analysis.compiled makes the nodes).
 """
 
 from __future__ import annotations
@@ -67,6 +71,10 @@ class Hierarchy(msgspec.Struct, frozen=True):
     node_of_scope: np.ndarray  # per event (trace.index_dtype): node of a scope event, -1 elsewhere
     recompute_mask: np.ndarray  # bool per event: scope opened inside a backward node op
     warnings: tuple[str, ...]
+    #: per event (trace.index_dtype): the node the compiled-kernel table gives it, whatever
+    #: scope is around it (a compiled kernel event and everything nested in it), -1 elsewhere;
+    #: None when the trace has no compiled work joined to the table (analysis.compiled)
+    event_node: np.ndarray | None = None
 
 
 def _parse_traceprof(name: str) -> ScopeKey | None:
@@ -125,7 +133,7 @@ def build_hierarchy(trace: Trace, links: Links, source: Source | str | None = No
         if m.any():
             chosen, keys, mask = src, parsed, m
             break
-    if chosen is Source.TRACEPROF:
+    if chosen is Source.TRACEPROF and mask.any():
         # every scope's name matched the convention (_parse_traceprof)
         matches = [schema.TRACEPROF_SCOPE_RE.match(ev.names[c]) for c in unique(ev.name[mask])]
         versions = {int(m.group(1)) for m in matches if m is not None}
@@ -134,6 +142,15 @@ def build_hierarchy(trace: Trace, links: Links, source: Source | str | None = No
                 f"module scopes of convention version {max(versions)} are newer than this "
                 f"traceprof reads ({schema.TRACEPROF_SCOPE_VERSION}); names may be wrong"
             )
+    if (
+        chosen in (Source.ANNOTATIONS, Source.NONE)
+        and source in (None, "auto")
+        and trace.metadata.compiled_table is not None
+        and trace.metadata.compiled_table.graphs
+    ):
+        # a trace with the compiled-kernel table but without traceprof's scopes (recorded by
+        # torch.profiler itself): the table names the modules (analysis.compiled makes them)
+        chosen, keys, mask = Source.TRACEPROF, [], np.zeros(len(ev), bool)
     if chosen is Source.NONE and source not in (None, "auto"):
         warnings.append(f"the trace has no {Source(source).description}")
     if chosen is Source.NONE:

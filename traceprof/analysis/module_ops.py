@@ -24,6 +24,7 @@ import json
 
 import msgspec
 import numpy as np
+from msgspec.structs import replace
 
 from traceprof.analysis.link import Links
 from traceprof.result.model import _OP_SUMMED as _SUMMED
@@ -130,9 +131,30 @@ def ops_by_node(
                 continue
             text = _compact(ev.texts[shapes]) if shapes >= 0 else None
             out[node].append(
-                OpStat(kind, labels[label], _PASS_VALUES[phase], text, *(v / n_steps for v in values))
+                replace(
+                    OpStat(kind, labels[label], _PASS_VALUES[phase], text),
+                    **{f: v / n_steps for f, v in zip(_SUMMED, values)},
+                )
             )
     return [bounded(rows) for rows in out]
+
+
+def with_modules(
+    rows: list[tuple[OpStat, ...]], spans: dict[tuple[str, int, str, str], str]
+) -> list[tuple[OpStat, ...]]:
+    """The rows of each node, those of kernels fused across modules with the modules they
+    span (``spans``: (kind, node, pass, name) -> "a, b")."""
+    out = []
+    for node, node_rows in enumerate(rows):
+        out.append(
+            tuple(
+                replace(r, modules=spans[key])
+                if (key := (r.kind.value, node, r.phase, r.name)) in spans
+                else r
+                for r in node_rows
+            )
+        )
+    return out
 
 
 def _compact(raw: bytes) -> str:

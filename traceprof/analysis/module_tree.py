@@ -19,7 +19,9 @@ from traceprof.analysis.hierarchy import Hierarchy, HierarchyNode, Source
 from traceprof.analysis.unattributed import Groups
 from traceprof.result.memory import MemoryUse
 from traceprof.result.model import (
+    FUSED_FIELDS,
     UNATTRIBUTED_NAME,
+    Fused,
     ModuleNode,
     NodeKind,
     OpStat,
@@ -28,6 +30,7 @@ from traceprof.result.model import (
     Times,
 )
 from traceprof.trace import schema
+from traceprof.trace.model import ModuleTable
 
 _METRICS = Times.__struct_fields__
 
@@ -49,8 +52,15 @@ def parents(tree: Hierarchy, groups: Groups) -> np.ndarray:
     return parent
 
 
-def tree_shape(tree: Hierarchy, groups: Groups, total: dict[str, np.ndarray], parent: np.ndarray) -> Shape:
-    """Children in display order: modules by first call, groups biggest first."""
+def tree_shape(
+    tree: Hierarchy,
+    groups: Groups,
+    total: dict[str, np.ndarray],
+    parent: np.ndarray,
+    table: ModuleTable | None = None,
+) -> Shape:
+    """Children in display order: modules by first call (ties of nodes made from the
+    compiled-kernel table in the order of ``table``), groups biggest first."""
     n_nodes = groups.n_nodes
     n_mod = groups.n_modules
     children: dict[int, list[int]] = {i: [] for i in range(n_nodes)}
@@ -60,7 +70,16 @@ def tree_shape(tree: Hierarchy, groups: Groups, total: dict[str, np.ndarray], pa
     # groups: biggest first
     for g in range(n_mod + 1, n_nodes):
         order_key[g] = -(total["gpu_busy_us"][:, g].sum() or total["cpu_us"][:, g].sum() / 1e9)
-    for i in np.argsort(order_key, kind="stable").tolist():
+    order = np.argsort(order_key, kind="stable")
+    if tree.event_node is not None and table is not None:
+        # nodes made from the compiled-kernel table share the time of a fused kernel: ties
+        # go in the model's order (the module table's)
+        position = {name: k for k, name in enumerate(table.modules)}
+        after = np.full(n_nodes, len(position), np.int64)
+        for hn in tree.nodes:
+            after[hn.id] = position.get(hn.qualified_name, len(position))
+        order = np.lexsort((after, order_key))
+    for i in order.tolist():
         if parent[i] >= 0:
             children[int(parent[i])].append(i)
     module_roots = [hn.id for hn in sorted(tree.nodes, key=lambda h: h.first_ts) if hn.parent < 0]
@@ -76,6 +95,7 @@ def module_nodes(
     calls: np.ndarray,
     memory_use: Sequence[tuple[MemoryUse, ...]],
     ops_of: Sequence[tuple[OpStat, ...]],
+    fused: tuple[dict[str, np.ndarray], dict[str, np.ndarray]] | None = None,
 ) -> tuple[list[ModuleNode], dict[int, int]]:
     """The ModuleNodes in pre-order (parents before children, siblings in display order), and
     the new id of each node."""
@@ -89,6 +109,21 @@ def module_nodes(
         return PhaseTimes(
             own=Times(*(float(own[k][phase, i]) for k in _METRICS)),
             total=Times(*(float(total[k][phase, i]) for k in _METRICS)),
+        )
+
+    def fused_times(i: int) -> Fused | None:
+        """A module node's share of kernels fused across modules (None without the table)."""
+        if fused is None or i >= n_mod:
+            return None
+        own_f, total_f = fused
+        return Fused(
+            *(
+                PhaseTimes(
+                    own=Times(**{k: float(own_f[k][phase, i]) for k in FUSED_FIELDS}),
+                    total=Times(**{k: float(total_f[k][phase, i]) for k in FUSED_FIELDS}),
+                )
+                for phase in (FORWARD, BACKWARD, OTHER)
+            )
         )
 
     preorder: list[int] = []
@@ -135,6 +170,7 @@ def module_nodes(
                 info=info,
                 memory=memory_use[old],
                 ops=ops_of[old],
+                fused=fused_times(old),
             )
         )
     return nodes, new_id

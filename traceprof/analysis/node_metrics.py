@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from traceprof.analysis.classify import Context
+from traceprof.analysis.compiled import CompiledWork
 from traceprof.analysis.counted_ops import Ops
 from traceprof.analysis.cpu_time import CpuTime
 from traceprof.analysis.gpu_work import GpuWork
@@ -47,12 +48,72 @@ def own_metrics(
     }
 
 
-def calls(ctx: Context, n_nodes: int) -> np.ndarray:
-    """Calls of each node: its forward scope events in the selection, per step."""
+def calls(ctx: Context, n_nodes: int, compiled: CompiledWork | None = None) -> np.ndarray:
+    """Calls of each node: its forward scope events in the selection, per step; for a node made
+    from the compiled-kernel table (no scope), the forward graph runs that ran its kernels or
+    its descendants'."""
     tree, ev = ctx.tree, ctx.trace.events
     scope_events = np.flatnonzero(tree.scope_mask & ~tree.recompute_mask)
     scope_events = scope_events[ctx.in_selection(ev.ts[scope_events])]
-    return np.bincount(tree.node_of_scope[scope_events], minlength=n_nodes)[:n_nodes] / ctx.n_steps
+    out: np.ndarray = np.bincount(tree.node_of_scope[scope_events], minlength=n_nodes)[:n_nodes] / ctx.n_steps
+    if compiled is not None:
+        made = compiled.created & ~compiled.container
+        out[: len(made)][made] = compiled_calls(ctx, compiled)[made]
+    return out
+
+
+def compiled_calls(ctx: Context, compiled: CompiledWork) -> np.ndarray:
+    """Per tree node: the forward graph runs of the selection that ran a kernel of the node or
+    of its descendants, per step."""
+    n = len(compiled.created)
+    parent = np.array([hn.parent for hn in ctx.tree.nodes], np.int64)
+    ts = ctx.trace.events.ts
+    # (run, node) of every kernel event and of every FLOP share (a module whose ops are all
+    # fused into another module's kernels ran too)
+    keep = ~compiled.backward & ctx.in_selection(ts[compiled.run])
+    share = ~compiled.share_backward & ctx.in_selection(ts[compiled.share_run])
+    pairs = np.unique(
+        np.stack(
+            [
+                np.concatenate([compiled.run[keep], compiled.share_run[share]]),
+                np.concatenate([compiled.node[keep], compiled.share_node[share]]),
+            ],
+            axis=1,
+        ),
+        axis=0,
+    )
+    seen = [pairs]
+    while len(pairs):  # their ancestors, a level at a time
+        up = parent[pairs[:, 1]]
+        pairs = np.unique(np.stack([pairs[up >= 0, 0], up[up >= 0]], axis=1), axis=0)
+        seen.append(pairs)
+    every = np.unique(np.concatenate(seen), axis=0)  # a run counts once per node
+    return np.bincount(every[:, 1], minlength=n)[:n] / ctx.n_steps
+
+
+@gives_memory_back
+def fused_metrics(
+    ctx: Context, n_nodes: int, cpu: CpuTime, gpu: GpuWork, compiled: CompiledWork
+) -> dict[str, np.ndarray]:
+    """Each node's own work of kernels fused across modules (Fused), per pass, per step: the
+    metrics of own_metrics that a fused kernel's time gives (FUSED_FIELDS)."""
+
+    def sums(node: np.ndarray, phase: np.ndarray, weights: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        out = np.zeros((len(PASSES), n_nodes))
+        for ph in range(len(PASSES)):
+            m = mask & (phase == ph)
+            out[ph] = np.bincount(node[m], weights=weights[m], minlength=n_nodes)[:n_nodes]
+        return out / ctx.n_steps
+
+    ev = ctx.trace.events
+    on_cpu = compiled.event_fused[cpu.events]
+    on_gpu = (gpu.anchor >= 0) & compiled.event_fused[np.maximum(gpu.anchor, 0)]
+    return {
+        "gpu_busy_us": sums(gpu.node, gpu.pass_code, gpu.busy_us, on_gpu),
+        "gpu_work_us": sums(gpu.node, gpu.pass_code, ev.dur[gpu.work], on_gpu),
+        "cpu_us": sums(cpu.node, cpu.pass_code, cpu.exclusive_us, on_cpu),
+        "kernels": sums(gpu.node, gpu.pass_code, gpu.is_kernel, on_gpu),
+    }
 
 
 def subtree_totals(own: np.ndarray, parent: np.ndarray) -> np.ndarray:

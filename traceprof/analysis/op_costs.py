@@ -73,6 +73,10 @@ class OpCosts(msgspec.Struct, frozen=True):
     #: per event: an op, whose time (and the GPU work launched in it) is its own, not that of
     #: an op around it; the time of an unsupported op is what no such op inside it takes
     is_op: np.ndarray
+    #: per counted op: the module node its cost goes to regardless of its event (-1: its
+    #: event's), or None: every op's goes by its event. A compiled kernel's nodes of several
+    #: modules are counted once per module (analysis.compiled)
+    node: np.ndarray | None = None
 
     @classmethod
     def empty(cls, has_shapes: bool, n_events: int = 0) -> OpCosts:
@@ -198,6 +202,17 @@ def _evaluate(trace: Trace, entries: Sequence[Entry | None], event: int) -> OpCo
         args = OpArgs.decode(
             name, text(ev.input_dims[event]), text(ev.input_types[event]), text(ev.concrete_inputs[event])
         )
+    except (ArgumentError, ValueError, IndexError, TypeError, KeyError, ZeroDivisionError):
+        return None
+    return cost_of(entry, args)
+
+
+def cost_of(entry: Entry, args: OpArgs) -> OpCost | None:
+    """The cost of one call of ``entry``'s op with ``args``; None when its formula does not
+    understand them (or it has none)."""
+    if entry.formula is None:
+        return None
+    try:
         cost = entry.formula(args)
     except (ArgumentError, ValueError, IndexError, TypeError, KeyError, ZeroDivisionError):
         return None

@@ -107,6 +107,17 @@ def index_put(a: OpArgs) -> OpCost:
     )
 
 
+@_R.formula("aten::_unsafe_masked_index_put_accumulate", family=Family.MEMORY)
+def masked_index_put_accumulate(a: OpArgs) -> OpCost:
+    """_unsafe_masked_index_put_accumulate(self, mask, indices, values): Inductor's
+    decomposition of an accumulating index_put (an embedding's backward in compiled graphs): one
+    add per value."""
+    values = a.shape(3)
+    return a.cost(
+        flops=prod(values), reads=nbytes(values, a.dtype(3)), writes=[(values, a.dtype(0))], dtype=a.dtype(0)
+    )
+
+
 @_R.formula(
     "aten::tril",
     "aten::tril_",

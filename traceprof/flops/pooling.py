@@ -32,6 +32,9 @@ for _d in (1, 2, 3):
     _POOLS[f"aten::max_pool{_d}d_with_indices"] = Pool(_d, 4, 5, True)
     _POOLS[f"aten::avg_pool{_d}d"] = Pool(_d, -1, 4, False)
 _POOLS["aten::mkldnn_max_pool2d"] = Pool(2, 4, 5, False)
+#: Inductor's decomposition of max_pool2d_with_indices (compiled graphs' nodes, docs/attribution.md
+#: "Compiled models"): the same arguments, int8 offsets instead of the indices
+_POOLS["prims::_low_memory_max_pool_with_offsets"] = Pool(2, 4, 5, False)
 _POOLS["aten::quantized_max_pool2d"] = Pool(2, 4, 5, False)
 
 _ADAPTIVE: dict[str, tuple[int, bool]] = {}

@@ -10,6 +10,7 @@ import json
 import os
 from typing import Any
 
+import msgspec
 import numpy as np
 
 from traceprof.errors import TraceReadError
@@ -19,6 +20,7 @@ from traceprof.read.events import DROP_REASONS
 from traceprof.read.load import Progress, StreamedDocument, load_raw
 from traceprof.trace import schema
 from traceprof.trace.model import (
+    CompiledTable,
     DeviceInfo,
     EventTable,
     MemoryEvents,
@@ -341,6 +343,7 @@ def _metadata(doc: RawDocument | StreamedDocument) -> TraceMetadata:
     dist = top.get(schema.DISTRIBUTED_INFO_KEY)
     dist = dist if isinstance(dist, dict) else {}
     table = _module_table(top.get(schema.MODULE_TABLE_KEY), doc.warnings)
+    compiled = _compiled_table(top.get(schema.COMPILED_TABLE_KEY), doc.warnings)
     rank = _int(dist.get(schema.DIST_RANK), None)
     world = _int(dist.get(schema.DIST_WORLD_SIZE), None)
     if table is not None:
@@ -358,6 +361,7 @@ def _metadata(doc: RawDocument | StreamedDocument) -> TraceMetadata:
         flags={k: bool(top[k]) for k in schema.FLAG_KEYS if k in top},
         module_table=table,
         warnings=tuple(doc.warnings),
+        compiled_table=compiled,
     )
 
 
@@ -429,3 +433,32 @@ def _module_table(payload: Any, warnings: list[str]) -> ModuleTable | None:
     except (ValueError, KeyError, TypeError, AttributeError, binascii.Error, RecursionError) as e:
         warnings.append(f"module table unreadable ({e.__class__.__name__}); ignored")
         return None
+
+
+def _compiled_table(payload: Any, warnings: list[str]) -> CompiledTable | None:
+    """The compiled-kernel table (base64 JSON, as the module table; docs/attribution.md
+    "Compiled models"), or None with a warning when it cannot be read: a load never fails on it."""
+    if payload is None:
+        return None
+    try:
+        doc = payload if isinstance(payload, dict) else json.loads(base64.b64decode(payload, validate=True))
+        if not isinstance(doc, dict) or doc.get("format") != schema.COMPILED_TABLE_FORMAT:
+            raise ValueError("unknown format")
+        table = msgspec.convert(doc, CompiledTable)
+    except (
+        ValueError,
+        KeyError,
+        TypeError,
+        AttributeError,
+        binascii.Error,
+        RecursionError,
+        msgspec.ValidationError,
+    ) as e:
+        warnings.append(f"compiled-kernel table unreadable ({e.__class__.__name__}); ignored")
+        return None
+    if table.version > schema.COMPILED_TABLE_VERSION:
+        warnings.append(
+            f"compiled-kernel table of version {table.version} is newer than this traceprof reads "
+            f"({schema.COMPILED_TABLE_VERSION}); modules of compiled kernels may be wrong"
+        )
+    return table

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from traceprof import units
 from traceprof.render.registry import RenderOptions
-from traceprof.result.model import PASSES, ModuleProfile
+from traceprof.result.model import PASSES, ModuleNode, ModuleProfile
 
 
 def header_lines(profile: ModuleProfile, opts: RenderOptions | None = None) -> list[str]:
@@ -35,6 +35,7 @@ def header_lines(profile: ModuleProfile, opts: RenderOptions | None = None) -> l
             f" (sum of GPU work {units.duration(sel.gpu_work_us)}), {units.count(sel.kernels)} kernels"
         )
     lines.append(f"per step:  {per}")
+    lines.extend(compiled_lines(profile))
     lines.extend(flop_lines(profile, opts))
     lines.extend(memory_lines(profile))
     for w in profile.warnings:
@@ -123,3 +124,37 @@ def memory_lines(profile: ModuleProfile) -> list[str]:
     if peaks:
         line += f", peak allocated {units.byte_count(max(peaks))}"
     return [line + " ([memory] events; mem +allocated -freed per node)"]
+
+
+def fused_time(profile: ModuleProfile, node: ModuleNode) -> float:
+    """The node's time (all passes) in kernels fused across modules: GPU busy time, CPU time on
+    CPU-only traces; 0 without compiled work."""
+    if node.fused is None:
+        return 0.0
+    total = node.fused.total
+    return total.gpu_busy_us if profile.has_gpu else total.cpu_us
+
+
+def compiled_lines(profile: ModuleProfile) -> list[str]:
+    """The compiled graphs joined to modules through the compiled-kernel table (only for traces
+    with compiled work joined to it)."""
+    c = profile.compiled
+    if c is None:
+        return []
+    step = profile.selection.gpu_busy_us if profile.has_gpu else profile.selection.cpu_us
+    fused = sum(fused_time(profile, profile.nodes[r]) for r in profile.roots)
+    what = "GPU busy time" if profile.has_gpu else "CPU time"
+    line = (
+        f"compiled:  {units.count(c.runs)} runs per step of {c.graphs} compiled "
+        f"graph{'s' if c.graphs != 1 else ''}; {units.count(c.matched)} of their "
+        f"{units.count(c.events)} kernel calls joined to modules; "
+        f"{units.percent(fused / step if step > 0 else 0.0)} of the step's {what} in kernels "
+        "fused across modules (on the modules' common ancestor: fused)"
+    )
+    line += (
+        f"; {units.duration(c.overhead_us)} of compiled-code overhead (Dynamo's guards, the "
+        "graphs' wrappers) on the compiled roots"
+    )
+    if c.recomputed_flops:
+        line += f"; backward recomputes {units.flops(c.recomputed_flops)} of the forward"
+    return [line]

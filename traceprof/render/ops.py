@@ -14,7 +14,7 @@ import json
 from traceprof import units
 from traceprof.errors import OptionError
 from traceprof.result.model import ModuleNode, ModuleProfile
-from traceprof.result.records import OP_FIELDS, op_records
+from traceprof.result.records import OP_FIELDS, OP_MODULES_FIELD, op_records
 
 EVERY_NODE = "*"
 FORMATS = ("tree", "table", "csv", "json", "parquet")
@@ -44,13 +44,14 @@ def render_ops(profile: ModuleProfile, module: str, fmt: str, raw: bool = False)
         return json.dumps({"schema": OPS_SCHEMA, "module": module, "rows": rows}, indent=1) + "\n"
     if fmt == "csv":
         buf = io.StringIO()
-        writer = csv.DictWriter(buf, fieldnames=list(OP_FIELDS), lineterminator="\n")
+        writer = csv.DictWriter(buf, fieldnames=_fields(profile), lineterminator="\n")
         writer.writeheader()
         writer.writerows(
             {
                 **r,
                 "input_shapes": r["input_shapes"] or "",
                 "flop_per_s": "" if r["flop_per_s"] is None else r["flop_per_s"],
+                **({OP_MODULES_FIELD: r[OP_MODULES_FIELD] or ""} if OP_MODULES_FIELD in r else {}),
             }
             for r in rows
         )
@@ -71,7 +72,7 @@ def _parquet(profile: ModuleProfile, rows: list[dict], module: str) -> bytes:
         raise MissingDependencyError(
             "Parquet output needs pyarrow: pip install 'traceprof[parquet]'"
         ) from None
-    frame = pd.DataFrame(rows, columns=list(OP_FIELDS)).astype({"flop_per_s": "float64", "node": "int64"})
+    frame = pd.DataFrame(rows, columns=_fields(profile)).astype({"flop_per_s": "float64", "node": "int64"})
     table = pa.Table.from_pandas(frame, preserve_index=False)
     table = table.replace_schema_metadata(
         {
@@ -84,6 +85,11 @@ def _parquet(profile: ModuleProfile, rows: list[dict], module: str) -> bytes:
     buf = io.BytesIO()
     pq.write_table(table, buf)
     return buf.getvalue()
+
+
+def _fields(profile: ModuleProfile) -> list[str]:
+    """The columns of the rows: OP_FIELDS, and the modules of fused kernels with compiled work."""
+    return list(OP_FIELDS) + ([OP_MODULES_FIELD] if profile.compiled is not None else [])
 
 
 def _text(profile: ModuleProfile, node: ModuleNode | None, rows: list[dict], raw: bool) -> str:
@@ -101,6 +107,9 @@ def _text(profile: ModuleProfile, node: ModuleNode | None, rows: list[dict], raw
         "FLOP/s",
         "input shapes",
     ]
+    fused = any(r.get(OP_MODULES_FIELD) for r in rows)
+    if fused:  # compiled kernels fused across modules: the modules of their ops
+        header.append("fused across modules")
     if node is not None:
         header = header[1:]
     lines = []
@@ -117,6 +126,8 @@ def _text(profile: ModuleProfile, node: ModuleNode | None, rows: list[dict], raw
             units.flop_rate(r["flop_per_s"]) if r["flop_per_s"] else "--",
             units.dims(json.loads(r["input_shapes"])) if r["input_shapes"] else "--",
         ]
+        if fused:
+            cells.append(r[OP_MODULES_FIELD] or "--")
         lines.append(cells[1:] if node is not None else cells)
     widths = [max([len(h)] + [len(c[i]) for c in lines]) for i, h in enumerate(header)]
     fmt = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731

@@ -18,7 +18,7 @@ import msgspec
 
 from traceprof import units
 from traceprof.errors import OptionError
-from traceprof.render.header import header_lines
+from traceprof.render.header import fused_time, header_lines
 from traceprof.render.registry import RenderOptions
 from traceprof.result.model import PASSES, ModuleNode, ModuleProfile, NodeKind, Pass
 from traceprof.trace.model import ModuleInfo
@@ -490,6 +490,18 @@ COLUMNS: dict[str, Column] = {
     )
 }
 
+#: shown only for profiles with compiled work joined to the compiled-kernel table (after the
+#: pass columns by default; ``--columns`` takes it by name), so tables of other traces keep their
+#: columns
+FUSED_COLUMN = Column(
+    "fused",
+    "time of compiled kernels fused across modules, on their common ancestor (all passes, part "
+    "of the pass columns)",
+    lambda p: f"Fused {_time_name(p)}",
+    lambda ctx, n: _time(ctx, fused_time(ctx.profile, n)) if n.fused is not None else "",
+    lambda p: p.compiled is not None,
+)
+
 DEFAULT_COLUMNS = (
     "input",
     "output",
@@ -510,7 +522,7 @@ DEFAULT_COLUMNS = (
 def parse_columns(text: str) -> tuple[str, ...]:
     """``--columns`` value (comma list) -> column names; OptionError names the valid ones."""
     names = tuple(c.strip().lower().replace("-", "_") for c in text.split(",") if c.strip())
-    bad = [c for c in names if c not in COLUMNS]
+    bad = [c for c in names if c not in COLUMNS and c != FUSED_COLUMN.name]
     if bad or not names:
         raise OptionError(
             f"unknown column{'s' if len(bad) > 1 else ''} "
@@ -524,8 +536,11 @@ def render_table(profile: ModuleProfile, opts: RenderOptions) -> str:
     chosen = opts.columns
     if chosen is None:
         cols = [COLUMNS[c] for c in DEFAULT_COLUMNS if COLUMNS[c].available(profile)]
+        if FUSED_COLUMN.available(profile):
+            after = max((i for i, c in enumerate(cols) if c.name in ("fwd", "bwd", "other")), default=-1)
+            cols.insert(after + 1, FUSED_COLUMN)
     else:
-        cols = [COLUMNS[c] for c in chosen]
+        cols = [FUSED_COLUMN if c == FUSED_COLUMN.name else COLUMNS[c] for c in chosen]
     stats = torchinfo_stats(profile)
     ctx = _Context(profile, opts, stats)
     nodes = list(profile.walk())

@@ -7,7 +7,7 @@ from __future__ import annotations
 import msgspec
 
 from traceprof import units
-from traceprof.render.header import header_lines
+from traceprof.render.header import fused_time, header_lines
 from traceprof.render.registry import RenderOptions
 from traceprof.result.model import PASSES, ZERO, ModuleNode, ModuleProfile, NodeKind, Times
 from traceprof.trace.schema import DATA_PARALLEL_WRAPPERS, OPTIMIZER_STEP_PREFIXES
@@ -357,6 +357,9 @@ def _module_fields(profile: ModuleProfile, node: ModuleNode, s: Summary, opts: R
     other_t = _time(profile, node.other.total)
     if other_t:  # a module's work is forward or backward; only folded groups carry other work
         fields.append(f"other {units.duration(other_t, raw)}")
+    fused_t = fused_time(profile, node)
+    if fused_t:  # compiled kernels of several modules, booked here (part of the latencies)
+        fields.append(f"fused {units.duration(fused_t, raw)}")
     if node.kind is NodeKind.MODULE and node.calls != 1:
         fields.append(f"{units.count(node.calls)} calls")
     if node.info is not None and node.info.inputs:
@@ -408,6 +411,13 @@ def detailed_lines(profile: ModuleProfile, opts: RenderOptions) -> list[str]:
         "(neither: the optimizer step, zero_grad, copies, time between ops).",
         "",
     ]
+    if profile.compiled is not None:
+        out[-1:-1] = [
+            "4. Compiled kernels are joined to their modules through the compiled-kernel table; "
+            "fused: the time (both passes, within the latencies)",
+            "of kernels that fuse ops of several modules, which sits on their common ancestor "
+            "(their FLOPs go to the modules of their ops); --ops lists them.",
+        ]
 
     def emit(node: ModuleNode, indent: int, is_root: bool) -> None:
         pad = "  " * indent

@@ -61,6 +61,35 @@ class PhaseTimes(msgspec.Struct, frozen=True):
     total: Times = ZERO
 
 
+class Fused(msgspec.Struct, frozen=True):
+    """A node's share of the work of compiled kernels that fuse ops of several modules
+    (docs/attribution.md "Compiled models"). Such a kernel is one timed unit: its time goes to
+    the lowest common ancestor of the modules it works for, and is *part of* that node's times,
+    not in addition to them. ``own``: the fused kernels booked to the node itself; ``total``:
+    to its subtree. Only the time fields and ``kernels`` are set (a fused kernel's FLOPs go to
+    the modules of its nodes, like an eager op's)."""
+
+    forward: PhaseTimes = PhaseTimes()
+    backward: PhaseTimes = PhaseTimes()
+    other: PhaseTimes = PhaseTimes()
+
+    def phase(self, p: Pass | str) -> PhaseTimes:
+        times: PhaseTimes = getattr(self, Pass(p).value)
+        return times
+
+    @property
+    def total(self) -> Times:
+        return self.forward.total + self.backward.total + self.other.total
+
+    @property
+    def own(self) -> Times:
+        return self.forward.own + self.backward.own + self.other.own
+
+
+#: the fields of Times that a Fused record sets
+FUSED_FIELDS = ("gpu_busy_us", "gpu_work_us", "cpu_us", "kernels")
+
+
 class Pass(str, enum.Enum):
     """The passes every quantity is split into. Every CPU event and every GPU work item belongs
     to exactly one (docs/attribution.md)."""
@@ -114,18 +143,26 @@ class OpStat(msgspec.Struct, frozen=True):
     gpu_work_us: float = 0.0  # plain sum of durations
     cpu_us: float = 0.0  # exclusive CPU time inside the op (0 in kernel rows)
     flops: float = 0.0  # FLOPs of the counted ops inside the op (0 in kernel rows)
+    #: a compiled kernel fused across modules: the modules its nodes belong to ("a, b"); None
+    #: for every other row
+    modules: str | None = None
 
     def key(self) -> tuple[OpKind, str, str, str | None]:
         return (self.kind, self.name, self.phase, self.input_shapes)
 
     def __add__(self, other: OpStat) -> OpStat:
-        return OpStat(
-            self.kind,
-            self.name,
-            self.phase,
-            self.input_shapes,
-            *(getattr(self, f) + getattr(other, f) for f in _OP_SUMMED),
+        return msgspec.structs.replace(
+            self,
+            modules=_joined(self.modules, other.modules),
+            **{f: getattr(self, f) + getattr(other, f) for f in _OP_SUMMED},
         )
+
+
+def _joined(a: str | None, b: str | None) -> str | None:
+    """Two lists of modules ("a, b") as one, each module once, in order."""
+    if a is None or b is None:
+        return b if a is None else a
+    return ", ".join(dict.fromkeys(a.split(", ") + b.split(", ")))
 
 
 class ModuleNode(msgspec.Struct, frozen=True):
@@ -146,6 +183,9 @@ class ModuleNode(msgspec.Struct, frozen=True):
     memory: tuple[MemoryUse, ...] = ()  # per device, from [memory] events (profile_memory=True)
     #: the node's own ops and kernels per pass, largest first (traceprof.analysis.module_ops)
     ops: tuple[OpStat, ...] = ()
+    #: its share of compiled kernels fused across modules; None when the trace has no
+    #: compiled work joined to the compiled-kernel table
+    fused: Fused | None = None
 
     def phase(self, p: Pass | str) -> PhaseTimes:
         """The node's times in pass ``p``."""
@@ -270,6 +310,26 @@ class LinkStats(msgspec.Struct, frozen=True):
     nesting_conflicts: int
 
 
+class CompiledSummary(msgspec.Struct, frozen=True):
+    """The compiled graphs' work joined to modules through the compiled-kernel table
+    (docs/attribution.md "Compiled models"), per step."""
+
+    graphs: int  # graphs of the table that ran in the selection
+    runs: float  # graph runs per step
+    events: float  # kernel calls per step: the direct children of the runs' scopes
+    matched: float  # ... of them joined to a call site of the table
+    #: FLOPs of forward ops that backward graphs computed again (activation recomputation),
+    #: part of the backward's FLOPs
+    recomputed_flops: float = 0.0
+    nodes_from_table: int = 0  # module nodes made from the table (no scope of their own)
+    #: graph runs whose graph the table does not have (cache hits on graphs it never saw)
+    runs_without_graph: float = 0.0
+    #: time of the compiled code outside its kernel calls: Dynamo's cache lookups (guards), the
+    #: regions' and compiled backward's wrappers (GPU busy time; CPU time on CPU-only traces):
+    #: on the compiled roots, part of their own time
+    overhead_us: float = 0.0
+
+
 class ModuleProfile(msgspec.Struct, frozen=True):
     metadata: TraceMetadata
     source: str  # hierarchy source (hierarchy.Source value)
@@ -290,6 +350,8 @@ class ModuleProfile(msgspec.Struct, frozen=True):
     #: one step drawn as lanes, and the memory curve over it (traceprof.analysis.step_timeline); None
     #: when not computed
     timeline: Timeline | None = None
+    #: compiled graphs joined to modules by the compiled-kernel table; None without it
+    compiled: CompiledSummary | None = None
 
     def memory_of(self, node: ModuleNode, device: str | None = None) -> MemoryUse | None:
         """``node``'s memory use on ``device`` (default: :attr:`memory_device`), or None."""
@@ -370,6 +432,20 @@ class ModuleProfile(msgspec.Struct, frozen=True):
                 assert self.nodes[c].parent == node.id, f"bad parent link under {node.id}"
             if node.kind is NodeKind.MODULE:  # a module's work is forward or backward
                 assert node.other.total == ZERO, f"{node.qualified_name} has other-pass work"
+            if node.fused is not None:  # fused work adds up, and is part of the node's
+                for phase in PASSES:
+                    fused = node.fused.phase(phase)
+                    expect = fused.own
+                    for c in node.children:
+                        child = self.nodes[c].fused
+                        expect = expect + (child.phase(phase).total if child is not None else ZERO)
+                    for key in FUSED_FIELDS:
+                        a, b = getattr(fused.total, key), getattr(expect, key)
+                        assert close(a, b), f"{node.qualified_name} {phase} fused {key}: {a} != {b}"
+                        own, part = getattr(node.phase(phase).own, key), getattr(fused.own, key)
+                        assert part <= own or close(part, own), (
+                            f"{node.qualified_name} {phase} fused {key}: {part} > own {own}"
+                        )
             if node.ops:  # the ops rows add up to the node's own work, per pass
                 for phase in PASSES:
                     own = node.phase(phase).own

@@ -16,7 +16,7 @@ import msgspec
 from msgspec.structs import asdict
 
 from traceprof.errors import MissingDependencyError
-from traceprof.result.model import PASSES, ModuleNode, ModuleProfile, OpStat, Times
+from traceprof.result.model import FUSED_FIELDS, PASSES, ModuleNode, ModuleProfile, OpStat, PhaseTimes, Times
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -60,6 +60,12 @@ def node_record(profile: ModuleProfile, node: ModuleNode) -> dict[str, Any]:
     for phase in PASSES:
         for key in MEMORY_FIELDS:
             rec[f"{phase.value}_{key}"] = getattr(use.phase(phase), key) if use else None
+    if profile.compiled is not None:  # kernels fused across modules (traces with compiled work)
+        for phase in PASSES:
+            fused = node.fused.phase(phase) if node.fused is not None else PhaseTimes()
+            for scope, part in (("total", fused.total), ("own", fused.own)):
+                for key in FUSED_FIELDS:
+                    rec[f"{phase.value}_{scope}_fused_{key}"] = getattr(part, key)
     rec["params_total"] = info.params_total if info else None
     rec["params"] = info.params if info else None
     rec["input_shapes"] = info.inputs if info else None
@@ -133,7 +139,8 @@ def dataframe_parquet(df: pd.DataFrame, metadata: dict[str, str | bytes]) -> byt
     return buf.getvalue()
 
 
-#: columns of the per-module ops table (``--ops``, the JSON ``ops`` section)
+#: columns of the per-module ops table (``--ops``, the JSON ``ops`` section); profiles with
+#: compiled work add OP_MODULES_FIELD: the modules a fused kernel's ops belong to
 OP_FIELDS = (
     "node",
     "qualified_name",
@@ -150,6 +157,7 @@ OP_FIELDS = (
     "share_of_node",
     "flop_per_s",
 )
+OP_MODULES_FIELD = "modules"
 
 
 def op_records(profile: ModuleProfile, node: ModuleNode | None = None) -> list[dict[str, Any]]:
@@ -190,6 +198,7 @@ def op_records(profile: ModuleProfile, node: ModuleNode | None = None) -> list[d
                     "flops": o.flops,
                     "share_of_node": time / whole if whole > 0 else 0.0,
                     "flop_per_s": o.flops / (time * 1e-6) if o.flops and time > 0 else None,
+                    **({OP_MODULES_FIELD: o.modules} if profile.compiled is not None else {}),
                 }
             )
     return out
@@ -227,6 +236,8 @@ def profile_document(profile: ModuleProfile, timeline: bool = False) -> dict[str
         ],
         "ops": op_records(profile),
     }
+    if profile.compiled is not None:
+        doc["compiled"] = asdict(profile.compiled)
     if timeline:
         doc["timeline"] = profile.timeline.document() if profile.timeline else None
     return doc

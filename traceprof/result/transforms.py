@@ -13,6 +13,7 @@ from traceprof.errors import OptionError
 from traceprof.result.model import (
     PASSES,
     ZERO,
+    Fused,
     ModuleNode,
     ModuleProfile,
     NodeKind,
@@ -181,6 +182,19 @@ def _rebuild(profile: ModuleProfile, arrange: Arrange) -> ModuleProfile:
             stack.extend(n.children)
         return rows
 
+    def fused_of(group: list[ModuleNode]) -> Fused | None:
+        """The fused work of ``group``'s subtrees, as a node's own (None: none has any)."""
+        parts = [c.fused for c in group if c.fused is not None]
+        if not parts:
+            return None
+        summed = []
+        for p in PASSES:
+            total = ZERO
+            for f in parts:
+                total = total + f.phase(p).total
+            summed.append(PhaseTimes(own=total, total=total))
+        return Fused(*summed)
+
     def emit(node: ModuleNode, new_parent: int, depth: int) -> int:
         new_id = len(out)
         out.append(node)  # placeholder, replaced below once children are known
@@ -205,10 +219,12 @@ def _rebuild(profile: ModuleProfile, arrange: Arrange) -> ModuleProfile:
                 backward=backward,
                 other=other,
                 ops=bounded(subtree_ops(folded)),
+                fused=fused_of(folded),
             )
             out.append(others)
             child_ids.append(others.id)
         ops = node.ops
+        fused = node.fused
         if folded and not as_sibling:
             phases = {
                 p.value: PhaseTimes(
@@ -217,6 +233,14 @@ def _rebuild(profile: ModuleProfile, arrange: Arrange) -> ModuleProfile:
                 for p in PASSES
             }
             ops = bounded(list(node.ops) + subtree_ops(folded))
+            inner = fused_of(folded)
+            if fused is not None and inner is not None:
+                fused = Fused(
+                    *(
+                        PhaseTimes(own=fused.phase(p).own + inner.phase(p).own, total=fused.phase(p).total)
+                        for p in PASSES
+                    )
+                )
         out[new_id] = replace(
             node,
             id=new_id,
@@ -224,6 +248,7 @@ def _rebuild(profile: ModuleProfile, arrange: Arrange) -> ModuleProfile:
             children=tuple(child_ids),
             depth=depth,
             ops=ops,
+            fused=fused,
             **phases,
         )
         return new_id
@@ -248,6 +273,7 @@ def _rebuild(profile: ModuleProfile, arrange: Arrange) -> ModuleProfile:
             backward=backward,
             other=other,
             ops=bounded(subtree_ops(folded_roots)),
+            fused=fused_of(folded_roots),
         )
         out.append(others)
         bucket = [i for i in root_ids if out[i].kind is NodeKind.UNATTRIBUTED]

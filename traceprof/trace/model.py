@@ -64,6 +64,87 @@ class ModuleTable(msgspec.Struct, frozen=True):
     world_size: int | None = None
 
 
+class CompiledNode(msgspec.Struct, frozen=True):
+    """One post-grad FX node of a compiled graph (the compiled-kernel table, docs/attribution.md
+    "Compiled models"): the aten op it runs, its arguments described, and its module."""
+
+    op: str  # "aten.mm.default" (an OpOverload), or a Python callable's name ("getitem")
+    #: per positional argument: a tensor ``{"shape": [...], "dtype": "float32"}`` (a symbolic
+    #: size is its expression, "s77"), a list of them, a number, a bool, a list, None, a
+    #: symbolic scalar ``{"sym": "s77"}``, or text
+    inputs: tuple[Any, ...] = ()
+    kwargs: dict[str, Any] = {}
+    output: Any = None
+    #: qualified name of the innermost module of its module stack, relative to the compiled root
+    #: ("" = the root itself)
+    module: str = ""
+    module_class: str | None = None
+    #: where ``module`` came from; None: the node has no module stack (code of the compiled
+    #: function itself, autograd's gradient sums): it belongs to the root
+    module_from: str | None = None
+
+
+class CompiledCall(msgspec.Struct, frozen=True):
+    """One call site of a compiled graph's wrapper, in call order: a generated kernel
+    (``cpp``, ``triton``), an extern kernel or a fallback (an ordinary aten op event)."""
+
+    kernel: str  # the wrapper's callee
+    kind: str  # "cpp", "triton", "extern", "fallback", "wrapper"
+    event: str | None  # the name of the event the call leaves in a trace; None: not known
+    nodes: tuple[str, ...] = ()  # the post-grad nodes it computes (keys of the graph's nodes)
+    #: the module it works for, relative to the compiled root: the deepest module common to its
+    #: nodes with a module stack (an extern call: the module of the node it computes); None:
+    #: nothing known
+    module: str | None = None
+    module_from: str | None = None
+    primary_node: str | None = None  # an extern call's node (the others are views feeding it)
+
+
+class CompiledInput(msgspec.Struct, frozen=True):
+    """A placeholder of a compiled graph: its name and its value described (symbolic sizes
+    stay symbolic; a run's concrete inputs bind them)."""
+
+    name: str
+    val: Any = None
+
+
+class CompiledGraph(msgspec.Struct, frozen=True):
+    """One graph Inductor compiled: forward, backward or inference."""
+
+    table_key: str  # its key in the table (the FX graph cache key, or "nokey:<id>:<direction>")
+    key: str | None  # the FX graph cache key its runs' scopes name; None: the cache was bypassed
+    direction: str  # "forward", "backward" or "inference"
+    graph_id: int | None = None
+    event_prefixes: tuple[str, ...] = ()  # "graph_<id>_" of its generated kernels' events
+    compile_ids: tuple[str, ...] = ()  # Dynamo compile ids ("0/0") it was compiled or loaded for
+    inputs: tuple[CompiledInput, ...] = ()
+    calls: tuple[CompiledCall, ...] = ()
+    nodes: dict[str, CompiledNode] = {}
+
+
+class CompiledCompile(msgspec.Struct, frozen=True):
+    """One compile (or cache load) of a graph, in order."""
+
+    key: str  # table key of the graph
+    direction: str = ""
+    compile_id: str | None = None
+    graph_id: int | None = None
+    cache: str | None = None  # "compiled" or "cache_hit"
+    root: str | None = None  # qualified name of the module Dynamo compiled (None: not known)
+
+
+class CompiledTable(msgspec.Struct, frozen=True):
+    """The compiled-kernel table that traceprof.capture embeds for ``torch.compile`` graphs:
+    for every call site of every compiled graph, the event it leaves and the nodes (and so the
+    modules) it computes."""
+
+    version: int
+    graphs: dict[str, CompiledGraph]
+    compiles: tuple[CompiledCompile, ...] = ()
+    torch_version: str | None = None
+    warnings: tuple[str, ...] = ()
+
+
 class TraceMetadata(msgspec.Struct, frozen=True):
     path: str
     size_bytes: int
@@ -76,6 +157,8 @@ class TraceMetadata(msgspec.Struct, frozen=True):
     flags: dict[str, bool]
     module_table: ModuleTable | None
     warnings: tuple[str, ...]
+    #: the compiled-kernel table (traces of torch.compile'd models captured by traceprof)
+    compiled_table: CompiledTable | None = None
 
 
 class EventTable(msgspec.Struct, frozen=True):

@@ -284,6 +284,8 @@ COMPILED_CALL_NO_KEY = "None"
 #: the prefix of Inductor's C++ kernel events, "graph_<graph id>_<kernel>": the compile's counter,
 #: shared by the forward and the backward graph of one Dynamo graph
 COMPILED_KERNEL_PREFIX_RE = re.compile(r"graph_\d+_")
+#: Dynamo's guard evaluation before each call of a compiled frame (outside its region)
+COMPILED_CACHE_LOOKUP_NAME = "TorchDynamo Cache Lookup"
 #: the table's format and the version this traceprof reads
 COMPILED_TABLE_FORMAT = "traceprof.compiled"
 COMPILED_TABLE_VERSION = 1
@@ -328,7 +330,6 @@ def compiled_op_event_name(op: str) -> str | None:
     what is not a dispatcher op (``getitem``, a placeholder's name)."""
     parts = op.split(".")
     return f"{parts[0]}::{parts[1]}" if len(parts) >= 3 and parts[0] and parts[1] else None
-
 
 
 def step_number(name: str) -> int | None:
