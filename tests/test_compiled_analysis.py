@@ -288,6 +288,56 @@ def test_flops_of_a_node_are_those_of_the_eager_op_with_the_same_arguments():
     assert node_cost(CompiledNode(op="prims.inductor_random.default", inputs=()), REGISTRY) is None
 
 
+def test_nodes_of_one_decomposed_op_count_as_that_op_once(analyze_built):
+    """A GELU decomposed into erf form: its nodes count as one aten::gelu of its arguments (the
+    node of its first output carries them); a group without them counts its nodes' own ops."""
+    decomposed = {"original_aten": "aten.gelu.default"}
+    fwd = graph(
+        "ffwd",
+        "forward",
+        [
+            site("cpp", "graph_0_cpp_fused_gelu_0", ["mul", "erf", "out"], "a.act"),
+            site("cpp", "graph_0_cpp_fused_gelu_1", ["mul_1", "erf_1"], "b"),
+        ],
+        {
+            "mul": node(
+                "aten.mul.Tensor", [tensor(4, 8), 0.7], "a.act", "GELU", original_group="1:g", **decomposed
+            ),
+            "erf": node(
+                "aten.erf.default", [tensor(4, 8)], "a.act", "GELU", original_group="1:g", **decomposed
+            ),
+            "out": node(
+                "aten.mul.Tensor",
+                [tensor(4, 8), tensor(4, 8)],
+                "a.act",
+                "GELU",
+                original_group="1:g",
+                original_inputs=[tensor(4, 8)],
+                **decomposed,
+            ),
+            "mul_1": node(
+                "aten.mul.Tensor", [tensor(4, 16), 0.7], "b", "Linear", original_group="2:g", **decomposed
+            ),
+            "erf_1": node(
+                "aten.erf.default", [tensor(4, 16)], "b", "Linear", original_group="2:g", **decomposed
+            ),
+        },
+    )
+    b = TraceBuilder()
+    b.step(1, 0, 2000)
+    b.scope("", "Net", 10, 600)
+    b.op("Torch-Compiled Region: 0/0", 20, 560)
+    b.op("CompiledFunction", 30, 540, seq=7)
+    b.annotation("## Call CompiledFxGraph ffwd ##", 40, 500)
+    b.op("graph_0_cpp_fused_gelu_0", 50, 20)
+    b.op("graph_0_cpp_fused_gelu_1", 100, 20)
+    b.shaped_op("aten::relu", 590, 5, [[4]], ["float"], [""])  # a trace with shapes
+    p = analyze_built(with_tables(b, [fwd], MODULES))
+    assert p.find("a.act").forward.own.flops == pytest.approx(eager_flops("aten::gelu", [[4, 8]]))
+    own = eager_flops("aten::mul", [[4, 16]]) + eager_flops("aten::erf", [[4, 16]])
+    assert p.find("b").forward.own.flops == pytest.approx(own)
+
+
 def test_symbolic_sizes_are_bound_by_the_forward_inputs(analyze_built):
     fwd = graph(
         "fdyn",
@@ -622,11 +672,15 @@ def test_real_kernel_calls_land_in_submodules_as_eager_ops_do(analyzed, case):
 
 
 #: the least share of the eager submodule share of time the compiled one keeps. One step of a tiny
-#: model on a CPU: a single kernel call that stalls moves it by several percent (measured over 9
-#: captures: gpt 0.985-1.10, cnn 1.00-1.02, graph_break 0.886-1.05, per_block 0.890-1.03). The
-#: graph-break model's backward fuses b.0's input-gradient matmul with the residual's gradient add
-#: (a root op) into one extern addmm that no module stack names: it sits on the root
-LEAST = {"gpt": 0.9, "cnn": 0.9, "graph_break": 0.85, "per_block": 0.85}
+#: model on a CPU: a single kernel call that stalls moves it by several percent. Measured over 15
+#: test sessions (each capturing afresh) with pattern-made nodes in their inputs' module: gpt
+#: 0.978-1.032, cnn 1.000-1.016, graph_break 0.995-1.064, per_block 0.914-1.035. graph_break was
+#: 0.877-0.968 over 6 sessions before: its backward fuses b.0's input-gradient matmul with the
+#: residual's gradient add into one extern addmm that a post-grad pattern makes without a module
+#: stack; it now lands in ``b``, its inputs' common module. per_block moves with the machine's
+#: state, the same with and without that change (0.94-1.00 before, 0.91-1.04 after; an earlier
+#: series measured 0.890): too close to 0.9 to raise its bound
+LEAST = {"gpt": 0.9, "cnn": 0.9, "graph_break": 0.9, "per_block": 0.85}
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -658,7 +712,9 @@ def test_real_block_flops_agree_with_eager(analyzed, case):
         other = compiled.find(block.qualified_name)
         for phase in ("forward", "backward"):
             want = block.phase(phase).total.flops
-            assert other.phase(phase).total.flops == pytest.approx(want, rel=0.05), (
+            # decomposed ops count as the op (forward within 0.1%); the backward recomputes a few
+            # forward ops (measured: 1.9-2.3% more)
+            assert other.phase(phase).total.flops == pytest.approx(want, rel=0.03), (
                 block.qualified_name,
                 phase,
             )

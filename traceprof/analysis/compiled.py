@@ -30,7 +30,7 @@ node's fused record too, and ``--ops`` names the modules it spans.
 **FLOPs** of generated kernels, whose events carry no shapes, come from their nodes through the
 same formula registry as eager ops (each node's op and arguments as a trace would record them);
 each node's cost goes to the node's own module, so that a module's FLOPs are the same compiled
-or not. Extern kernels are aten events with shapes, counted as in eager traces. Forward ops that
+or not. The nodes of one decomposed op call (``original_group``) count as that op, once. Extern kernels are aten events with shapes, counted as in eager traces. Forward ops that
 a backward graph computes again (activation recomputation) are counted in the backward, and
 their FLOPs reported.
 
@@ -186,6 +186,7 @@ class _Join:
         self.graph_keys = tuple(table.graphs)
         self.graphs = [table.graphs[k] for k in self.graph_keys]
         self.owners = [_owners(g) for g in self.graphs]
+        self.originals = [_original_groups(g, registry) for g in self.graphs]
         self.sites = [
             [_site(g, i, owner, registry) for i in range(len(g.calls))]
             for g, owner in zip(self.graphs, self.owners)
@@ -563,7 +564,13 @@ class _Join:
                 continue
             if (g, s, b) not in site_costs:
                 site_costs[(g, s, b)] = _site_costs(
-                    self.graphs[g], s, self.owners[g], self.registry, self.sizes[b], self.node_costs[b]
+                    self.graphs[g],
+                    s,
+                    self.owners[g],
+                    self.originals[g],
+                    self.registry,
+                    self.sizes[b],
+                    self.node_costs[b],
                 )
             per_combo.append(
                 [
@@ -761,27 +768,58 @@ def _owners(graph: CompiledGraph) -> dict[str, int]:
     return owner
 
 
+def _original_groups(graph: CompiledGraph, registry: Registry) -> dict[str, str]:
+    """Groups of nodes decomposed from one op call (``original_group``) that are costed as that
+    op: group -> the node that carries the op's arguments (``original_inputs``, on the node of
+    its first output), for ops the registry has a formula for."""
+    out: dict[str, str] = {}
+    for name, node in graph.nodes.items():
+        if node.original_group is None or node.original_inputs is None or node.original_aten is None:
+            continue
+        event = schema.compiled_op_event_name(node.original_aten)
+        entry = registry.get(event) if event is not None else None
+        if entry is not None and entry.formula is not None:
+            out.setdefault(node.original_group, name)
+    return out
+
+
 def _site_costs(
     graph: CompiledGraph,
     index: int,
     owner: dict[str, int],
+    originals: dict[str, str],
     registry: Registry,
     sizes: dict[str, int],
     memo: dict[bytes, tuple[OpCost, int] | None],
 ) -> list[tuple[str, OpCost, int, float]]:
     """The cost of a generated kernel's nodes (those it owns, see _owners) by module: (module,
     cost, family of its largest node, FLOPs of recomputed forward ops); ``sizes``: the run's
-    symbolic sizes; ``memo``: the costs of the distinct (op, arguments) met so far."""
+    symbolic sizes; ``memo``: the costs of the distinct (op, arguments) met so far.
+
+    The nodes of one decomposed op call (a group of ``originals``, see _original_groups) count
+    as that op, once: the node with its arguments takes the op's cost (its own when the op's
+    arguments are not understood), the group's other nodes none."""
     by_module: dict[str, list[tuple[OpCost, int, float]]] = {}
     backward = graph.direction == schema.COMPILED_BACKWARD_DIRECTION
     for name in graph.calls[index].nodes:
         node = graph.nodes.get(name)
         if node is None or owner.get(name) != index:
             continue
-        signature = msgspec.json.encode((node.op, node.inputs))
-        if signature not in memo:
-            memo[signature] = node_cost(node, registry, sizes)
-        found = memo[signature]
+        found = None
+        group = node.original_group
+        if group is not None and group in originals:
+            if originals[group] != name:
+                continue  # counted with its group's op
+            original = CompiledNode(node.original_aten or node.op, node.original_inputs or ())
+            signature = msgspec.json.encode((original.op, original.inputs))
+            if signature not in memo:
+                memo[signature] = node_cost(original, registry, sizes)
+            found = memo[signature]
+        if found is None:
+            signature = msgspec.json.encode((node.op, node.inputs))
+            if signature not in memo:
+                memo[signature] = node_cost(node, registry, sizes)
+            found = memo[signature]
         if found is None:
             continue
         cost, family = found

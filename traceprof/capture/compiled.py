@@ -29,6 +29,9 @@ What the recorder changes while active, all undone on exit (also when the block 
   post-grad graph; its ``uuid()`` enters every FX graph and AOTAutograd cache key, so graphs
   compiled without the recorder (other settings, no pass) are never taken from the caches for
   it: each is compiled for real the first time, and its row is built from its post-grad graph;
+- ``torch.fx.experimental.proxy_tensor.proxy_call`` wrapped: when an op is traced as its
+  decomposition, its arguments (described) are kept on the node of its first output, so that
+  the table can cost the decomposed nodes as the op (``original_inputs``);
 - ``CompiledFxGraph.post_compile`` wrapped: the one place every compiled graph passes through,
   compiled or loaded from a cache. Nothing the recorder does can fail a compile: its errors are
   collected in ``warnings``.
@@ -95,7 +98,7 @@ _PREFIX_RE = re.compile(r"(graph_\d+_)")
 _SAFE_KEY_RE = re.compile(r"[A-Za-z0-9_-]{1,200}")
 #: goes into every FX graph cache key through the recorder's pass (``uuid()``); change it when the
 #: recorder changes what it records, so that graphs cached by an older version compile again
-_SALT = "1"
+_SALT = "5"
 #: the format of the files that keep a graph's row next to Inductor's cache
 _PERSIST_FORMAT = "traceprof.compiled.graph/1"
 _OP_NAMESPACES = ("aten", "prims", "quantized", "mkldnn", "onednn")
@@ -395,12 +398,15 @@ def _describe_node(node: Any) -> dict[str, Any]:
     ``module`` is the qualified name of the innermost module of the node's module stack,
     relative to the compiled frame's root local (``root_local``, usually ``L['self']``); ``""``
     when the node has no stack (code of the compiled function itself, autograd's gradient sums
-    in a backward graph, nodes a post-grad pattern created). A ``copy_`` that writes a mutated
-    input back (BatchNorm's running statistics) takes the module of the value it copies.
+    in a backward graph). A ``copy_`` that writes a mutated input back (BatchNorm's running
+    statistics) takes the module of the value it copies. A node that a post-grad pattern
+    created (``mm + add -> addmm_default``: no stack and no ``seq_nr``, which every node traced
+    from the model's code has) takes the module its inputs give it (:func:`_module_of_inputs`).
     ``module_from`` says which of these applied (``None``: no stack).
     """
     stack = _module_stack(node)
     module_from: str | None = None
+    derived: tuple[str, str | None, str | None] | None = None
     if stack:
         module_from = "fwd_nn_module_stack" if "fwd_nn_module_stack" in node.meta else "nn_module_stack"
     elif (
@@ -410,6 +416,9 @@ def _describe_node(node: Any) -> dict[str, Any]:
     ):
         stack = _module_stack(node.args[1])
         module_from = "copy_source" if stack else None
+    elif _pattern_made(node):
+        derived = _module_of_inputs(node, {})
+        module_from = "inputs" if derived is not None else None
     row: dict[str, Any] = {
         "op": _op_name(node.target),
         "inputs": [_describe_arg(a) for a in node.args],
@@ -423,11 +432,63 @@ def _describe_node(node: Any) -> dict[str, Any]:
         row["module"] = qualified if qualified is not None else source
         row["module_class"] = cls_name
         row["root_local"] = root
+    elif derived is not None:
+        row["module"], row["module_class"], row["root_local"] = derived
     else:
         row["module"] = ""
         row["module_class"] = None
     row["module_from"] = module_from
+    original = node.meta.get("original_aten")
+    if original is not None and _op_name(original) != row["op"] and "seq_nr" in node.meta:
+        # one of the nodes an op was decomposed into: the group is that op's call
+        row["original_aten"] = _op_name(original)
+        row["original_group"] = f"{node.meta['seq_nr']}:{row['original_aten']}"
+        described = node.meta.get("traceprof_original")
+        if isinstance(described, tuple) and len(described) == 2 and described[0] == row["original_aten"]:
+            row["original_inputs"] = described[1]  # on the node of the op's first output
     return row
+
+
+def _pattern_made(node: Any) -> bool:
+    """A node that a post-grad pattern made (``addmm_default`` from ``mm + add``): not traced
+    from the model's code (no ``seq_nr``) and without a module stack of its own."""
+    return (
+        node.op == "call_function"
+        and "seq_nr" not in node.meta
+        and not node.meta.get("nn_module_stack")
+        and not node.meta.get("fwd_nn_module_stack")
+    )
+
+
+def _module_of_inputs(
+    node: Any, memo: dict[str, tuple[str, str | None, str | None] | None], depth: int = 0
+) -> tuple[str, str | None, str | None] | None:
+    """``(module, class, root_local)`` of a pattern-made node: the deepest module common to its
+    input nodes that have one (their own stack, or derived the same way for pattern-made inputs;
+    inputs of the compiled code itself, placeholders and root ops, do not pull it up); ``None``
+    when no input has a module. The class is that of an input in exactly that module (else
+    ``None``)."""
+    if node.name in memo:
+        return memo[node.name]
+    memo[node.name] = None  # cycles cannot occur in a graph; this bounds odd metadata
+    found: list[tuple[str, str | None, str | None]] = []
+    for arg in node.all_input_nodes:
+        stack = _module_stack(arg)
+        if stack:
+            _, source, cls_name = stack[-1]
+            root, qualified = module_path(source)
+            found.append((qualified if qualified is not None else source, cls_name, root))
+        elif depth < _MAX_DEPTH and _pattern_made(arg):
+            inner = _module_of_inputs(arg, memo, depth + 1)
+            if inner is not None:
+                found.append(inner)
+    if not found:
+        return None
+    module = _common_module(f[0] for f in found)
+    class_name = next((f[1] for f in found if f[0] == module), None)
+    roots = {f[2] for f in found}
+    memo[node.name] = result = (module, class_name, roots.pop() if len(roots) == 1 else None)
+    return result
 
 
 def _assign_modules(
@@ -568,6 +629,8 @@ class CompiledGraphRecorder:
         self._saved: dict[str, Any] = {}
         self._patched: Any = None  # our post_compile wrapper while installed
         self._original: Any = None
+        self._proxy_patched: Any = None  # our proxy_call wrapper while installed
+        self._proxy_original: Any = None
         self._active_flag = False
         self._torch_version = ""
         self._module_names: dict[int, tuple[str, str]] | None = None  # id -> (name, class)
@@ -613,6 +676,12 @@ class CompiledGraphRecorder:
             self._original = CompiledFxGraph.__dict__["post_compile"]
             self._patched = _wrap_post_compile(self, self._original)
             CompiledFxGraph.post_compile = self._patched  # type: ignore[method-assign]
+            import torch.fx.experimental.proxy_tensor as proxy_tensor
+
+            if callable(getattr(proxy_tensor, "proxy_call", None)):  # else: no original_inputs
+                self._proxy_original = proxy_tensor.proxy_call
+                self._proxy_patched = _wrap_proxy_call(self._proxy_original)
+                proxy_tensor.proxy_call = self._proxy_patched
             self._active_flag = True
         except BaseException:
             self._restore()
@@ -639,6 +708,12 @@ class CompiledGraphRecorder:
         except Exception as e:
             errors.append(e)
         self._patched = self._original = None
+        if self._proxy_patched is not None:
+            import torch.fx.experimental.proxy_tensor as proxy_tensor
+
+            if proxy_tensor.proxy_call is self._proxy_patched:
+                proxy_tensor.proxy_call = self._proxy_original
+            self._proxy_patched = self._proxy_original = None
         if self._saved:
             import torch._inductor.config as inductor_config
 
@@ -996,6 +1071,45 @@ def _wrap_post_compile(recorder: CompiledGraphRecorder, original: Any) -> Any:
 
     post_compile.__wrapped__ = original  # type: ignore[attr-defined]
     return post_compile
+
+
+def _wrap_proxy_call(original: Any) -> Any:
+    """``make_fx``'s ``proxy_call`` that, when an op is traced as its decomposition, keeps the
+    op's arguments (described) on the node of its first output: ``meta["traceprof_original"]``
+    (the post-grad node keeps it; ``original_inputs`` of the table). Only for the outermost
+    decomposed op (the one ``meta["original_aten"]`` names); never fails a trace."""
+
+    import torch.fx.experimental.proxy_tensor as proxy_tensor
+
+    outermost = getattr(proxy_tensor, "ORIGINAL_ATEN", None)
+
+    def proxy_call(mode: Any, func: Any, pre_dispatch: Any, args: Any, kwargs: Any) -> Any:
+        # the op that original_aten names (set just before): not one inside its decomposition
+        inner = outermost is None or outermost.get() is not func
+        out = original(mode, func, pre_dispatch, args, kwargs)
+        if not inner:
+            try:
+                _tag_original(mode, func, args, out)
+            except Exception:  # only a description is lost
+                pass
+        return out
+
+    proxy_call.__wrapped__ = original  # type: ignore[attr-defined]
+    return proxy_call
+
+
+def _tag_original(mode: Any, func: Any, args: Any, out: Any) -> None:
+    from torch import Tensor
+    from torch.fx.experimental.proxy_tensor import get_proxy_slot
+
+    first = out[0] if isinstance(out, (tuple, list)) and out else out
+    if not isinstance(first, Tensor):
+        return
+    proxy = getattr(get_proxy_slot(first, mode.tracer, None), "proxy", None)
+    node = getattr(proxy, "node", None)
+    # a node of another op (``to`` returning its input) keeps the first op's description
+    if node is not None and node.target is not func and "traceprof_original" not in node.meta:
+        node.meta["traceprof_original"] = (_op_name(func), [_describe_val(a) for a in args])
 
 
 def iter_call_sites(table: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:

@@ -82,6 +82,12 @@ class CompiledNode(msgspec.Struct, frozen=True):
     #: where ``module`` came from; None: the node has no module stack (code of the compiled
     #: function itself, autograd's gradient sums): it belongs to the root
     module_from: str | None = None
+    #: the op this node is part of the decomposition of ("aten.gelu.default"); None: not decomposed
+    original_aten: str | None = None
+    #: the call of that op the node comes from: the nodes of one group are costed as the op, once
+    original_group: str | None = None
+    #: that op's arguments, described as ``inputs`` (on one node of the group: its first output's)
+    original_inputs: tuple[Any, ...] | None = None
 
 
 class CompiledCall(msgspec.Struct, frozen=True):
