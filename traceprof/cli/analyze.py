@@ -11,16 +11,17 @@ from traceprof.cli.common import (
     MAX_MEMORY_HELP,
     SOURCES,
     Size,
+    chosen_renderer,
     close,
-    color_terminal,
+    emit,
     fail,
-    interrupted,
     job_progress,
+    print_warnings,
     progress_reporter,
+    reported_errors,
     write_tensorboard,
 )
-from traceprof.errors import OptionError, TraceprofError
-from traceprof.output import STDOUT, check_binary_output, resolve_output, write_output
+from traceprof.errors import OptionError
 from traceprof.render.table import COLUMNS as TABLE_COLUMNS
 from traceprof.render.table import DEFAULT_COLUMNS as DEFAULT_TABLE_COLUMNS
 from traceprof.render.table import parse_columns
@@ -229,14 +230,9 @@ def analyze(
             straggler_threshold=straggler_threshold,
         )
     trace = trace[0]
-    try:
-        if output:  # refused before the analysis, and checked again when written
-            resolve_output(output, inputs=[trace])
-        if fmt is None:
-            chosen = render.for_output(output) if output else None
-            fmt = chosen.name if chosen else "tree"
-        if render.get(fmt).binary:
-            check_binary_output(fmt, output)
+    with reported_errors(f"{trace}: out of memory while analyzing"):
+        renderer = chosen_renderer(render.REGISTRY, fmt, output, [trace])
+        fmt = renderer.name
         reporter = progress_reporter(trace)
         try:
             profile = analyze_api(
@@ -270,29 +266,19 @@ def analyze(
             text = render_ops(profile, ops_module, fmt, raw)
         else:
             text = render.render(profile, fmt, options)
-        if not render.get(fmt).shows_warnings:  # rows only (CSV, Parquet): warnings on stderr
-            for warning in profile.warnings:
-                click.echo(f"traceprof: warning: {warning}", err=True)
-        if isinstance(text, bytes) or (output and output != STDOUT):
-            write_output(output, text, inputs=[trace])
-        elif fmt in ("tree", "table") and color_terminal():
-            from rich.console import Console
-
-            from traceprof.render.terminal import styled
-
-            Console(highlight=False, soft_wrap=True).print(styled(text), end="")
-        else:
-            click.echo(text, nl=False)
+        if not renderer.shows_warnings:  # rows only (CSV, Parquet): warnings on stderr
+            print_warnings(profile.warnings)
+        emit(text, output, [trace], _styled if fmt in ("tree", "table") else None)
         if tensorboard_logdir:
             write_tensorboard(
                 [trace], tensorboard_logdir, hierarchy=hierarchy, err=True, max_memory=max_memory
             )
-    except TraceprofError as e:
-        fail(e.message, e.exit_code)
-    except MemoryError:
-        fail(f"{trace}: out of memory while analyzing", 5)
-    except KeyboardInterrupt as e:
-        interrupted(e)
+
+
+def _styled(text: str) -> object:
+    from traceprof.render.terminal import styled
+
+    return styled(text)
 
 
 def _analyze_job(
@@ -323,7 +309,7 @@ def _analyze_job(
     from traceprof.job.analyze import analyze_job
     from traceprof.read.discovery import find_traces
 
-    try:
+    with reported_errors("out of memory while analyzing the job"):
         for given, option in (
             (top, "--top"),
             (ignore, "--ignore"),
@@ -336,14 +322,8 @@ def _analyze_job(
             if given:
                 raise OptionError(f"{option} applies to one trace, not to a job of several (docs/jobs.md)")
         paths = find_traces(traces)
-        if output:
-            resolve_output(output, inputs=paths)
-        if fmt is None:
-            chosen = render.for_output(output) if output else None
-            fmt = chosen.name if chosen else "tree"
-        renderer = render.get_job(fmt)
-        if renderer.binary:
-            check_binary_output(fmt, output)
+        renderer = chosen_renderer(render.JOB_REGISTRY, fmt, output, paths)
+        fmt = renderer.name
         reporter = job_progress(len(paths))
         try:
             job = analyze_job(
@@ -362,20 +342,7 @@ def _analyze_job(
             close(reporter)
         options = render.RenderOptions(raw_numbers=raw, ranks=ranks, depth=depth)
         text = render.render_job(job, fmt, options)
-        if not renderer.shows_warnings:
-            for warning in job.warnings:
-                click.echo(f"traceprof: warning: {warning}", err=True)
-        else:
-            for warning in job.warnings:
-                if warning.startswith("partial job"):  # also where a pipe reader sees it
-                    click.echo(f"traceprof: warning: {warning}", err=True)
-        if isinstance(text, bytes) or (output and output != STDOUT):
-            write_output(output, text, inputs=paths)
-        else:
-            click.echo(text, nl=False)
-    except TraceprofError as e:
-        fail(e.message, e.exit_code)
-    except MemoryError:
-        fail("out of memory while analyzing the job", 5)
-    except KeyboardInterrupt as e:
-        interrupted(e)
+        # rows only (CSV, Parquet): every warning on stderr; else a partial job's there too,
+        # where a pipe reader sees it
+        print_warnings(w for w in job.warnings if not renderer.shows_warnings or w.startswith("partial job"))
+        emit(text, output, paths)

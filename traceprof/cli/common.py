@@ -3,16 +3,22 @@ signals, and writing a TensorBoard run. No command imports another; each imports
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
 import threading
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 import click
 
 from traceprof.analysis.hierarchy import Source
+from traceprof.errors import TraceprofError
+from traceprof.output import STDOUT, check_binary_output, resolve_output, write_output
 from traceprof.read.limits import ENV_VAR as MAX_MEMORY_ENV
 from traceprof.read.limits import parse_size
+from traceprof.render.registry import Registry, Renderer
 
 #: values of --hierarchy
 SOURCES = ["auto"] + [s.value for s in Source if s is not Source.NONE]
@@ -171,3 +177,51 @@ def write_tensorboard(traces, logdir: str, err: bool = False, **options):
 def fail(message: str, code: int) -> None:
     click.echo(f"traceprof: error: {message}", err=True)
     sys.exit(code)
+
+
+@contextlib.contextmanager
+def reported_errors(out_of_memory: str) -> Iterator[None]:
+    """Around a command's work: a TraceprofError is its one-line message and exit code, running
+    out of memory is ``out_of_memory`` (exit 5), Ctrl-C and SIGTERM exit as shells report them."""
+    try:
+        yield
+    except TraceprofError as e:
+        fail(e.message, e.exit_code)
+    except MemoryError:
+        fail(out_of_memory, 5)
+    except KeyboardInterrupt as e:
+        interrupted(e)
+
+
+def chosen_renderer(registry: Registry, fmt: str | None, output: str | None, inputs: list[str]) -> Renderer:
+    """The renderer of ``--format`` (default: by ``-o``'s extension, else tree), with ``-o``
+    refused before any work when it names an input, and binary formats refused on a terminal."""
+    if output:  # refused before the analysis, and checked again when written
+        resolve_output(output, inputs=inputs)
+    if fmt is None:
+        chosen = registry.for_output(output) if output else None
+        fmt = chosen.name if chosen else "tree"
+    renderer = registry.renderer(fmt)
+    if renderer.binary:
+        check_binary_output(fmt, output)
+    return renderer
+
+
+def print_warnings(warnings: Iterable[str]) -> None:
+    for warning in warnings:
+        click.echo(f"traceprof: warning: {warning}", err=True)
+
+
+def emit(
+    text: str | bytes, output: str | None, inputs: list[str], styled: Callable[[str], Any] | None = None
+) -> None:
+    """The result to ``-o`` (atomically) or standard output; ``styled``: the text's colours when
+    standard output is a colour terminal."""
+    if isinstance(text, bytes) or (output and output != STDOUT):
+        write_output(output or STDOUT, text, inputs=inputs)  # binary: -o checked before
+    elif styled is not None and color_terminal():
+        from rich.console import Console
+
+        Console(highlight=False, soft_wrap=True).print(styled(text), end="")
+    else:
+        click.echo(text, nl=False)

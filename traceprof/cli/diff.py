@@ -7,8 +7,8 @@ import sys
 
 import click
 
-from traceprof.cli.common import color_terminal, fail, interrupted
-from traceprof.errors import OptionError, TraceprofError
+from traceprof.cli.common import SOURCES, chosen_renderer, emit, print_warnings, reported_errors
+from traceprof.errors import OptionError
 
 _FORMATS = ["csv", "html", "json", "parquet", "tree"]
 
@@ -50,7 +50,7 @@ _FORMATS = ["csv", "html", "json", "parquet", "tree"]
 )
 @click.option(
     "--hierarchy",
-    type=click.Choice(["auto", "traceprof", "lightning", "nn.Module", "annotations"]),
+    type=click.Choice(SOURCES),
     default="auto",
     show_default=True,
     help="Where the module trees come from.",
@@ -73,39 +73,21 @@ _FORMATS = ["csv", "html", "json", "parquet", "tree"]
 def diff_command(base, new, fmt, output, fail_pct, module, hierarchy, raw, tensorboard_logdir, max_memory):
     """Which module got slower between BASE and NEW (trace files, or two job directories), and
     what changed inside it. Exit 10 with --fail-if-slower when NEW is slower than allowed."""
-    from traceprof.output import STDOUT, check_binary_output, resolve_output, write_output
-    from traceprof.render.diff import DIFF_REGISTRY, get_diff, render_diff
+    from traceprof.render.diff import DIFF_REGISTRY
     from traceprof.render.registry import RenderOptions
 
     inputs = [base, new]
-    try:
+    with reported_errors("out of memory while comparing"):
         if module is not None and fail_pct is None:
             raise OptionError("--module applies to --fail-if-slower")
-        if output:
-            resolve_output(output, inputs=inputs)
-        if fmt is None:
-            chosen = DIFF_REGISTRY.for_output(output) if output else None
-            fmt = chosen.name if chosen else "tree"
-        renderer = get_diff(fmt)
-        if renderer.binary:
-            check_binary_output(fmt, output)
+        renderer = chosen_renderer(DIFF_REGISTRY, fmt, output, inputs)
         result = _diff(base, new, hierarchy, max_memory)
         if module is not None:
             result.slower(fail_pct, module)  # an unknown module: the error before any output
-        text = render_diff(result, fmt, RenderOptions(raw_numbers=raw))
+        text = renderer.render(result, RenderOptions(raw_numbers=raw))
         if not renderer.shows_warnings:
-            for warning in result.warnings:
-                click.echo(f"traceprof: warning: {warning}", err=True)
-        if isinstance(text, bytes) or (output and output != STDOUT):
-            write_output(output, text, inputs=inputs)
-        elif fmt == "tree" and color_terminal():
-            from rich.console import Console
-
-            from traceprof.render.diff_terminal import styled
-
-            Console(highlight=False, soft_wrap=True).print(styled(text), end="")
-        else:
-            click.echo(text, nl=False)
+            print_warnings(result.warnings)
+        emit(text, output, inputs, _styled if renderer.name == "tree" else None)
         if tensorboard_logdir:
             from traceprof.tensorboard import write_logdir
 
@@ -125,12 +107,6 @@ def diff_command(base, new, fmt, output, fail_pct, module, hierarchy, raw, tenso
                 from traceprof.compare.diff import SLOWER_EXIT_CODE
 
                 sys.exit(SLOWER_EXIT_CODE)
-    except TraceprofError as e:
-        fail(e.message, e.exit_code)
-    except MemoryError:
-        fail("out of memory while comparing", 5)
-    except KeyboardInterrupt as e:
-        interrupted(e)
 
 
 def _diff(base: str, new: str, hierarchy, max_memory):
@@ -145,3 +121,9 @@ def _diff(base: str, new: str, hierarchy, max_memory):
             "two trace files or two job directories"
         )
     return diff(base, new, hierarchy=None if hierarchy == "auto" else hierarchy, max_memory=max_memory)
+
+
+def _styled(text: str) -> object:
+    from traceprof.render.diff_terminal import styled
+
+    return styled(text)

@@ -8,8 +8,7 @@ import sys
 
 import click
 
-from traceprof.cli.common import MAX_MEMORY_HELP, SOURCES, Size, fail, interrupted, write_tensorboard
-from traceprof.errors import TraceprofError
+from traceprof.cli.common import MAX_MEMORY_HELP, SOURCES, Size, reported_errors, write_tensorboard
 
 #: printed by ``traceprof tensorboard``: what works without network access (docs/tensorboard.md)
 OFFLINE_NOTE = (
@@ -61,7 +60,7 @@ def tensorboard_command(traces, logdir, name, hierarchy, peak_tflops, serve, por
     tab (torch-tb-profiler; its charts need internet access), scalars and a text summary. Existing runs are
     never overwritten. Needs the extra: pip install 'traceprof[tensorboard]'.
     """
-    try:
+    with reported_errors("out of memory while analyzing"):
         from traceprof.read.discovery import expand_patterns
 
         write_tensorboard(
@@ -81,9 +80,3 @@ def tensorboard_command(traces, logdir, name, hierarchy, peak_tflops, serve, por
             )
             sys.exit(serve_logdir(logdir, port))
         click.echo(f"view them: tensorboard --logdir {shlex.quote(logdir)} --host 127.0.0.1")
-    except TraceprofError as e:
-        fail(e.message, e.exit_code)
-    except MemoryError:
-        fail("out of memory while analyzing", 5)
-    except KeyboardInterrupt as e:
-        interrupted(e)
