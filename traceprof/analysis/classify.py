@@ -97,8 +97,8 @@ def make_context(trace: Trace, links: Links, tree: Hierarchy, steps: Steps, sele
     whole_trace = len(selected) == 0
     is_step = np.zeros(n_events, bool)
     if len(ev):
-        is_step_name = np.array([schema.STEP_RE.match(s) is not None for s in ev.names])
-        is_step = is_step_name[ev.name] & (links.depth >= 0)
+        is_step_name = ev.named(lambda s: schema.STEP_RE.match(s) is not None)
+        is_step = is_step_name & (links.depth >= 0)
     # group label: the outermost op or annotation around the event, looking through steps and
     # Python frames (which enclose everything in with_stack traces)
     is_python = ev.kind == Kind.PYTHON

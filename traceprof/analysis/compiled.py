@@ -368,7 +368,7 @@ class _Join:
             if prefix_of[code]:
                 prefixes.setdefault(r, set()).add(prefix_of[code])
         # the compile id of each run's region: around the run, or around its forward's run
-        is_region = np.array([s.startswith(schema.COMPILED_REGION_PREFIX) for s in ev.names], bool)[ev.name]
+        is_region = ev.named(lambda s: s.startswith(schema.COMPILED_REGION_PREFIX))
         region = links.nearest(is_region)
         scope = self.runs[runs_at].astype(np.int64)
         fwd = links.forward_op[np.maximum(links.backward_node[scope], 0)]
@@ -954,7 +954,7 @@ def compiled_summary(ctx: Context, work: CompiledWork, cpu: CpuTime, gpu: GpuWor
     n = ctx.n_steps
     # overhead: in the joined regions outside the kernel calls, and Dynamo's cache lookups
     event_node = ctx.tree.event_node
-    lookup = np.array([s == schema.COMPILED_CACHE_LOOKUP_NAME for s in ev.names], bool)[ev.name]
+    lookup = ev.named(lambda s: s == schema.COMPILED_CACHE_LOOKUP_NAME)
     overhead = (links.nearest(lookup) >= 0) | work.explained
     if event_node is not None:
         overhead &= event_node < 0

@@ -15,8 +15,6 @@ by module, and why. Work the compiled-kernel table attributed (``attributed``) i
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import numpy as np
 
 from traceprof.analysis.classify import Context
@@ -27,13 +25,6 @@ from traceprof.trace import schema
 
 #: the smallest share of the step worth a warning
 WARN_SHARE = 0.01
-
-
-def _name_mask(names: tuple[str, ...], codes: np.ndarray, test: Callable[[str], bool]) -> np.ndarray:
-    """Whether each event's name passes ``test``, one call per distinct name."""
-    by_code = np.fromiter((test(n) for n in names), bool, len(names))
-    out: np.ndarray = by_code[codes] if len(names) else np.zeros(len(codes), bool)
-    return out
 
 
 def _counted(n: int, noun: str, plural: str | None = None) -> str:
@@ -80,8 +71,8 @@ def compiled_work_warnings(
 
     ev, links = ctx.trace.events, ctx.links
     names, codes = ev.names, ev.name
-    is_region = _name_mask(names, codes, lambda n: n.startswith(schema.COMPILED_REGION_PREFIX))
-    is_backward = _name_mask(names, codes, lambda n: n == schema.COMPILED_BACKWARD_NAME)
+    is_region = ev.named(lambda n: n.startswith(schema.COMPILED_REGION_PREFIX))
+    is_backward = ev.named(lambda n: n == schema.COMPILED_BACKWARD_NAME)
     if not (is_region.any() or is_backward.any() or schema.GRAPH_LAUNCH_NAMES & set(names)):
         return []
     region = links.nearest(is_region | is_backward)  # the innermost compiled scope, -1: none
@@ -127,7 +118,7 @@ def compiled_work_warnings(
 
     # graph replays: every kernel of a captured graph comes from one launch
     if has_gpu:
-        from_graph = _name_mask(names, codes, lambda nm: nm in schema.GRAPH_LAUNCH_NAMES)
+        from_graph = ev.named(lambda nm: nm in schema.GRAPH_LAUNCH_NAMES)
         # the launching runtime call of each item of the selection (its anchor may be the op)
         item_launch = links.launch[np.searchsorted(links.gpu_work, gpu.work)]
         replayed = (item_launch >= 0) & from_graph[np.maximum(item_launch, 0)]

@@ -65,9 +65,9 @@ def step_timelines(trace: Trace) -> tuple[StepTimeline, ...]:
     if len(ev) == 0:
         return ()
     # steps: ProfilerStep slices on CPU threads, widest interval per number
-    is_step = np.array([schema.STEP_RE.match(n) is not None for n in ev.names] or [False])
+    is_step = ev.named(lambda n: schema.STEP_RE.match(n) is not None)
     cpu_kind = np.isin(ev.kind, schema.CPU_SLICE_KINDS)
-    idx = np.flatnonzero(cpu_kind & is_step[ev.name])
+    idx = np.flatnonzero(cpu_kind & is_step)
     numbers = np.array([schema.step_number(ev.names[ev.name[i]]) for i in idx], np.int64)
     uniq = unique(numbers)
     start = np.array([ev.ts[idx[numbers == u]].min() for u in uniq], np.float64)

@@ -17,8 +17,6 @@ depth levels only, never over events.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import msgspec
 import numpy as np
 
@@ -90,8 +88,8 @@ def link(trace: Trace) -> Links:
     backward_node = _nearest(parent, levels, is_bwd_node)
     # work under the autograd engine's wrapper is backward even without a sequence number
     # (AccumulateGrad, DDP's gradient hooks)
-    wrapper = (kind == Kind.CPU_OP) & _name_mask(
-        trace, lambda s: s.startswith(schema.BACKWARD_WRAPPER_PREFIX)
+    wrapper = (kind == Kind.CPU_OP) & trace.events.named(
+        lambda s: s.startswith(schema.BACKWARD_WRAPPER_PREFIX)
     )
     backward_region = _nearest(parent, levels, is_bwd_node | wrapper)
     forward_op = _forward_ops(trace, is_bwd_node)
@@ -238,17 +236,10 @@ def _join(
     return out
 
 
-def _name_mask(trace: Trace, predicate: Callable[[str], object]) -> np.ndarray:
-    """Per-event bool from a predicate on names, evaluated once per distinct name."""
-    table = np.array([bool(predicate(s)) for s in trace.events.names] or [False])
-    return table[trace.events.name] if len(trace.events) else np.zeros(0, bool)
-
-
 def _backward_node_mask(trace: Trace) -> np.ndarray:
     ev = trace.events
     op = (ev.kind == Kind.CPU_OP) & (ev.sequence_number >= 0)
-    by_name = _name_mask(
-        trace,
+    by_name = trace.events.named(
         lambda s: s.startswith(schema.BACKWARD_WRAPPER_PREFIX) or schema.BACKWARD_NODE_RE.match(s),
     )
     mask: np.ndarray = op & ((ev.fwd_thread_id > 0) | ((ev.fwd_thread_id < 0) & by_name))

@@ -122,7 +122,7 @@ def count_ops(
     launchers = links.parent[links.launch[links.launch >= 0]]
     launches_work = np.zeros(n, bool)
     launches_work[launchers[launchers >= 0]] = True
-    is_op_name = np.array([bool(_OP_NAME.match(s)) for s in ev.names], bool)[ev.name]
+    is_op_name = ev.named(lambda s: _OP_NAME.match(s) is not None)
     unknown = is_op & ~ok & (cls != _NO_COST) & (is_op_name | launches_work | (cls == _FORMULA))
     inside = _has_descendant(links, counts | unknown)
     ops = is_op & ((cls != _OTHER) | unknown)

@@ -38,8 +38,8 @@ class Steps(msgspec.Struct, frozen=True):
 
 def find_steps(trace: Trace, links: Links) -> Steps:
     ev = trace.events
-    is_step_name = np.array([schema.STEP_RE.match(s) is not None for s in ev.names] or [False])
-    idx = np.flatnonzero((links.depth >= 0) & is_step_name[ev.name]) if len(ev) else np.zeros(0, int)
+    is_step_name = ev.named(lambda s: schema.STEP_RE.match(s) is not None)
+    idx = np.flatnonzero((links.depth >= 0) & is_step_name) if len(ev) else np.zeros(0, int)
     numbers = np.array([schema.step_number(ev.names[ev.name[i]]) for i in idx], np.int64)
     # one event per step number (a step seen on several threads keeps its widest interval)
     uniq = unique(numbers)

@@ -98,8 +98,8 @@ def _side(trace: Trace, profile: ModuleProfile) -> Side:
         weight = np.maximum(span[cpu] - child[cpu], 0.0)
         events, when = cpu, ev.ts[cpu]
         label = ev.name[cpu].astype(np.int64)
-        is_step_name = np.array([schema.STEP_RE.match(s) is not None for s in ev.names] or [False])
-        special = np.where(tree.scope_mask[cpu], 1, np.where(is_step_name[ev.name[cpu]], 2, 0))
+        is_step_name = ev.named(lambda s: schema.STEP_RE.match(s) is not None)
+        special = np.where(tree.scope_mask[cpu], 1, np.where(is_step_name[cpu], 2, 0))
     # the selection: each item in the step holding its launch (or start)
     n_sel = max(len(selected), 1)
     if len(selected):

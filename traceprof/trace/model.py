@@ -202,6 +202,13 @@ class EventTable(msgspec.Struct, frozen=True):
     def count(self, kind: Kind) -> int:
         return int(np.count_nonzero(self.kind == kind))
 
+    def named(self, test: Callable[[str], object]) -> np.ndarray:
+        """Whether each event's name passes ``test``: one call per distinct name, then a lookup
+        of the name codes (no Python work per event)."""
+        by_code = np.fromiter((bool(test(n)) for n in self.names), bool, len(self.names))
+        out: np.ndarray = by_code[self.name] if len(self.names) else np.zeros(len(self.name), bool)
+        return out
+
 
 class MemoryEvents(msgspec.Struct, frozen=True):
     """The ``[memory]`` instants of a trace (``profile_memory=True``), one row each."""
