@@ -26,8 +26,14 @@ on the 1 GB trace, and a 4 GB trace (wall, MB/s, peak memory; ``orjson.loads`` c
 Peak memory there is the largest sum, over the process and its workers, of their proportional
 set sizes (``Pss`` of /proc/PID/smaps_rollup, sampled every 20 ms): shared pages count once.
 
+With ``--cache`` it takes the figures of the cache of decoded traces and analyses (first and
+second looks at the 1 GB trace, at a real trace and a generated 58 MB one with a 2,000-node
+module tree, a diff of two 1 GB traces with the baseline cached, a job of 64 ranks); see
+:func:`cache_figures`.
+
 Usage::
 
+    python scripts/bench_analyze.py --cache --repeat 3                # the cache figures
     python scripts/bench_analyze.py --ingest --repeat 5              # the ingest figures
     python scripts/bench_analyze.py                                  # default traces
     python scripts/bench_analyze.py --large /work/bench_out/large_trace.json --repeat 3
@@ -56,6 +62,7 @@ import orjson
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_TRACES = ["/work/shared/traces/legacy_2021/resnet50_v100_2021.pt.trace.json.gz"]
 DEFAULT_LARGE = REPO / "bench_out" / "large_trace.json"
+SHARED = REPO.parent / "shared" / "traces"
 
 # The reference child: read, decompress when gzip, parse. Prints sizes as one JSON line.
 REFERENCE = r"""
@@ -264,7 +271,7 @@ def _tree_pss_kb(pid):
     return total
 
 
-def run_tree(cmd, timeout):
+def run_tree(cmd, timeout, env=None):
     """Run cmd; wall seconds and the peak of the summed PSS of its process tree (MB)."""
     t0 = time.perf_counter()
     proc = subprocess.Popen(
@@ -273,7 +280,7 @@ def run_tree(cmd, timeout):
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
-        env=CHILD_ENV,
+        env=env or CHILD_ENV,
     )
     peak = 0
     stop = threading.Event()
@@ -439,6 +446,189 @@ def ingest_figures(a):
     return 0
 
 
+def cache_figures(a):
+    """The figures of the trace cache (docs/performance.md "The cache"): first and second looks,
+    each the median of alternated runs; a "first" look starts from an empty cache directory (or
+    one holding only what the figure says), a "second" from one the first filled."""
+    import shutil
+
+    data = Path(a.data_dir)
+    data.mkdir(parents=True, exist_ok=True)
+    py, t = a.python, a.timeout
+    scratch = Path(tempfile.mkdtemp(prefix="traceprof-bench-cache-"))
+    one_gb, other_gb = data / f"gpt_{a.gb_mb:g}mb.json", data / f"gpt_{a.gb_mb:g}mb_seed2.json"
+    deep = data / "gpt_deep_2000_modules.json"
+    job = data / "job_64x5mb"
+    resnet = SHARED / "module_tree" / "mi300_resnet_activation_checkpoint_training.json.gz"
+    ensure_trace(one_gb, a.gb_mb)
+    _generate(other_gb, "--target-mb", str(a.gb_mb), "--seed", "2")
+    # 2 steps of a 165-block GPT: about 58 MB, 1,997 module nodes
+    _generate(deep, "--steps", "2", "--layers", "165")
+    _generate(job, "--ranks", "64", "--target-mb", "5", "--slow-rank", "5")
+    subprocess.run(
+        [py, "-m", "traceprof", "--help"], cwd=REPO, env=CHILD_ENV, stdout=subprocess.DEVNULL, check=True
+    )
+
+    runs = iter(range(10**9))
+
+    def env_with(directory):
+        return {**CHILD_ENV, "TRACEPROF_CACHE": str(directory)}
+
+    def fresh(prefill=()):
+        d = scratch / f"c{next(runs)}"
+        d.mkdir()
+        for entry in prefill:
+            shutil.copy(entry, d)
+        return d
+
+    def analyze(*args):
+        return [py, "-m", "traceprof", "analyze", *map(str, args)]
+
+    def measure(label, commands):
+        """commands: name -> () -> (argv, env), called before each run (a fresh directory)."""
+        walls = {n: [] for n in commands}
+        peaks = {n: [] for n in commands}
+        for i in range(a.repeat):
+            for name, make in commands.items():
+                cmd, env = make()
+                w, m = run_tree(cmd, t, env)
+                walls[name].append(w)
+                peaks[name].append(m)
+                print(f"  {label} [{i + 1}/{a.repeat}] {name:<22} {w:8.3f} s {m:9.0f} MB", flush=True)
+        return {n: (statistics.median(walls[n]), statistics.median(peaks[n])) for n in commands}
+
+    def warmed(*traces_and_args):
+        d = fresh()
+        run_tree(analyze(*traces_and_args), t, env_with(d))
+        return d
+
+    rows = []
+    # 1 GB: first look (empty cache), second look, orjson.loads
+    warm_cache(one_gb)
+    w1 = warmed(one_gb)
+    r = measure(
+        "1 GB",
+        {
+            "orjson.loads": lambda: ([py, "-c", REFERENCE, str(one_gb), a.ref_gc], None),
+            "first (empty cache)": lambda: (analyze(one_gb), env_with(fresh())),
+            "second (cache warm)": lambda: (analyze(one_gb), env_with(w1)),
+        },
+    )
+    (ow, om), (fw, _), (sw, sm) = r["orjson.loads"], r["first (empty cache)"], r["second (cache warm)"]
+    rows += [
+        (
+            "1 GB: second look vs first",
+            f"{sw:.3f} s / {fw:.2f} s = {sw / fw:.3f}x",
+            "<= 0.05x",
+            sw / fw <= 0.05,
+        ),
+        (
+            "1 GB: second look vs orjson.loads",
+            f"{sw:.3f} s / {ow:.2f} s = {sw / ow:.3f}x",
+            "<= 0.05x",
+            sw / ow <= 0.05,
+        ),
+        (
+            "1 GB: second look peak memory vs orjson.loads",
+            f"{sm:.0f} MB / {om:.0f} MB = {sm / om:.3f}x",
+            "<= 0.1x",
+            sm / om <= 0.1,
+        ),
+    ]
+    # second looks of a real trace and of the deep generated one; the deep one's first look
+    for name, path in (("mi300 resnet (real)", resnet), ("deep tree, 58 MB", deep)):
+        warm_cache(path)
+        d = warmed(path)
+        cmds = {"second (cache warm)": lambda path=path, d=d: (analyze(path), env_with(d))}
+        if path == deep:
+            cmds["first (empty cache)"] = lambda: (analyze(deep), env_with(fresh()))
+            cmds["orjson.loads"] = lambda: ([py, "-c", REFERENCE, str(deep), a.ref_gc], None)
+        r = measure(name, cmds)
+        sw, _ = r["second (cache warm)"]
+        rows.append((f"{name}: second look, whole command", f"{sw:.3f} s", "<= 0.25 s", sw <= 0.25))
+        if path == deep:
+            (fw, _), (ow, _) = r["first (empty cache)"], r["orjson.loads"]
+            rows.append(
+                (
+                    f"{name}: first look vs orjson.loads",
+                    f"{fw:.3f} s / {ow:.3f} s = {fw / ow:.2f}x",
+                    "<= 0.8x",
+                    fw / ow <= 0.8,
+                )
+            )
+    # diff of two 1 GB traces: none cached, against the baseline's entries in the cache
+    base_only = warmed(one_gb)
+    base_entries = list(base_only.glob("*.tpc"))
+    warm_cache(other_gb)
+    r = measure(
+        "diff 2 x 1 GB",
+        {
+            "uncached": lambda: (
+                [py, "-m", "traceprof", "diff", str(one_gb), str(other_gb), "--no-cache"],
+                None,
+            ),
+            "baseline cached": lambda: (
+                [py, "-m", "traceprof", "diff", str(one_gb), str(other_gb)],
+                env_with(fresh(base_entries)),
+            ),
+        },
+    )
+    (uw, _), (cw, _) = r["uncached"], r["baseline cached"]
+    rows.append(
+        (
+            "diff of two 1 GB traces: baseline cached vs uncached",
+            f"{cw:.2f} s / {uw:.2f} s = {cw / uw:.2f}x",
+            "<= 0.55x",
+            cw / uw <= 0.55,
+        )
+    )
+    # a job of 64 ranks
+    wj = warmed(job)
+    r = measure(
+        "job 64 x 5 MB",
+        {
+            "first (empty cache)": lambda: (analyze(job), env_with(fresh())),
+            "second (cache warm)": lambda: (analyze(job), env_with(wj)),
+        },
+    )
+    (fw, _), (sw, _) = r["first (empty cache)"], r["second (cache warm)"]
+    rows.append(
+        (
+            "job of 64 ranks: second look vs first",
+            f"{sw:.3f} s / {fw:.2f} s = {sw / fw:.3f}x",
+            "<= 0.1x",
+            sw / fw <= 0.1,
+        )
+    )
+    shutil.rmtree(scratch, ignore_errors=True)
+    _print_rows(rows)
+    return 0
+
+
+def _generate(path, *args):
+    if path.exists():
+        return
+    print(f"generating {path} ({' '.join(args)}) ...", flush=True)
+    subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "gen_large_trace.py"), "--out", str(path), *args],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+
+
+def _print_rows(rows):
+    heads = ("figure", "measured (medians)", "target")
+    widths = [max(len(str(x[i])) for x in [*rows, heads]) for i in range(3)]
+    print()
+    print("  ".join(h.ljust(w) for h, w in zip(heads, widths)) + "  met")
+    print("  ".join("-" * w for w in widths) + "  ---")
+    for fig, measured, target, met in rows:
+        print(
+            "  ".join(str(c).ljust(w) for c, w in zip((fig, measured, target), widths))
+            + ("  yes" if met else "  NO")
+        )
+
+
 def compile_package():
     """Write the package's bytecode, as installing it does: with PYTHONDONTWRITEBYTECODE set
     (or a read-only checkout), a module edited since its .pyc was written would otherwise be
@@ -501,10 +691,17 @@ def main(argv=None):
         choices=("1mb", "1gb", "resnet", "4gb"),
         help="--ingest: figures left out",
     )
+    ap.add_argument(
+        "--cache",
+        action="store_true",
+        help="the cache figures instead (see cache_figures); traces under --data-dir",
+    )
     a = ap.parse_args(argv)
     compile_package()
     if a.ingest:
         return ingest_figures(a)
+    if a.cache:
+        return cache_figures(a)
 
     paths = list(a.traces or DEFAULT_TRACES)
     if not a.no_large:

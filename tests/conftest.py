@@ -9,6 +9,15 @@ SHARED_TRACES = REPO.parent / "shared" / "traces"
 SAMPLE_TRACES = REPO / "sample_traces"
 
 
+def pytest_configure(config):
+    """The suite runs with the cache of decoded traces and analyses turned off (and so do the
+    commands it starts): a test of reading, limits or progress must see the trace read.
+    tests/test_cache.py turns it on, in a directory of its own, where it tests it."""
+    import os
+
+    os.environ["TRACEPROF_CACHE"] = "off"
+
+
 def pytest_addoption(parser):
     parser.addoption(
         "--update-golden", action="store_true", help="rewrite tests/golden/* from the current output"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -166,11 +167,13 @@ def test_formats_without_a_place_for_warnings_print_them_on_stderr(tmp_path):
     assert "warning" not in run("analyze", qwen, "-f", "json").stderr  # in the document
 
 
-def test_analyzing_one_trace_imports_only_what_it_uses():
+@pytest.mark.parametrize("cache", ["off", "hit"])
+def test_analyzing_one_trace_imports_only_what_it_uses(cache, tmp_path):
     """Start-up is part of every command: the tree of one trace does not import the job, diff,
     DataFrame, Parquet or TensorBoard code, the progress bar (no terminal here), torch, what
     only writing a file, capturing a trace or the HTML report use (tempfile, shutil, hashlib),
-    nor numpy.ma (which np.unique and np.isin import: traceprof.trace.model.unique instead)."""
+    nor numpy.ma (which np.unique and np.isin import: traceprof.trace.model.unique instead);
+    without the cache, or reading the analysis from it."""
     unused = (
         "traceprof.job.analyze",
         "traceprof.compare.diff",
@@ -190,8 +193,17 @@ def test_analyzing_one_trace_imports_only_what_it_uses():
         "try:\n    main(['analyze', sys.argv[1]])\nexcept SystemExit as e:\n    assert not e.code\n"
         f"print(sorted(m for m in {unused!r} if m in sys.modules))"
     )
+    env = dict(os.environ, TRACEPROF_CACHE="off" if cache == "off" else str(tmp_path / "cache"))
+    if cache == "hit":
+        subprocess.run(
+            [sys.executable, "-m", "traceprof", "analyze", str(BERT)],
+            env=env,
+            check=True,
+            capture_output=True,
+        )
+        assert list((tmp_path / "cache").glob("*-profile-*.tpc"))
     proc = subprocess.run(
-        [sys.executable, "-c", code, str(BERT)], capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", code, str(BERT)], capture_output=True, text=True, timeout=120, env=env
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines()[-1] == "[]"

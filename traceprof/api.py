@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import os
 
+import msgspec
+
 from traceprof.analysis.attribution import analyze as _analyze
 from traceprof.analysis.attribution import analyze_steps  # noqa: F401 - one profile per step, shared work
 from traceprof.analysis.hierarchy import Source
 from traceprof.flops import Registry
-from traceprof.read.build import load_trace
+from traceprof.read import cache as trace_cache
+from traceprof.read.build import cache_store, load_trace
 from traceprof.read.load import Progress
 from traceprof.result import transforms
 from traceprof.result.model import ModuleProfile
@@ -28,6 +31,7 @@ def analyze(
     peak_tflops: float | None = None,
     max_memory: int | str | None = None,
     jobs: int | None = None,
+    cache: bool | None = None,
 ) -> ModuleProfile:
     """Per-module forward/backward GPU and CPU time, FLOPs and bytes of a trace (a
     :class:`Trace` or a path). ``formulas``: the FLOP formulas (default:
@@ -37,21 +41,42 @@ def analyze(
     or a size such as ``"8G"``; default: ``TRACEPROF_MAX_MEMORY``, else 80% of the available
     memory); past it the load stops with :class:`~traceprof.errors.MemoryLimitError`. ``jobs``:
     processes decoding a large trace (default: one per CPU; the result is the same for any).
+    ``cache``: for a path, read the analysis (or else the decoded trace) from the cache, and
+    write what was computed there (default: unless ``$TRACEPROF_CACHE`` is ``off``; see
+    :mod:`traceprof.read.cache`); the result is the same with or without it.
 
     >>> profile = analyze("sample_traces/resnet18_train_cpu.pt.trace.json.gz")  # doctest: +SKIP
     >>> profile.to_dataframe()  # doctest: +SKIP
     """
-    if not isinstance(trace, Trace):
-        trace = load_trace(trace, progress, max_memory=max_memory, jobs=jobs)
-    if progress:
-        progress("attributing")
-    profile = _analyze(
-        trace,
-        step=step,
-        hierarchy=hierarchy,
-        formulas=formulas,
-        peak_flops=peak_tflops * 1e12 if peak_tflops is not None else None,
-    )
+    peak_flops = peak_tflops * 1e12 if peak_tflops is not None else None
+
+    def profile_of(trace: Trace) -> ModuleProfile:
+        if progress:
+            progress("attributing")
+        return _analyze(trace, step=step, hierarchy=hierarchy, formulas=formulas, peak_flops=peak_flops)
+
+    if isinstance(trace, Trace):
+        profile = profile_of(trace)
+    else:
+        path = trace
+        store = cache_store(cache)
+        content = trace_cache.content_hash(path) if store is not None else None
+        if store is None or content is None or formulas is not None:
+            profile = profile_of(
+                load_trace(path, progress, max_memory, jobs=jobs, cache=cache, content=content)
+            )
+        else:
+            options = (step, str(getattr(hierarchy, "value", hierarchy)), peak_flops)
+            profile = trace_cache.cached(
+                store,
+                trace_cache.entry_name(content, "profile", options),
+                "profile",
+                ModuleProfile,
+                lambda: profile_of(
+                    load_trace(path, progress, max_memory, jobs=jobs, cache=cache, content=content)
+                ),
+                lambda hit: _named(hit, path),
+            )
     if sort != transforms.SortKey.ORDER:
         profile = transforms.sort_children(profile, sort)
     if top is not None:
@@ -59,3 +84,11 @@ def analyze(
     if depth is not None:
         profile = transforms.limit_depth(profile, depth)
     return profile
+
+
+def _named(profile: ModuleProfile, path: str | os.PathLike) -> ModuleProfile:
+    """A cached ``profile`` with its trace's path as the caller spelled it."""
+    if profile.metadata.path == str(path):
+        return profile
+    metadata = msgspec.structs.replace(profile.metadata, path=str(path))
+    return msgspec.structs.replace(profile, metadata=metadata)

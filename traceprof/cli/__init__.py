@@ -1,5 +1,5 @@
 """The ``traceprof`` command line: a click group with one module per command (analyze, diff,
-tensorboard) and their shared helpers in :mod:`traceprof.cli.common`. Each command turns its
+tensorboard, cache) and their shared helpers in :mod:`traceprof.cli.common`. Each command turns its
 options into one API call and prints or writes the result."""
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ import sys
 import click
 
 from traceprof.cli.analyze import analyze
-from traceprof.cli.common import stop_cleanly_on_sigterm
+from traceprof.cli.cache import cache_command
+from traceprof.cli.common import show_cache_warnings, stop_cleanly_on_sigterm
 from traceprof.cli.diff import diff_command
 from traceprof.cli.tensorboard import tensorboard_command
 
@@ -20,10 +21,11 @@ from traceprof.cli.tensorboard import tensorboard_command
 def main() -> None:
     """Per-nn.Module GPU time, forward and backward, from PyTorch profiler traces."""
     stop_cleanly_on_sigterm()
+    show_cache_warnings()
 
 
 #: the commands, in the order of ``traceprof --help``
-for command in (analyze, tensorboard_command, diff_command):
+for command in (analyze, tensorboard_command, diff_command, cache_command):
     main.add_command(command)
 
 

@@ -16,6 +16,7 @@ from traceprof.cli.common import (
     emit,
     fail,
     job_progress,
+    no_cache_option,
     print_warnings,
     progress_reporter,
     reported_errors,
@@ -131,6 +132,7 @@ from traceprof.result.transforms import SortKey, ignore_modules
     "CPUs and devices not in it].",
 )
 @click.option("--max-memory", type=Size(), default=None, metavar="SIZE", help=MAX_MEMORY_HELP)
+@no_cache_option
 @click.option(
     "--jobs",
     "-j",

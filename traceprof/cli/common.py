@@ -8,14 +8,16 @@ import os
 import signal
 import sys
 import threading
+import warnings
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
 from traceprof.analysis.hierarchy import Source
 from traceprof.errors import TraceprofError
 from traceprof.output import STDOUT, check_binary_output, resolve_output, write_output
+from traceprof.read import cache
 from traceprof.read.limits import ENV_VAR as MAX_MEMORY_ENV
 from traceprof.read.limits import parse_size
 from traceprof.render.registry import Registry, Renderer
@@ -174,7 +176,7 @@ def write_tensorboard(traces, logdir: str, err: bool = False, **options):
         click.echo(f"traceprof: wrote TensorBoard run {run.name} ({run.trace_path}) to {logdir}", err=err)
 
 
-def fail(message: str, code: int) -> None:
+def fail(message: str, code: int) -> NoReturn:
     click.echo(f"traceprof: error: {message}", err=True)
     sys.exit(code)
 
@@ -205,6 +207,35 @@ def chosen_renderer(registry: Registry, fmt: str | None, output: str | None, inp
     if renderer.binary:
         check_binary_output(fmt, output)
     return renderer
+
+
+def _no_cache(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    if value:
+        os.environ[cache.DIR_ENV] = "off"  # also for the workers this command starts
+
+
+#: ``--no-cache``, the same in every command that reads traces (docs/performance.md "The cache")
+no_cache_option = click.option(
+    "--no-cache",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=_no_cache,
+    help=f"Neither read nor write the cache of decoded traces and analyses (as ${cache.DIR_ENV}=off).",
+)
+
+
+def show_cache_warnings() -> None:
+    """Cache warnings as the command's other warnings: ``traceprof: warning: ...``, one line."""
+    shown = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, cache.CacheWarning):
+            click.echo(f"traceprof: warning: {message}", err=True)
+        else:
+            shown(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = show
 
 
 def print_warnings(warnings: Iterable[str]) -> None:

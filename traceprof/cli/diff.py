@@ -7,7 +7,14 @@ import sys
 
 import click
 
-from traceprof.cli.common import SOURCES, chosen_renderer, emit, print_warnings, reported_errors
+from traceprof.cli.common import (
+    SOURCES,
+    chosen_renderer,
+    emit,
+    no_cache_option,
+    print_warnings,
+    reported_errors,
+)
 from traceprof.errors import OptionError
 
 _FORMATS = ["csv", "html", "json", "parquet", "tree"]
@@ -70,6 +77,7 @@ _FORMATS = ["csv", "html", "json", "parquet", "tree"]
     metavar="SIZE",
     help="Memory limit of loading each trace (e.g. 8G) [default: as analyze].",
 )
+@no_cache_option
 def diff_command(base, new, fmt, output, fail_pct, module, hierarchy, raw, tensorboard_logdir, max_memory):
     """Which module got slower between BASE and NEW (trace files, or two job directories), and
     what changed inside it. Exit 10 with --fail-if-slower when NEW is slower than allowed."""

@@ -8,7 +8,14 @@ import sys
 
 import click
 
-from traceprof.cli.common import MAX_MEMORY_HELP, SOURCES, Size, reported_errors, write_tensorboard
+from traceprof.cli.common import (
+    MAX_MEMORY_HELP,
+    SOURCES,
+    Size,
+    no_cache_option,
+    reported_errors,
+    write_tensorboard,
+)
 
 #: printed by ``traceprof tensorboard``: what works without network access (docs/tensorboard.md)
 OFFLINE_NOTE = (
@@ -52,6 +59,7 @@ OFFLINE_NOTE = (
     help="Port for --serve [default: 6006 or the next free one].",
 )
 @click.option("--max-memory", type=Size(), default=None, metavar="SIZE", help=MAX_MEMORY_HELP)
+@no_cache_option
 def tensorboard_command(traces, logdir, name, hierarchy, peak_tflops, serve, port, max_memory):
     """Write TRACES (files or directories) as runs of a TensorBoard log directory.
 

@@ -279,17 +279,19 @@ def diff(
     hierarchy=None,
     max_memory=None,
     parallel: bool = True,
+    cache: bool | None = None,
 ) -> DiffProfile:
     """Compare two traces (paths, :class:`Trace` objects or sides from
     :func:`traceprof.compare.side.side_of`): per module and pass, base -> new.
 
     Two paths are analyzed in two processes at once when ``parallel`` (each returns only its
-    small tables)."""
-    sides = _sides([base, new], hierarchy, max_memory, parallel)
+    small tables). ``cache``: read the paths' decoded traces from the cache, and write them there
+    (default: unless ``$TRACEPROF_CACHE`` is ``off``; see :mod:`traceprof.read.cache`)."""
+    sides = _sides([base, new], hierarchy, max_memory, parallel, cache)
     return compare(*sides)
 
 
-def _sides(items, hierarchy, max_memory, parallel) -> list[Side]:
+def _sides(items, hierarchy, max_memory, parallel, cache=None) -> list[Side]:
     """Each item as a :class:`Side`; the paths among them analyzed by the local engine's process
     pool (one worker per trace, at most the CPUs) when ``parallel``."""
     out = list(items)
@@ -298,12 +300,12 @@ def _sides(items, hierarchy, max_memory, parallel) -> list[Side]:
         from traceprof.engine import LocalEngine, default_jobs
 
         engine = LocalEngine(min(len(paths), default_jobs()))
-        got = engine.map(_side_task, [(str(items[i]), hierarchy, max_memory) for i in paths])
+        got = engine.map(_side_task, [(str(items[i]), hierarchy, max_memory, cache) for i in paths])
         for i, side in zip(paths, got):
             out[i] = side
     for i, x in enumerate(out):
         if not isinstance(x, Side):
-            out[i] = side_of(x, hierarchy=hierarchy, max_memory=max_memory)
+            out[i] = side_of(x, hierarchy=hierarchy, max_memory=max_memory, cache=cache)
     return out
 
 
@@ -318,8 +320,8 @@ def _size(paths) -> int:
 
 
 def _side_task(task) -> Side:
-    path, hierarchy, max_memory = task
-    return side_of(path, hierarchy=hierarchy, max_memory=max_memory)
+    path, hierarchy, max_memory, cache = task
+    return side_of(path, hierarchy=hierarchy, max_memory=max_memory, cache=cache)
 
 
 def _summary(side: Side) -> SideSummary:

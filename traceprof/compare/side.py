@@ -55,11 +55,12 @@ class Side(msgspec.Struct, frozen=True):
     label_kind: str  # "kernel" or "op"
 
 
-def side_of(source: Trace | str | os.PathLike, *, hierarchy=None, max_memory=None) -> Side:
-    """Analyze ``source`` (a :class:`Trace` or a path) for a diff."""
+def side_of(source: Trace | str | os.PathLike, *, hierarchy=None, max_memory=None, cache=None) -> Side:
+    """Analyze ``source`` (a :class:`Trace` or a path) for a diff; a path's decoded trace comes
+    from the cache when it is there (``cache``: see :func:`traceprof.load_trace`)."""
     from traceprof.api import analyze
 
-    trace = source if isinstance(source, Trace) else load_trace(source, max_memory=max_memory)
+    trace = source if isinstance(source, Trace) else load_trace(source, max_memory=max_memory, cache=cache)
     profile = analyze(trace, hierarchy=hierarchy)
     return _side(trace, profile)
 

@@ -43,6 +43,8 @@ class RankOptions(msgspec.Struct, frozen=True):
     hierarchy: str | None = None
     peak_tflops: float | None = None
     max_memory: int | str | None = None
+    #: use the cache where the trace is read (None: unless $TRACEPROF_CACHE is off there)
+    cache: bool | None = None
 
 
 class RankResult(msgspec.Struct, frozen=True):
@@ -55,16 +57,44 @@ class RankResult(msgspec.Struct, frozen=True):
 
 
 def analyze_rank(task: tuple[str, RankOptions]) -> RankResult:
-    """Load and analyze one trace (run by an engine's worker)."""
+    """Load and analyze one trace (run by an engine's worker), through the cache of the machine
+    it runs on: a second look at a rank reads its result from there."""
+    from traceprof.read import cache as trace_cache
+    from traceprof.read.build import cache_store
+
+    path, options = task
+    store = cache_store(options.cache)
+    content = trace_cache.content_hash(path) if store is not None else None
+    if store is None or content is None:
+        return _analyzed_rank(path, options, content)
+    key = (options.step, options.hierarchy, options.peak_tflops)
+    return trace_cache.cached(
+        store,
+        trace_cache.entry_name(content, "rank", key),
+        "rank",
+        RankResult,
+        lambda: _analyzed_rank(path, options, content),
+        lambda hit: _rank_named(hit, path),
+    )
+
+
+def _analyzed_rank(path: str, options: RankOptions, content: str | None) -> RankResult:
     from traceprof.api import analyze
     from traceprof.read.build import load_trace
 
-    path, options = task
     # one process per trace: the engine's workers are the parallelism (--jobs), so the trace is
     # decoded by this process alone, also with --jobs 1 (in the command's own process)
-    trace = load_trace(path, max_memory=options.max_memory, jobs=1)
+    trace = load_trace(path, max_memory=options.max_memory, jobs=1, cache=options.cache, content=content)
     profile = analyze(trace, step=options.step, hierarchy=options.hierarchy, peak_tflops=options.peak_tflops)
     return RankResult(path, profile, step_timelines(trace))
+
+
+def _rank_named(result: RankResult, path: str) -> RankResult:
+    """A cached rank's result with its trace's path as this job spells it."""
+    if result.path == path and result.profile.metadata.path == path:
+        return result
+    metadata = msgspec.structs.replace(result.profile.metadata, path=path)
+    return RankResult(path, msgspec.structs.replace(result.profile, metadata=metadata), result.timeline)
 
 
 # ---- the job ------------------------------------------------------------------------------------
@@ -475,12 +505,14 @@ def analyze_job(
     scheduler: str | None = None,
     straggler_threshold: float = DEFAULT_STRAGGLER_THRESHOLD,
     progress=None,
+    cache: bool | None = None,
 ) -> Job:
     """Analyze the traces of a distributed job (files, directories, glob patterns) and reduce
     them into a :class:`Job`. ``engine``: ``"local"`` (a process pool of ``jobs`` workers,
     default: all CPUs), ``"dask"`` (``scheduler`` ``tcp://HOST:PORT``, else a LocalCluster), or
     an object with the :class:`~traceprof.engine.Engine` interface. ``progress(done, total,
-    path)`` is called as each trace is done.
+    path)`` is called as each trace is done. ``cache``: each worker reads and writes its
+    ranks' results in the cache of its machine (default: unless ``$TRACEPROF_CACHE`` is ``off``).
 
     >>> job = analyze_job("runs/exp1/")  # doctest: +SKIP
     >>> df = job.to_dataframe()  # doctest: +SKIP
@@ -491,7 +523,9 @@ def analyze_job(
     paths = find_traces(paths)
     if engine is None or isinstance(engine, str):
         engine = make_engine(engine or "local", jobs=jobs, scheduler=scheduler)
-    options = RankOptions(step=step, hierarchy=hierarchy, peak_tflops=peak_tflops, max_memory=max_memory)
+    options = RankOptions(
+        step=step, hierarchy=hierarchy, peak_tflops=peak_tflops, max_memory=max_memory, cache=cache
+    )
     results = engine.map(analyze_rank, [(p, options) for p in paths], progress)
     return reduce_job(
         results, straggler_threshold=straggler_threshold, engine=getattr(engine, "name", "local")

@@ -14,6 +14,7 @@ import msgspec
 import numpy as np
 
 from traceprof.errors import TraceReadError
+from traceprof.read import cache as trace_cache
 from traceprof.read.columns import Columns, columns_from_events, select
 from traceprof.read.document import RawDocument
 from traceprof.read.events import DROP_REASONS
@@ -45,6 +46,8 @@ def load_trace(
     memory_scale: float = 1.0,
     jobs: int | None = None,
     chunk_bytes: int | None = None,
+    cache: bool | None = None,
+    content: str | None = None,
 ) -> Trace:
     """Read a trace file (.json or .json.gz) into a :class:`Trace`. ``max_memory``: the memory
     the load may take (bytes or a size such as ``"8G"``; default: the ``TRACEPROF_MAX_MEMORY``
@@ -52,7 +55,43 @@ def load_trace(
     ``memory_scale``: times the memory a load usually needs that the caller will use (2 when it
     keeps a second copy of the trace). ``jobs``: processes decoding a large trace (default: one
     per CPU); ``chunk_bytes``: the JSON each of them decodes at a time (see
-    :mod:`traceprof.read.parallel`). The Trace is the same whatever ``jobs`` and ``chunk_bytes``."""
+    :mod:`traceprof.read.parallel`). The Trace is the same whatever ``jobs`` and ``chunk_bytes``.
+
+    ``cache``: read the decoded trace from the cache, or write it there after decoding (default:
+    unless ``$TRACEPROF_CACHE`` is ``off``; see :mod:`traceprof.read.cache`); a cached trace's
+    columns are memory-mapped. ``content``: the file's content hash, when the caller has it."""
+    store = cache_store(cache)
+    if store is not None and content is None:
+        content = trace_cache.content_hash(path)
+    if store is None or content is None:
+        return _decoded(path, progress, max_memory, memory_scale, jobs, chunk_bytes)
+    if progress:
+        progress(f"reading {path} (cache)")
+    return trace_cache.cached(
+        store,
+        trace_cache.entry_name(content, "trace"),
+        "trace",
+        Trace,
+        lambda: _decoded(path, progress, max_memory, memory_scale, jobs, chunk_bytes),
+        lambda trace: _named(trace, path),
+    )
+
+
+def cache_store(cache: bool | None) -> trace_cache.Store | None:
+    """The cache to use (None: none), as ``cache`` asks (None: unless turned off)."""
+    if cache is False:
+        return None
+    return trace_cache.Store.default()
+
+
+def _decoded(
+    path: str | os.PathLike,
+    progress: Progress | None,
+    max_memory: int | str | None,
+    memory_scale: float,
+    jobs: int | None,
+    chunk_bytes: int | None,
+) -> Trace:
     doc = load_raw(path, progress, max_memory, memory_scale, jobs=jobs, chunk_bytes=chunk_bytes)
     if progress:
         n = len(doc.events) if isinstance(doc, RawDocument) else len(doc.columns)
@@ -60,7 +99,15 @@ def load_trace(
     trace = build_trace(doc)
     del doc
     release_freed_memory()
-    return trace
+    return _named(trace, path)
+
+
+def _named(trace: Trace, path: str | os.PathLike) -> Trace:
+    """``trace`` with its path as the caller spelled it (the same file may have been cached
+    under another name)."""
+    if trace.metadata.path == str(path):
+        return trace
+    return msgspec.structs.replace(trace, metadata=msgspec.structs.replace(trace.metadata, path=str(path)))
 
 
 def _scattered(n: int, index: np.ndarray, values) -> np.ndarray:
