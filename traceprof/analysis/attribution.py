@@ -56,7 +56,7 @@ from traceprof.analysis.link import Links, link
 from traceprof.analysis.memory import memory_by_node
 from traceprof.analysis.memory_events import memory_device, memory_events
 from traceprof.analysis.module_tree import module_nodes, optimizer_totals, parents, tree_shape
-from traceprof.analysis.node_metrics import calls, fused_metrics, own_metrics, subtree_totals
+from traceprof.analysis.node_metrics import calls, fused_metrics, own_metrics, subtree_totals_of
 from traceprof.analysis.op_costs import OpCosts, count_ops
 from traceprof.analysis.selection_totals import link_stats, step_selection
 from traceprof.analysis.steps import Steps, find_steps, select_steps
@@ -151,11 +151,11 @@ def _attribute(
     own = own_metrics(ctx, n_nodes, cpu, gpu, counted, unsupported, costs)
     node_calls = calls(ctx, n_nodes, compiled)
     parent = parents(tree, groups)
-    total = {k: subtree_totals(v, parent) for k, v in own.items()}
+    total = subtree_totals_of(own, parent)
     fused = None
     if compiled is not None:
         fused_own = fused_metrics(ctx, n_nodes, cpu, gpu, compiled)
-        fused = (fused_own, {k: subtree_totals(v, parent) for k, v in fused_own.items()})
+        fused = (fused_own, subtree_totals_of(fused_own, parent))
     shape = tree_shape(tree, groups, total, parent, trace.metadata.module_table)
     memory_use = memory_by_node(trace, memory.keep, memory.node, memory.pass_code, parent, ctx.n_steps)
     ops_of = node_ops(ctx, groups, cpu, gpu, counted, costs, compiled)

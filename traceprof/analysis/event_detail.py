@@ -20,6 +20,7 @@ from traceprof.analysis.gpu_work import GpuWork
 from traceprof.analysis.memory_events import SelectedMemory
 from traceprof.analysis.op_costs import OpCosts
 from traceprof.analysis.stage import gives_memory_back
+from traceprof.analysis.tree_levels import node_depths
 from traceprof.analysis.unattributed import Groups
 from traceprof.result.model import PASSES, OpKind, OpStat
 from traceprof.result.timeline import Timeline
@@ -135,10 +136,7 @@ def first_step_timeline(
             return None
         window = (float(ev.ts[finite].min()), float((ev.ts + ev.dur)[finite].max()) + 1e-3)
         number = None
-    depth = np.zeros(len(parent), np.int64)
-    for i in range(len(parent)):  # parents precede children in creation order
-        if parent[i] >= 0:
-            depth[i] = depth[parent[i]] + 1
+    depth = node_depths(parent)
     mem = None
     if len(memory.keep):
         mem = step_timeline.StepEvents(np.flatnonzero(memory.keep), memory.node, memory.pass_code)

@@ -137,7 +137,7 @@ def _nest(
     start, end = _rounded_ns(ts[cpu] - t0), _rounded_ns(dur[cpu])
     end += start
     thr = thread[cpu]
-    order = np.lexsort((-end, start, thr))
+    order = _by_thread_start_longest(thr, start, end)
     # one array re-ordered at a time: the old one is freed before the next is copied
     start = start[order]
     end = end[order]
@@ -167,6 +167,29 @@ def _nest(
     return parent, depth, nest_end, conflicts
 
 
+def _by_thread_start_longest(thr: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """The order of ``np.lexsort((-end, start, thr))`` (by thread, start, then longest first;
+    ties by position), sorted the way trace columns make cheap: a stable sort by start (the
+    events come nearly in time order, which the stable sort runs through), then by end only
+    within runs of equal starts, then a stable sort by thread (a radix sort of codes)."""
+    order = np.argsort(start, kind="stable")
+    s = start[order]
+    tied = np.zeros(len(s), bool)  # in a run of two or more equal starts
+    same = s[1:] == s[:-1]
+    tied[1:] |= same
+    tied[:-1] |= same
+    if tied.any():
+        at = np.flatnonzero(tied)
+        run = np.cumsum(~same[at[1:] - 1])  # runs are contiguous: a new run where the start changes
+        run = np.concatenate([[0], run])
+        order[at] = order[at][np.lexsort((-end[order[at]], run))]
+    codes = thr[order]
+    if len(codes) and codes.min() >= np.iinfo(np.int16).min and codes.max() <= np.iinfo(np.int16).max:
+        codes = codes.astype(np.int16)  # a stable sort of 16-bit integers is a radix sort
+    ordered: np.ndarray = order[np.argsort(codes, kind="stable")]
+    return ordered
+
+
 def _rounded_ns(us: np.ndarray) -> np.ndarray:
     """Microseconds (a temporary array, changed in place) as int64 nanoseconds, clipped to
     [0, _MAX_NS]."""
@@ -186,7 +209,9 @@ def _nest_sorted(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray, 
     d = np.maximum(np.arange(m) - np.searchsorted(closes, 2 * s, side="right"), 0)
     # parent: the last earlier slice one level up
     key = d * m + np.arange(m)
-    by_key = np.argsort(key, kind="stable")
+    # the slices by (depth, position): a stable sort by depth, a radix sort where depths fit
+    # 16 bits
+    by_key = np.argsort(d.astype(np.int16) if m and d.max() < 2**15 else key, kind="stable")
     pos = np.searchsorted(key[by_key], (d - 1) * m + np.arange(m), side="right") - 1
     has = (d > 0) & (pos >= 0)
     cand = np.where(has, by_key[np.clip(pos, 0, m - 1)], 0)
@@ -266,11 +291,9 @@ def _forward_ops(trace: Trace, is_bwd_node: np.ndarray) -> np.ndarray:
     index = ev.fwd_thread_id[bwd]
     voted_thread = ev.thread[fwd[np.clip(last_of_seq, 0, None)]]
     thread_of_index: dict[int, int] = {}
-    pairs = np.stack([index[found], voted_thread[found]], axis=1)
-    if len(pairs):
-        uniq, counts = np.unique(pairs, axis=0, return_counts=True)
-        for (k, t), _count in sorted(zip(map(tuple, uniq.tolist()), counts.tolist()), key=lambda x: x[1]):
-            thread_of_index[k] = t  # ascending by count: the most voted thread wins
+    votes = _pair_counts(index[found], voted_thread[found])
+    for (k, t), _count in sorted(votes, key=lambda x: x[1]):
+        thread_of_index[k] = t  # ascending by count: the most voted thread wins
     # exact lookup by (thread, sequence number), innermost (last started) op; one int64 key
     # of the thread and the sequence number's rank among those of these ops (below 2**31
     # whatever the numbers, which may be int64)
@@ -279,10 +302,41 @@ def _forward_ops(trace: Trace, is_bwd_node: np.ndarray) -> np.ndarray:
     key_f = ev.thread[fwd].astype(np.int64) << 32 | rank[: len(fwd)]
     order = np.lexsort((ev.ts[fwd], key_f))
     key_sorted, fwd_sorted = key_f[order], fwd[order]
-    want_thread = np.array([thread_of_index.get(k, -1) for k in index.tolist()], np.int64)
+    want_thread = _mapped(index, thread_of_index)
     key_b = want_thread << 32 | rank[len(fwd) :]
     pos = np.searchsorted(key_sorted, key_b, side="right") - 1
     ok = (want_thread >= 0) & (pos >= 0)
     ok[ok] &= key_sorted[pos[ok]] == key_b[ok]
     out[bwd[ok]] = fwd_sorted[pos[ok]]
     return out
+
+
+def _mapped(values: np.ndarray, mapping: dict[int, int]) -> np.ndarray:
+    """``mapping[v]`` for every value (-1 where it has none), as int64: a binary search among
+    the mapping's sorted keys."""
+    if not mapping:
+        return np.full(len(values), -1, np.int64)
+    keys = np.array(sorted(mapping), np.int64)
+    targets = np.array([mapping[k] for k in keys.tolist()], np.int64)
+    pos = np.minimum(np.searchsorted(keys, values), len(keys) - 1)
+    out: np.ndarray = np.where(keys[pos] == values, targets[pos], -1)
+    return out
+
+
+def _pair_counts(first: np.ndarray, second: np.ndarray) -> list[tuple[tuple[int, int], int]]:
+    """The distinct pairs (first[i], second[i]), ascending, each with its count, as
+    ``np.unique`` of the stacked pairs (``axis=0``, ``return_counts``) gives them. Pairs whose
+    values fit (first a 32-bit signed, second a 32-bit unsigned integer) are counted as one
+    int64 key each, in one sort, and keep the order of the pairs."""
+    if not len(first):
+        return []
+    fits = first.min() >= -(2**31) and first.max() < 2**31 and second.min() >= 0 and second.max() < 2**32
+    if not fits:
+        uniq, counts = np.unique(np.stack([first, second], axis=1), axis=0, return_counts=True)
+        return list(zip(map(tuple, uniq.tolist()), counts.tolist()))
+    key = np.sort(first.astype(np.int64) << 32 | second.astype(np.int64))
+    starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
+    counts = np.diff(np.r_[starts, len(key)])
+    distinct = key[starts]
+    pairs = zip((distinct >> 32).tolist(), (distinct & 0xFFFFFFFF).tolist())
+    return list(zip(pairs, counts.tolist()))

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from traceprof.analysis.tree_levels import bottom_up_levels, parents_first
 from traceprof.result.memory import MemoryPhase, MemoryUse
 from traceprof.trace.model import Trace, unique
 
@@ -79,7 +80,10 @@ def memory_by_node(
     total = mem.total_allocated[keep]
     device = mem.device[keep]
     has_total = bool((total >= 0).any())
-    order = _children_first(parent)
+    if parents_first(parent):
+        levels = bottom_up_levels(parent)
+    else:  # the children-first order of every node, one at a time
+        levels = [np.array([i]) for i in _children_first(parent) if parent[i] >= 0]
 
     per_device: list[tuple[str, np.ndarray]] = []  # (label, [phase, metric, node])
     for d, label in enumerate(mem.devices):
@@ -96,31 +100,41 @@ def memory_by_node(
             table[ph, 1] = np.bincount(nd, weights=np.maximum(-b, 0), minlength=n_nodes)[:n_nodes]
             table[ph, 3] = np.bincount(nd, minlength=n_nodes)[:n_nodes]
             np.maximum.at(table[ph, 2], nd, total[m].astype(np.float64))
-        for i in order:  # children before parents: sums and maxima of subtrees
-            p = parent[i]
-            if p >= 0:
-                table[:, (0, 1, 3), p] += table[:, (0, 1, 3), i]
-                table[:, 2, p] = np.maximum(table[:, 2, p], table[:, 2, i])
+        _carry_up(table, parent, levels)
         per_device.append((label, table))
 
-    result: list[tuple[MemoryUse, ...]] = []
-    for i in range(n_nodes):
-        uses = []
-        for label, table in per_device:
-            if table[:, 3, i].sum() == 0:
-                continue
+    result: list[list[MemoryUse]] = [[] for _ in range(n_nodes)]
+    for label, table in per_device:
+        # the nodes with events on the device (counts: exact sums), their values per pass
+        with_events = np.flatnonzero(table[:, 3, :].sum(axis=0) != 0)
+        sums = (table[:, (0, 1, 3)][:, :, with_events] / n_steps).transpose(2, 0, 1).tolist()
+        peaks = table[:, 2, with_events].T.tolist()
+        for i, node_sums, node_peaks in zip(with_events.tolist(), sums, peaks):
             phases = [
                 MemoryPhase(
-                    allocated_bytes=float(table[ph, 0, i]) / n_steps,
-                    freed_bytes=float(table[ph, 1, i]) / n_steps,
-                    peak_bytes=int(table[ph, 2, i]) if has_total and table[ph, 2, i] >= 0 else None,
-                    events=float(table[ph, 3, i]) / n_steps,
+                    allocated_bytes=allocated,
+                    freed_bytes=freed,
+                    peak_bytes=int(peak) if has_total and peak >= 0 else None,
+                    events=events,
                 )
-                for ph in range(N_PASSES)
+                for (allocated, freed, events), peak in zip(node_sums, node_peaks)
             ]
-            uses.append(MemoryUse(label, *phases))
-        result.append(tuple(uses))
-    return result
+            result[i].append(MemoryUse(label, *phases))
+    return [tuple(uses) for uses in result]
+
+
+def _carry_up(table: np.ndarray, parent: np.ndarray, levels: list[np.ndarray]) -> None:
+    """Adds each node's sums (allocated, freed, events) to its parent's and takes the larger
+    peak, a level of nodes at a time from the deepest (``np.add.at`` adds a parent's
+    children one after the other, as a node-by-node loop does)."""
+    sums = table[:, (0, 1, 3)]  # a copy: written back below
+    by_node = np.moveaxis(sums, -1, 0)  # views with the node first: [node, ...]
+    peak = table[:, 2].T
+    for level in levels:
+        up = parent[level]
+        np.add.at(by_node, up, by_node[level])
+        np.maximum.at(peak, up, peak[level])
+    table[:, (0, 1, 3)] = sums
 
 
 def _children_first(parent: np.ndarray) -> list[int]:

@@ -39,6 +39,8 @@ BETWEEN_OPS_LABEL = "(between ops)"
 #: label of GPU work whose launch is not in the trace
 NO_LAUNCH = "(launch not in trace)"
 _PASS_VALUES = ("forward", "backward", "other")  # profile.PASSES order (pass codes 0, 1, 2)
+# the summed fields follow kind, name, pass and shapes in OpStat: rows are built positionally
+assert OpStat.__struct_fields__[4 : 4 + len(_SUMMED)] == _SUMMED
 
 
 class Attributed(msgspec.Struct, frozen=True):
@@ -125,17 +127,13 @@ def ops_by_node(
         ],
     )
     out: list[list[OpStat]] = [[] for _ in range(n_nodes)]
-    for kind, rows in ((OpKind.OP, op_rows), (OpKind.KERNEL, kernel_rows)):
-        for node, phase, label, shapes, values in rows:
-            if not 0 <= node < n_nodes:
-                continue
-            text = _compact(ev.texts[shapes]) if shapes >= 0 else None
-            out[node].append(
-                replace(
-                    OpStat(kind, labels[label], _PASS_VALUES[phase], text),
-                    **{f: v / n_steps for f, v in zip(_SUMMED, values)},
-                )
-            )
+    texts: dict[int, str | None] = {-1: None}  # shapes code -> compact text, once per code
+    for kind, (keys, sums) in ((OpKind.OP, op_rows), (OpKind.KERNEL, kernel_rows)):
+        mine = (keys[:, 0] >= 0) & (keys[:, 0] < n_nodes)
+        for (node, phase, label, shapes), values in zip(keys[mine].tolist(), (sums[mine] / n_steps).tolist()):
+            if shapes not in texts:
+                texts[shapes] = _compact(ev.texts[shapes])
+            out[node].append(OpStat(kind, labels[label], _PASS_VALUES[phase], texts[shapes], *values))
     return [bounded(rows) for rows in out]
 
 
@@ -253,14 +251,13 @@ class _Keys:
         return np.stack([node, phase, label, shapes - 1], axis=1), inverse
 
 
-def _grouped(
-    keys: _Keys, values: list[dict[str, np.ndarray]]
-) -> list[tuple[int, int, int, int, list[float]]]:
-    """(node, phase, label, shapes, sums in _SUMMED order) per distinct key, keys ascending,
-    those whose sums are all zero left out. ``values``: per part of ``keys``, the metrics it
-    has (a bool array counts its true rows); the other metrics are zero there."""
+def _grouped(keys: _Keys, values: list[dict[str, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct keys, ascending, as rows (node, phase, label, shapes), and their sums in
+    _SUMMED order (one row per key), those whose sums are all zero left out. ``values``: per
+    part of ``keys``, the metrics it has (a bool array counts its true rows); the other
+    metrics are zero there."""
     if keys.bounds[-1] == 0:
-        return []
+        return np.zeros((0, 4), np.int64), np.zeros((0, len(_SUMMED)))
     uniq, inverse = keys.distinct()
     n_keys = len(uniq)
     bounds = keys.bounds
@@ -279,9 +276,6 @@ def _grouped(
             sums.append(np.bincount(rows[0][weights[0]], minlength=n_keys).astype(np.float64))
         else:
             sums.append(np.bincount(rows[0], weights=weights[0], minlength=n_keys))
-    out = []
-    for k, (nd, ph, lb, sh) in enumerate(uniq.tolist()):
-        vals = [float(s[k]) for s in sums]
-        if any(vals):
-            out.append((nd, ph, lb, sh, vals))
-    return out
+    table = np.stack(sums, axis=1)
+    nonzero = (table != 0).any(axis=1)
+    return uniq[nonzero], table[nonzero]

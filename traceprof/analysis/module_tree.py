@@ -105,26 +105,14 @@ def module_nodes(
     names_of_groups = groups.names()
     table = ctx.trace.metadata.module_table
 
-    def phase_times(i: int, phase: int) -> PhaseTimes:
-        return PhaseTimes(
-            own=Times(*(float(own[k][phase, i]) for k in _METRICS)),
-            total=Times(*(float(total[k][phase, i]) for k in _METRICS)),
-        )
+    times = _phase_times(own, total, _METRICS)
+    fused_of = _phase_times(*fused, FUSED_FIELDS) if fused is not None else None
 
     def fused_times(i: int) -> Fused | None:
         """A module node's share of kernels fused across modules (None without the table)."""
-        if fused is None or i >= n_mod:
+        if fused_of is None or i >= n_mod:
             return None
-        own_f, total_f = fused
-        return Fused(
-            *(
-                PhaseTimes(
-                    own=Times(**{k: float(own_f[k][phase, i]) for k in FUSED_FIELDS}),
-                    total=Times(**{k: float(total_f[k][phase, i]) for k in FUSED_FIELDS}),
-                )
-                for phase in (FORWARD, BACKWARD, OTHER)
-            )
-        )
+        return Fused(*fused_of[i])
 
     preorder: list[int] = []
     stack = list(reversed(shape.roots))
@@ -164,9 +152,9 @@ def module_nodes(
                 qualified_name=qual,
                 path=path,
                 calls=float(calls[old]) if old < n_mod else 0.0,
-                forward=phase_times(old, FORWARD),
-                backward=phase_times(old, BACKWARD),
-                other=phase_times(old, OTHER),
+                forward=times[old][FORWARD],
+                backward=times[old][BACKWARD],
+                other=times[old][OTHER],
                 info=info,
                 memory=memory_use[old],
                 ops=ops_of[old],
@@ -174,6 +162,30 @@ def module_nodes(
             )
         )
     return nodes, new_id
+
+
+def _phase_times(
+    own: dict[str, np.ndarray], total: dict[str, np.ndarray], fields: Sequence[str]
+) -> list[list[PhaseTimes]]:
+    """PhaseTimes of every node and pass (``[node][pass]``) with the Times ``fields`` of
+    ``own`` and ``total`` (``[metric][pass, node]``): each array is stacked into one
+    ``[node, pass, field]`` block and turned into Python floats by one ``tolist``."""
+
+    def block(values: dict[str, np.ndarray]) -> list[list[list[float]]]:
+        rows: list[list[list[float]]] = (
+            np.stack([values[k] for k in fields], axis=-1, dtype=np.float64).transpose(1, 0, 2).tolist()
+        )
+        return rows
+
+    def times(values: list[float]) -> Times:
+        return Times(*values) if leading else Times(**dict(zip(fields, values)))
+
+    leading = tuple(fields) == _METRICS  # every field, in order: positional
+    own_rows, total_rows = block(own), block(total)
+    return [
+        [PhaseTimes(own=times(o), total=times(t)) for o, t in zip(own_node, total_node)]
+        for own_node, total_node in zip(own_rows, total_rows)
+    ]
 
 
 def _short_name(hn: HierarchyNode, source: Source) -> str:

@@ -2,7 +2,7 @@
 
 :func:`own_metrics` receives the attributed CPU slices, GPU work and ops (their node already
 set, groups included) and returns ``own[metric][pass, node]``, the mean per selected step;
-:func:`calls` returns each module node's calls per step; :func:`subtree_totals` adds each node's
+:func:`calls` returns each module node's calls per step; :func:`subtree_totals_of` adds each node's
 descendants to it.
 """
 
@@ -17,6 +17,7 @@ from traceprof.analysis.cpu_time import CpuTime
 from traceprof.analysis.gpu_work import GpuWork
 from traceprof.analysis.op_costs import OpCosts
 from traceprof.analysis.stage import gives_memory_back
+from traceprof.analysis.tree_levels import bottom_up_levels
 from traceprof.result.model import PASSES
 
 
@@ -116,14 +117,18 @@ def fused_metrics(
     }
 
 
-def subtree_totals(own: np.ndarray, parent: np.ndarray) -> np.ndarray:
-    """own[phase, node] summed over each node's subtree."""
-    total: np.ndarray = own.copy()
-    depth = np.zeros(len(parent), np.int64)
-    for i in range(len(parent)):  # parents precede children in creation order
-        if parent[i] >= 0:
-            depth[i] = depth[parent[i]] + 1
-    for i in np.argsort(-depth, kind="stable"):
-        if parent[i] >= 0:
-            total[:, parent[i]] += total[:, i]
-    return total
+def subtree_totals_of(own: dict[str, np.ndarray], parent: np.ndarray) -> dict[str, np.ndarray]:
+    """Each metric's own[phase, node] summed over each node's subtree, all metrics at once.
+
+    The children are added to their parents a depth level at a time, deepest first, with
+    ``np.add.at`` (unbuffered: a parent's children are added one after the other, by
+    ascending index): the sums of a node-by-node loop over the nodes by descending depth,
+    to the last bit."""
+    if not own:
+        return {}
+    stacked = np.concatenate([np.asarray(v, np.float64) for v in own.values()])  # [metric * phase, node]
+    by_node = stacked.T  # a view with the node first
+    for level in bottom_up_levels(parent):
+        np.add.at(by_node, parent[level], by_node[level])
+    rows = np.cumsum([0, *(len(v) for v in own.values())]).tolist()
+    return {k: stacked[lo:hi] for k, lo, hi in zip(own, rows, rows[1:])}
