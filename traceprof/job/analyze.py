@@ -22,9 +22,10 @@ import msgspec
 from msgspec.structs import replace
 
 from traceprof.analysis.job_timeline import StepTimeline, step_timelines
+from traceprof.analysis.unattributed import BETWEEN_OPS
 from traceprof.errors import JobError
 from traceprof.read.discovery import find_traces
-from traceprof.result.model import PASSES, ModuleNode, ModuleProfile, NodeKind, Pass
+from traceprof.result.model import PASSES, ModuleNode, ModuleProfile, NodeKind, OpKind, Pass
 from traceprof.trace import schema
 
 #: a rank is a straggler when its step time is above the median by more than this fraction
@@ -132,6 +133,29 @@ class JobRank(msgspec.Struct, frozen=True):
     #: the mean of the timeline over the profile's selected steps
     selected: StepTimeline
 
+    @property
+    def cpu_compute_us(self) -> float:
+        """CPU time per step in ops outside the collectives (:func:`cpu_compute_us`)."""
+        return cpu_compute_us(self.profile)
+
+    def step_time(self, metric: str) -> float:
+        """The rank's step time by ``metric``: a :class:`StepTimeline` field or ``cpu_compute_us``."""
+        return self.cpu_compute_us if metric == "cpu_compute_us" else float(getattr(self.selected, metric))
+
+
+def is_collective_group(node: ModuleNode | JobModule) -> bool:
+    """A "not in any module" group of a CPU-side collective (``gloo:all_reduce``)."""
+    return node.kind is NodeKind.GROUP and schema.COLLECTIVE_CPU_RE.match(node.name) is not None
+
+
+def cpu_compute_us(profile: ModuleProfile) -> float:
+    """CPU time per step in ops outside the collectives: the step's time in ops, annotations and
+    Python frames (per thread, the union of its top-level slices) less the collective groups
+    outside every module, where a fast rank waits for the slow one (its time between ops, where
+    it waits for the backend's threads, is not in ops either)."""
+    waiting = sum(n.total.cpu_us for n in profile.nodes if is_collective_group(n))
+    return max(profile.selection.cpu_in_ops_us - waiting, 0.0)
+
 
 class JobModule(msgspec.Struct, frozen=True):
     """One module node matched across the ranks (by qualified name, or by tree position)."""
@@ -162,7 +186,7 @@ class JobModule(msgspec.Struct, frozen=True):
 
 class Straggler(msgspec.Struct, frozen=True):
     rank: int
-    step_us: float  # the rank's step time (GPU compute time per step; CPU: step wall time)
+    step_us: float  # the rank's step time (GPU compute time per step; CPU-only: CPU compute time)
     median_us: float
     excess_us: float
     excess_fraction: float
@@ -184,7 +208,8 @@ class Job(msgspec.Struct, frozen=True):
     straggler_threshold: float
     #: the time modules are compared by: gpu_busy_us, or cpu_us when no rank has GPU work
     metric: str
-    #: what step times compare: "compute_us" (GPU work outside collectives) or "wall_us"
+    #: what step times compare: "compute_us" (GPU work outside collectives) or, when no rank has
+    #: GPU work, "cpu_compute_us" (CPU time in ops outside collectives)
     step_metric: str
     warnings: tuple[str, ...] = ()
     engine: str = "local"
@@ -206,7 +231,7 @@ class Job(msgspec.Struct, frozen=True):
         raise KeyError(qualified_name)
 
     def step_times(self) -> dict[int, float]:
-        return {r.rank: getattr(r.selected, self.step_metric) for r in self.ranks}
+        return {r.rank: r.step_time(self.step_metric) for r in self.ranks}
 
     def rows(self) -> list[dict]:
         """The tidy table: one row per module x rank x pass (docs/jobs.md)."""
@@ -428,7 +453,7 @@ def reduce_job(
             warnings.append(f"rank {jr.rank}: {w}")
     has_gpu = any(jr.profile.has_gpu for jr in ranks)
     metric = "gpu_busy_us" if has_gpu else "cpu_us"
-    step_metric = "compute_us" if has_gpu else "wall_us"
+    step_metric = "compute_us" if has_gpu else "cpu_compute_us"
     modules = _modules(ranks)
     job = Job(
         ranks=tuple(ranks),
@@ -477,12 +502,14 @@ def _stragglers(job: Job) -> tuple[Straggler, ...]:
 
 
 def _excess_modules(job: Job, rank: int) -> tuple[tuple[JobModule, float], ...]:
-    """Modules whose own time on ``rank`` is above the median of the ranks, largest first."""
+    """Modules whose own compute time (:func:`own_compute_us`) on ``rank`` is above the median
+    of the ranks, largest first."""
+    gpu = job.metric == "gpu_busy_us"
     found = []
     for m in job.modules:
         if rank not in m.nodes or m.kind is NodeKind.UNATTRIBUTED:
             continue
-        own = m.times("gpu_work_us" if job.metric == "gpu_busy_us" else job.metric, own=True)
+        own = {r: own_compute_us(node, gpu) for r, node in sorted(m.nodes.items())}
         spread = spread_of(own)
         assert spread is not None  # the module is on ``rank``
         med = spread.median
@@ -491,6 +518,22 @@ def _excess_modules(job: Job, rank: int) -> tuple[tuple[JobModule, float], ...]:
             found.append((m, excess))
     found.sort(key=lambda t: -t[1])
     return tuple(found[:STRAGGLER_MODULES])
+
+
+def own_compute_us(node: ModuleNode, gpu: bool) -> float:
+    """A node's own part of its rank's step time (``gpu``: GPU compute, else CPU compute): the
+    summed durations of its own kernels less its collective kernels', or its own CPU time (none
+    for a collective group or the time between ops, which the step time leaves out)."""
+    if gpu:
+        collective = sum(
+            op.gpu_work_us
+            for op in node.ops
+            if op.kind is OpKind.KERNEL and schema.COLLECTIVE_KERNEL_RE.match(op.name)
+        )
+        return max(node.own.gpu_work_us - collective, 0.0)
+    if is_collective_group(node) or (node.kind is NodeKind.GROUP and node.name == BETWEEN_OPS):
+        return 0.0
+    return node.own.cpu_us
 
 
 def analyze_job(

@@ -106,7 +106,8 @@ def rank_records(job: Job) -> list[dict]:
             {
                 "rank": jr.rank,
                 "path": jr.path,
-                "step": {k: v for k, v in asdict(jr.selected).items() if k != "step"},
+                "step": {k: v for k, v in asdict(jr.selected).items() if k != "step"}
+                | {"cpu_compute_us": jr.cpu_compute_us},
                 "steps": [asdict(t) for t in jr.timeline],
                 "gpu_busy_us": sel.gpu_busy_us,
                 "cpu_us": sel.cpu_us,
@@ -154,8 +155,16 @@ def module_id_of(job: Job, key) -> str | None:
 def step_spreads(job: Job) -> dict:
     from traceprof.job.analyze import spread_of
 
-    names = ("wall_us", "gpu_busy_us", "compute_us", "collective_us", "collective_exposed_us", "idle_us")
-    return {n: _spread(spread_of({r.rank: getattr(r.selected, n) for r in job.ranks})) for n in names}
+    names = (
+        "wall_us",
+        "gpu_busy_us",
+        "compute_us",
+        "collective_us",
+        "collective_exposed_us",
+        "idle_us",
+        "cpu_compute_us",
+    )
+    return {n: _spread(spread_of({r.rank: r.step_time(n) for r in job.ranks})) for n in names}
 
 
 def job_document(job: Job, with_profiles: bool = False) -> dict:

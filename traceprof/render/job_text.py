@@ -25,6 +25,15 @@ _STEP_COLUMNS = (
     ("collective_exposed_us", "not overlapped"),
     ("idle_us", "GPU idle"),
 )
+#: CPU-only jobs: the step's wall time and what stragglers are found by
+_CPU_STEP_COLUMNS = (
+    ("wall_us", "step wall"),
+    ("cpu_compute_us", "CPU compute"),
+)
+_STRAGGLER_METRICS = {
+    "compute_us": "GPU compute time per step (GPU busy outside collectives)",
+    "cpu_compute_us": "CPU compute time per step (CPU time in ops outside collectives)",
+}
 
 
 def _grid(header: list[str], rows: list[list[str]], left: int = 1) -> list[str]:
@@ -76,40 +85,38 @@ def _header(job: Job, raw: bool) -> list[str]:
 
 def _ranks_section(job: Job, raw: bool) -> list[str]:
     d = lambda v: units.duration(v, raw)  # noqa: E731
+    cpu_only = job.step_metric == "cpu_compute_us"
+    columns = _CPU_STEP_COLUMNS if cpu_only else _STEP_COLUMNS
     lines = [
         "",
-        "Per rank, per step (GPU time; collectives: NCCL/RCCL kernels; not overlapped: "
+        "Per rank, per step (CPU time; CPU compute: time in ops outside collectives)"
+        if cpu_only
+        else "Per rank, per step (GPU time; collectives: NCCL/RCCL kernels; not overlapped: "
         "collective time with no other GPU work running)",
     ]
-    header = ["rank"] + [title for _, title in _STEP_COLUMNS] + ["kernels", ""]
+    header = ["rank"] + [title for _, title in columns] + ["kernels", ""]
     straggling = {s.rank for s in job.stragglers}
     rows = []
     for r in job.ranks:
         rows.append(
             [str(r.rank)]
-            + [d(getattr(r.selected, k)) for k, _ in _STEP_COLUMNS]
+            + [d(r.step_time(k)) for k, _ in columns]
             + [units.count(r.selected.kernels), "straggler" if r.rank in straggling else ""]
         )
     spreads = step_spreads(job)
     if len(job.ranks) > 1:
         for label, key in (("median", "median"), ("max", "max")):
-            rows.append(
-                [label] + [d(spreads[k][key]) if spreads[k] else "--" for k, _ in _STEP_COLUMNS] + ["", ""]
-            )
+            rows.append([label] + [d(spreads[k][key]) if spreads[k] else "--" for k, _ in columns] + ["", ""])
         rows.append(
             ["slowest"]
-            + [f"rank {spreads[k]['slowest_rank']}" if spreads[k] else "--" for k, _ in _STEP_COLUMNS]
+            + [f"rank {spreads[k]['slowest_rank']}" if spreads[k] else "--" for k, _ in columns]
             + ["", ""]
         )
     return lines + _grid(header, rows)
 
 
 def _stragglers_section(job: Job, raw: bool) -> list[str]:
-    what = (
-        "GPU compute time per step (GPU busy outside collectives)"
-        if job.step_metric == "compute_us"
-        else "step wall time"
-    )
+    what = _STRAGGLER_METRICS.get(job.step_metric, "step wall time")
     lines = [
         "",
         f"Stragglers: ranks whose {what} is above the median by more than "

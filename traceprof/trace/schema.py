@@ -444,6 +444,9 @@ DATA_PARALLEL_WRAPPERS: tuple[str, ...] = ("DistributedDataParallel", "FullyShar
 #: ``ncclDevKernel_*`` after; RCCL on AMD keeps these names) and RCCL's own ``rcclKernel*``,
 #: possibly after a ``void `` return type. Their time is a rank's time in collectives.
 COLLECTIVE_KERNEL_RE = re.compile(r"(?:void )?(?:nccl(?:Dev)?Kernel|rccl(?:Dev)?Kernel)", re.I)
+#: CPU-side collectives: the process group's scopes (``gloo:all_reduce``, ``nccl:all_reduce``, run
+#: on the backend's threads; they last until every rank has joined) and c10d's dispatcher ops
+COLLECTIVE_CPU_RE = re.compile(r"(?:nccl|gloo|mpi|ucc|xccl):|_?c10d(?:_functional)?::|record_param_comms\Z")
 #: rank numbers in trace file names of distributed jobs (``worker3.<ms>.pt.trace.json.gz``,
 #: ``rank_3``, ``rank-3``): the rank of a trace without ``distributedInfo``
 RANK_IN_FILE_NAME_RE = re.compile(r"(?:rank|worker)[_-]?(\d{1,7})(?!\d)", re.I)
