@@ -69,3 +69,16 @@ class JobError(TraceprofError):
     or without a number, ranks without a step in common."""
 
     exit_code = 2
+
+
+class ModuleLookupError(OptionError, KeyError):
+    """No node, or several, answer a name given to ``find()``. A KeyError, as a failed lookup
+    in a dict, and a TraceprofError whose one-line message names close matches."""
+
+    def __init__(self, message: str, matches: tuple[str, ...] = (), suggestions: tuple[str, ...] = ()):
+        super().__init__(message)
+        self.matches = matches  # the nodes a name answered, when several did
+        self.suggestions = suggestions  # names close to one that answered none
+
+    def __str__(self) -> str:
+        return self.message

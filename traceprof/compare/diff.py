@@ -27,8 +27,16 @@ import msgspec
 from msgspec.structs import replace
 
 from traceprof.compare.side import BUCKET_PATH, Side, side_of
-from traceprof.errors import OptionError
-from traceprof.result.model import PASSES, ModuleNode, ModuleProfile, NodeKind, Pass
+from traceprof.errors import ModuleLookupError, OptionError
+from traceprof.result.model import (
+    PASSES,
+    ModuleNode,
+    ModuleProfile,
+    NodeKind,
+    Pass,
+    did_you_mean,
+    find_named,
+)
 from traceprof.trace import schema
 from traceprof.trace.model import Trace
 
@@ -214,11 +222,22 @@ class DiffProfile(msgspec.Struct, frozen=True):
             stack.extend(reversed(node.children))
 
     def find(self, name: str) -> DiffNode:
-        """A node by qualified name (either side's) or key."""
-        for n in self.nodes:
-            if name in (n.qualified_name, n.key):
-                return n
-        raise KeyError(name)
+        """A node by qualified name (either side's) or key, else as
+        :meth:`ModuleProfile.find <traceprof.result.model.ModuleProfile.find>` looks: a class
+        or short name, then a part of one. Raises ``ModuleLookupError`` (a KeyError) with
+        close matches."""
+        return find_named(self.nodes, name, "either trace", keys=lambda n: (n.key,))
+
+    def __repr__(self) -> str:
+        from traceprof.render.notebook import diff_repr  # presentation lives in render/
+
+        return diff_repr(self)
+
+    def _repr_html_(self) -> str:
+        """The step's change, the largest changes and an icicle, for Jupyter (docs/notebooks.md)."""
+        from traceprof.render.notebook import diff_html
+
+        return diff_html(self)
 
     def modules(self) -> list[DiffNode]:
         return [n for n in self.nodes if n.kind is NodeKind.MODULE]
@@ -240,8 +259,12 @@ class DiffProfile(msgspec.Struct, frozen=True):
         else:
             try:
                 node = self.find(module)
-            except KeyError:
-                raise OptionError(f"module {module!r} is in neither trace") from None
+            except ModuleLookupError as e:
+                if e.matches:  # several modules answer the name: the error names them
+                    raise
+                raise OptionError(
+                    f"module {module!r} is in neither trace{did_you_mean(e.suggestions)}"
+                ) from None
             base, new, what = node.base_us, node.new_us, f"module {module}"
         from traceprof import units
 

@@ -25,7 +25,7 @@ from traceprof.analysis.job_timeline import StepTimeline, step_timelines
 from traceprof.analysis.unattributed import BETWEEN_OPS
 from traceprof.errors import JobError
 from traceprof.read.discovery import find_traces
-from traceprof.result.model import PASSES, ModuleNode, ModuleProfile, NodeKind, OpKind, Pass
+from traceprof.result.model import PASSES, ModuleNode, ModuleProfile, NodeKind, OpKind, Pass, find_named
 from traceprof.trace import schema
 
 #: a rank is a straggler when its step time is above the median by more than this fraction
@@ -229,6 +229,23 @@ class Job(msgspec.Struct, frozen=True):
             if m.qualified_name == qualified_name:
                 return m
         raise KeyError(qualified_name)
+
+    def find(self, name: str) -> JobModule:
+        """A module by qualified name, else as :meth:`ModuleProfile.find
+        <traceprof.result.model.ModuleProfile.find>` looks: a class or short name, then a part
+        of one. Raises ``ModuleLookupError`` (a KeyError) with close matches."""
+        return find_named(self.modules, name, "the job")
+
+    def __repr__(self) -> str:
+        from traceprof.render.notebook import job_repr  # presentation lives in render/
+
+        return job_repr(self)
+
+    def _repr_html_(self) -> str:
+        """The ranks' step times, the stragglers and an icicle, for Jupyter (docs/notebooks.md)."""
+        from traceprof.render.notebook import job_html
+
+        return job_html(self)
 
     def step_times(self) -> dict[int, float]:
         return {r.rank: r.step_time(self.step_metric) for r in self.ranks}

@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
+import os
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 import msgspec
 
+from traceprof.errors import ModuleLookupError
 from traceprof.result.memory import MemoryUse
 from traceprof.result.timeline import Timeline
 from traceprof.trace.model import ModuleInfo, TraceMetadata
@@ -199,6 +201,13 @@ class ModuleNode(msgspec.Struct, frozen=True):
     @property
     def own(self) -> Times:
         return self.forward.own + self.backward.own + self.other.own
+
+    @property
+    def label(self) -> str:
+        """The name reports show for the node: its qualified name, or for a model's root, whose
+        qualified name is ``""`` (as in torch's ``named_modules()``, so that
+        ``model.get_submodule(node.qualified_name)`` finds every node), its class name."""
+        return self.qualified_name or self.class_name or self.name
 
 
 class PassTotals(msgspec.Struct, frozen=True):
@@ -381,11 +390,23 @@ class ModuleProfile(msgspec.Struct, frozen=True):
             yield node
             stack.extend(reversed(node.children))
 
-    def find(self, qualified_name: str) -> ModuleNode:
-        for n in self.nodes:
-            if n.qualified_name == qualified_name:
-                return n
-        raise KeyError(qualified_name)
+    def find(self, name: str) -> ModuleNode:
+        """The node ``name`` names: a qualified name (``""`` is the root of a traceprof
+        capture), else a class or short name (``"ResNet18"``), else a part of one, ignoring case
+        (``"encoder"`` finds ``BertEncoder_0``). A miss, or a name several nodes answer, raises
+        :class:`ModuleLookupError` (a KeyError) with close matches in its one-line message."""
+        return find_named(self.nodes, name, _trace_name(self.metadata.path))
+
+    def __repr__(self) -> str:
+        from traceprof.render.notebook import profile_repr  # presentation lives in render/
+
+        return profile_repr(self)
+
+    def _repr_html_(self) -> str:
+        """The summary and a static icicle, for Jupyter (docs/notebooks.md)."""
+        from traceprof.render.notebook import profile_html
+
+        return profile_html(self)
 
     def share_of_step(self, node: ModuleNode) -> float:
         """The node's GPU busy time (all passes) as a fraction of the step's; CPU time
@@ -490,6 +511,92 @@ class ModuleProfile(msgspec.Struct, frozen=True):
         from traceprof.result.records import profile_dataframe
 
         return profile_dataframe(self)
+
+
+class Named(Protocol):
+    """What :func:`find_named` looks at: a node of a profile, a diff or a job."""
+
+    @property
+    def qualified_name(self) -> str: ...
+
+    @property
+    def class_name(self) -> str: ...
+
+    @property
+    def name(self) -> str: ...
+
+
+_N = TypeVar("_N", bound=Named)
+#: names listed in the message of a lookup that failed
+_LISTED = 5
+
+
+def _no_keys(item: Named) -> tuple[str, ...]:
+    return ()
+
+
+def find_named(
+    items: Sequence[_N], query: str, where: str, keys: Callable[[_N], Iterable[str]] = _no_keys
+) -> _N:
+    """The item ``query`` names, tried in order: a qualified name (or one of the item's
+    ``keys``), the first such in ``items``; a class or short name; the end of a qualified name
+    (``"attention.self"``); a part of a short or class name, then of a qualified name, ignoring
+    case. Raises :class:`ModuleLookupError` when nothing matches, or when several items match
+    at the first of these steps that matches any."""
+    for item in items:
+        if query == item.qualified_name or query in keys(item):
+            return item
+    lowered, suffix = query.lower(), "." + query
+    for matches in (
+        [i for i in items if query in (i.class_name, i.name)],
+        [i for i in items if i.qualified_name.endswith(suffix)],
+        [i for i in items if lowered in i.name.lower() or lowered in i.class_name.lower()],
+        [i for i in items if lowered in i.qualified_name.lower()],
+    ):
+        if len(matches) == 1:
+            return matches[0]
+        if matches:
+            raise ModuleLookupError(
+                f"{query!r} matches {len(matches)} nodes in {where}: {_listed(matches)}; "
+                "give a qualified name",
+                matches=tuple(_label(i) for i in matches),
+            )
+    close = _close_names(items, query)
+    raise ModuleLookupError(f"no node {query!r} in {where}{did_you_mean(close)}", suggestions=close)
+
+
+def did_you_mean(names: Sequence[str]) -> str:
+    """``"; did you mean a, b?"``, or "" without names."""
+    return f"; did you mean {', '.join(names)}?" if names else ""
+
+
+def _label(item: Named) -> str:
+    return item.qualified_name or item.class_name or item.name
+
+
+def _listed(items: Sequence[Named]) -> str:
+    shown = ", ".join(_label(i) for i in items[:_LISTED])
+    return shown + (", ..." if len(items) > _LISTED else "")
+
+
+def _close_names(items: Sequence[Named], query: str) -> tuple[str, ...]:
+    """Names like ``query`` (difflib), then names that hold its last dotted part."""
+    import difflib  # only when a lookup fails
+
+    names: dict[str, str] = {}  # lowercased -> as written
+    for item in items:
+        for n in (_label(item), item.name, item.class_name):
+            if n:
+                names.setdefault(n.lower(), n)
+    lowered = query.lower()
+    close = difflib.get_close_matches(lowered, list(names), n=_LISTED, cutoff=0.6)
+    tail = lowered.rsplit(".", 1)[-1]
+    parts = [n for n in names if tail and tail != lowered and tail in n]
+    return tuple(dict.fromkeys(names[n] for n in close + parts))[:_LISTED]
+
+
+def _trace_name(path: str) -> str:
+    return os.path.basename(path) or "the profile"
 
 
 #: rows kept per node, kind and pass; the rest are folded into one "(N more)" row
