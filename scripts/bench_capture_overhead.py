@@ -6,7 +6,7 @@ steps each (after ``wait=1, warmup=1``):
 
 - ``none``: no profiler at all (reference);
 - ``torch``: ``torch.profiler.profile`` with the flags traceprof uses (CPU activity,
-  ``record_shapes``, ``with_flops``, ``with_modules``), no scopes;
+  ``record_shapes``, ``with_flops``), no scopes;
 - ``traceprof``: ``traceprof.capture.profile`` (same flags + one scope per module call and the
   shape capture of the first active step).
 
@@ -169,7 +169,6 @@ def timed_steps(
             on_trace_ready=lambda p: None,
             record_shapes=True,
             with_flops=True,
-            with_modules=True,
         ) as prof:
             loop(prof)
     elif kind == "traceprof":
@@ -364,9 +363,7 @@ def bench_scope_kinds(n: int = 20000) -> dict[str, float]:
         kinds["_RecordFunctionFast (traceprof default)"] = fast
     result: dict[str, float] = {}
     name = "[traceprof:1]Linear: transformer.h.0.attn.c_attn"
-    with torch.profiler.profile(
-        activities=[ProfilerActivity.CPU], record_shapes=True, with_flops=True, with_modules=True
-    ):
+    with torch.profiler.profile(activities=[ProfilerActivity.CPU], record_shapes=True, with_flops=True):
         for label, make in kinds.items():
             best = float("inf")
             for _ in range(3):
@@ -409,7 +406,6 @@ def bench_call_cost(n_modules: int = 200, iters: int = 200) -> dict[str, float]:
         on_trace_ready=lambda p: None,
         record_shapes=True,
         with_flops=True,
-        with_modules=True,
     ) as prof:
         prof.step()  # into the active step
         result["torch.profiler, no scopes"] = best(prof)

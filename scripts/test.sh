@@ -7,7 +7,8 @@
 #   the HTML report and TensorBoard tab tests; installed with apt-get (through sudo when not root)
 #   only when missing.
 # - Python packages: the CPU build of torch (pinned: a bare `torch` pulls a multi-GB CUDA build)
-#   and traceprof with its test, capture and TensorBoard extras, into the active virtual
+#   and traceprof with its test, capture, TensorBoard, transformers, lightning and notebook
+#   extras (the integrations' tests run the real libraries), into the active virtual
 #   environment, or into ./.venv (created when missing) when no environment is active.
 # - Then the checks, each failing the run when broken: `lint-imports` (the stages import only
 #   the stages below them, torch stays in capture/: the contracts in pyproject.toml), `ruff check`,
@@ -40,7 +41,7 @@ fi
 
 python -m pip install -q --upgrade pip
 python -m pip install -q "torch==${TORCH_VERSION}"
-python -m pip install -q -e '.[test,capture,tensorboard,lint]'
+python -m pip install -q -e '.[test,capture,tensorboard,transformers,lightning,notebook,lint]'
 
 echo "test.sh: checks: lint-imports, ruff check, ruff format --check, mypy" >&2
 lint-imports --no-cache

@@ -34,7 +34,10 @@ def test_the_test_command_installs_the_browser_and_the_python_packages():
     assert script[:1] == ["bash"]
     text = (ROOT / script[1]).read_text()
     assert "chromium-driver" in text and "apt-get install" in text
-    assert "torch==${TORCH_VERSION}" in text and "[test,capture,tensorboard,lint]" in text
+    assert (
+        "torch==${TORCH_VERSION}" in text
+        and "[test,capture,tensorboard,transformers,lightning,notebook,lint]" in text
+    )
     # the checks run before the tests, each ending the script when it fails (set -e)
     checks = ["lint-imports --no-cache", "ruff check --quiet .", "ruff format --check --quiet .", "mypy"]
     lines = [line.strip() for line in text.splitlines()]

@@ -10,14 +10,67 @@ import os
 import time
 import warnings
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, TextIO
 
+import msgspec
+
+from traceprof.api import analyze as analyze_trace
 from traceprof.capture.compiled import inside_compiled, named_model_modules, runs_compiled
 from traceprof.capture.module_table import build_table, describe_modules, encode_table
+from traceprof.errors import TraceprofError
+from traceprof.render.registry import RenderOptions
+from traceprof.render.tree import render_tree
+from traceprof.result.model import ModuleProfile
 from traceprof.trace.schema import COMPILED_TABLE_KEY
 from traceprof.trace.schema import MODULE_TABLE_KEY as TABLE_KEY
 
-__all__ = ["profile", "profile_once", "write_trace"]
+__all__ = ["CapturedTrace", "profile", "profile_once", "write_trace"]
+
+
+class CapturedTrace(str):
+    """The path of a trace that the capture helper wrote, with its analysis one call away.
+
+    A ``str`` (usable wherever a path is: ``traceprof.analyze``, ``open``, ``os.fspath``) that
+    also has :meth:`analyze` and :meth:`report`. ``profile.trace_paths`` holds these, and
+    ``profile_once`` returns one.
+    """
+
+    __slots__ = ()
+
+    def analyze(self, **options: Any) -> ModuleProfile:
+        """The trace's :class:`~traceprof.ModuleProfile`: ``traceprof.analyze(path, **options)``
+        (``step``, ``hierarchy``, ``depth``, ``top``, ``sort``, ``peak_tflops``, ...)."""
+        return analyze_trace(str(self), **options)
+
+    def report(
+        self,
+        depth: int | None = None,
+        *,
+        top: int | None = None,
+        raw: bool = False,
+        unsupported_ops: bool = False,
+        batch_size: int | None = None,
+        file: TextIO | None = None,
+        **options: Any,
+    ) -> None:
+        """Print the DeepSpeed-flops-profiler-style report of the trace (``traceprof analyze
+        --format tree``): summary, aggregated profile, and the module tree down to ``depth``
+        (default: every module).
+
+        ``top``: keep the ``top`` largest children of each node, and show as many modules per
+        depth in the aggregated profile (default there: 3). ``raw``: plain microseconds and
+        numbers. ``unsupported_ops``: list the ops without a FLOP formula. ``batch_size``: samples
+        per step, for samples/second (default: dim 0 of the model's first input). ``file``: where
+        to print (default: standard output). ``options`` go to :meth:`analyze` (``step``,
+        ``sort``, ``hierarchy``, ``peak_tflops``, ...).
+        """
+        result = self.analyze(depth=depth, top=top, **options)
+        render_options = RenderOptions(
+            raw_numbers=raw, unsupported_ops=unsupported_ops, batch_size=batch_size
+        )
+        if top is not None:
+            render_options = msgspec.structs.replace(render_options, top_modules=top)
+        print(render_tree(result, render_options), end="", file=file)  # None: standard output
 
 
 class profile:
@@ -32,12 +85,15 @@ class profile:
 
     Wraps ``torch.profiler.profile`` with ``activities`` CPU (+ CUDA when
     ``torch.cuda.is_available()``), ``schedule=torch.profiler.schedule(wait, warmup, active,
-    repeat)``, ``record_shapes=True``, ``with_flops=True``, ``with_modules=True`` and the given
-    ``profile_memory`` and ``with_stack``. Each finished cycle is written as a gzipped Chrome
-    trace ``<worker_name>.<ms>.pt.trace.json.gz`` into ``logdir`` (TensorBoard's naming; written to
-    a temporary file and renamed, so a reader never sees half a file); ``trace_paths`` lists the
-    files written so far. ``profiler`` is the underlying ``torch.profiler.profile`` (``None`` when
-    this rank does not profile).
+    repeat)``, ``record_shapes=True``, ``with_flops=True`` and the given ``profile_memory`` and
+    ``with_stack`` (not ``with_modules``: it records module paths of TorchScript only, and torch
+    2.14 deprecates it; the scopes below give the module tree). Each finished cycle is written as
+    a gzipped Chrome trace ``<worker_name>.<ms>.pt.trace.json.gz`` into ``logdir`` (TensorBoard's
+    naming; written to a temporary file and renamed, so a reader never sees half a file);
+    ``trace_paths`` lists the files written so far (:class:`CapturedTrace`). ``profiler`` is the underlying
+    ``torch.profiler.profile`` (``None`` when this rank does not profile). :meth:`analyze` returns
+    the ``ModuleProfile`` of the last trace written and :meth:`report` prints its module tree, in
+    the loop (once a cycle has ended) or after it.
 
     During warmup and active steps every call of every module of ``model`` opens one scope
     ``[traceprof:1]<Class>: <qualified.name>`` (see ``docs/trace-conventions.md``). The first
@@ -115,7 +171,7 @@ class profile:
         self.ranks = None if ranks is None else frozenset(int(r) for r in ranks)
         self.worker_name = worker_name
         self.record_compiled = record_compiled
-        self.trace_paths: list[str] = []
+        self.trace_paths: list[CapturedTrace] = []
         self.rank: int | None = None
         self.world_size: int | None = None
         self.enabled = False  #: True between enter and exit on a rank that profiles
@@ -123,6 +179,7 @@ class profile:
         self.scope_kind: str | None = None  #: "record_function_fast" or "record_function"
         self._trace_file = None if _trace_file is None else os.fspath(_trace_file)
         self._entered = False
+        self._steps = 0  # step() calls while profiling
         self._hooks: Any = None
         self._state: Any = None
         self._rows: list[dict[str, Any]] = []
@@ -187,7 +244,6 @@ class profile:
                 on_trace_ready=self._on_trace_ready,
                 record_shapes=True,
                 with_flops=True,
-                with_modules=True,
                 profile_memory=self.profile_memory,
                 with_stack=self.with_stack,
             )
@@ -241,6 +297,48 @@ class profile:
             self._embedded = False
             self._compiled_embedded_changes = -1
         self._sync_state()
+        self._steps += 1
+
+    # -- results -------------------------------------------------------------------------------
+
+    def analyze(self, **options: Any) -> ModuleProfile:
+        """The :class:`~traceprof.ModuleProfile` of the last trace written (the last finished
+        cycle): ``traceprof.analyze(trace_paths[-1], **options)``. Usable in the loop, once a
+        cycle has ended, and after the ``with`` block. Raises :class:`~traceprof.TraceprofError`
+        when no trace has been written yet, or on a rank that does not profile."""
+        return self._last_trace().analyze(**options)
+
+    def report(self, depth: int | None = None, **options: Any) -> None:
+        """Print the DeepSpeed-flops-profiler-style report of the last trace written, with the
+        module tree down to ``depth``: :meth:`CapturedTrace.report` of ``trace_paths[-1]``
+        (``top``, ``raw``, ``unsupported_ops``, ``batch_size``, ``file``, and the options of
+        :meth:`analyze`). Raises like :meth:`analyze`."""
+        self._last_trace().report(depth, **options)
+
+    def _last_trace(self) -> CapturedTrace:
+        if self.trace_paths:
+            return self.trace_paths[-1]
+        raise TraceprofError(self._why_no_trace())
+
+    def _why_no_trace(self) -> str:
+        if not self._entered:
+            return (
+                "no trace written yet: the session has not started"
+                " (with traceprof.capture.profile(...) as prof: ...)"
+            )
+        if self.ranks is not None and self.rank not in self.ranks:
+            return f"rank {self.rank} does not profile (ranks={sorted(self.ranks)}): it writes no trace"
+        schedule = f"wait={self.wait}, warmup={self.warmup}, active={self.active}"
+        if not self.enabled:
+            return (
+                f"no trace written: the session ended before its active steps ({schedule};"
+                f" step() calls: {self._steps})"
+            )
+        return (
+            f"no trace written yet: the first is written at the end of the schedule's active steps"
+            f" ({schedule}: at step() call {self.wait + self.warmup + self.active};"
+            f" {self._steps} so far), or when the with block ends during them"
+        )
 
     # -- internals -----------------------------------------------------------------------------
 
@@ -340,7 +438,7 @@ class profile:
         else:
             path = _next_trace_path(self.logdir, self.worker_name or "worker")
         write_trace(prof, path)
-        self.trace_paths.append(path)
+        self.trace_paths.append(CapturedTrace(path))
 
 
 def profile_once(
@@ -350,8 +448,10 @@ def profile_once(
     loss_fn: Callable[[Any], Any] | None = None,
     path: str | os.PathLike = "trace.pt.trace.json.gz",
     **kw: Any,
-) -> str | None:
-    """Profile one call of ``model(*inputs)`` and write its trace to ``path``; return ``path``.
+) -> CapturedTrace | None:
+    """Profile one call of ``model(*inputs)`` and write its trace to ``path``; return ``path``
+    as a :class:`CapturedTrace` (a ``str``; ``.analyze()`` gives its ``ModuleProfile``,
+    ``.report(depth=...)`` prints its module tree).
 
     Runs one warmup call (profiler warming up, not recorded) and then one recorded call. With
     ``backward=False`` both run under ``torch.no_grad()``; with ``backward=True`` each call also
@@ -360,6 +460,10 @@ def profile_once(
     calling the model twice (BatchNorm running statistics in train mode) stay. ``kw`` goes to
     :class:`profile` (``profile_memory``, ``with_stack``, ``ranks``, ``worker_name``). Returns
     ``None`` on a rank that ``ranks`` leaves out. ``path`` ending in ``.gz`` is gzipped.
+
+    ::
+
+        traceprof.capture.profile_once(model, x, backward=True).report(depth=2)
     """
     import torch
 

@@ -1,0 +1,354 @@
+"""What the trainer callbacks share: their options, the capture window, the headline numbers.
+
+A :class:`CaptureWindow` is a :class:`traceprof.capture.profile` session driven by a trainer's
+hooks: opened when training begins, stepped once per optimizer step, closed when its cycles are
+done or training ends. Each trace it writes is analyzed (``traceprof.analyze``, in the training
+process, one process) and summed up as a :class:`Headline`, which is logged and kept.
+
+Imports no torch: the session imports it when it starts.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from traceprof import units
+from traceprof.api import analyze
+from traceprof.capture import profile
+from traceprof.errors import OptionError, TraceprofError
+from traceprof.result.model import ModuleNode, ModuleProfile, NodeKind
+
+__all__ = ["CaptureOptions", "CaptureWindow", "Headline", "ModuleTime", "headline"]
+
+METRIC_PREFIX = "traceprof/"
+
+
+@dataclass(frozen=True, slots=True)
+class CaptureOptions:
+    """The arguments of a trainer callback, checked when the callback is made."""
+
+    wait: int = 1
+    warmup: int = 1
+    active: int = 3
+    repeat: int = 1
+    ranks: frozenset[int] | None = None  #: None: every rank profiles
+    profile_memory: bool = False
+    with_stack: bool = False
+    logdir: str | None = None  #: None: the trainer's log directory
+    top: int = 5  #: modules named in the headline
+    peak_tflops: float | None = None  #: the device's peak TFLOP/s, for MFU where traceprof has none
+    analyze: bool = True  #: False: write the traces only
+
+    @classmethod
+    def checked(
+        cls,
+        *,
+        wait: Any,
+        warmup: Any,
+        active: Any,
+        repeat: Any,
+        ranks: Any,
+        profile_memory: Any,
+        with_stack: Any,
+        logdir: Any,
+        top: Any,
+        peak_tflops: Any,
+        analyze: Any,
+    ) -> CaptureOptions:
+        """The options, or :class:`OptionError` with a one-line message for a bad value."""
+        for name, value, least in (("wait", wait, 0), ("warmup", warmup, 0), ("active", active, 1)):
+            _check_int(name, value, least)
+        _check_int("repeat", repeat, 0)
+        _check_int("top", top, 0)
+        for name, value in (
+            ("profile_memory", profile_memory),
+            ("with_stack", with_stack),
+            ("analyze", analyze),
+        ):
+            if not isinstance(value, bool):
+                raise OptionError(f"{name} must be True or False, got {value!r}")
+        if peak_tflops is not None and (
+            isinstance(peak_tflops, bool) or not isinstance(peak_tflops, (int, float)) or not peak_tflops > 0
+        ):
+            raise OptionError(f"peak_tflops must be a number above 0, got {peak_tflops!r}")
+        if logdir is not None and not isinstance(logdir, (str, os.PathLike)):
+            raise OptionError(f"logdir must be a path, got {logdir!r}")
+        return cls(
+            wait=wait,
+            warmup=warmup,
+            active=active,
+            repeat=repeat,
+            ranks=_checked_ranks(ranks),
+            profile_memory=profile_memory,
+            with_stack=with_stack,
+            logdir=None if logdir is None else os.fspath(logdir),
+            top=top,
+            peak_tflops=None if peak_tflops is None else float(peak_tflops),
+            analyze=analyze,
+        )
+
+    @property
+    def window_steps(self) -> int:
+        """Optimizer steps until the first trace is written."""
+        return self.wait + self.warmup + self.active
+
+
+def _check_int(name: str, value: Any, least: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise OptionError(f"{name} must be an integer >= {least}, got {value!r}")
+
+
+def _checked_ranks(ranks: Any) -> frozenset[int] | None:
+    if ranks is None:
+        return None
+    if isinstance(ranks, int) and not isinstance(ranks, bool):
+        ranks = [ranks]
+    if isinstance(ranks, (str, bytes)) or not isinstance(ranks, Iterable):
+        raise OptionError(f"ranks must be a list of rank numbers, got {ranks!r}")
+    ranks = list(ranks)
+    for rank in ranks:
+        if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
+            raise OptionError(f"ranks must be a list of rank numbers (integers >= 0), got {ranks!r}")
+    if not ranks:
+        raise OptionError("ranks is empty: no rank would profile (None profiles every rank)")
+    return frozenset(ranks)
+
+
+@dataclass(frozen=True, slots=True)
+class ModuleTime:
+    """One module's own time per step (its time without its submodules')."""
+
+    name: str  #: the qualified name; the class for the model itself
+    class_name: str
+    own_us: float  #: GPU busy time, or CPU time on a trace without GPU work
+    forward_us: float
+    backward_us: float
+    share: float  #: of the step's time of the same kind
+
+
+@dataclass(frozen=True, slots=True)
+class Headline:
+    """The numbers of one trace a callback logs: means per step of the analyzed steps."""
+
+    trace_path: str
+    steps: tuple[int, ...]  #: the trainer's step numbers (global step after each)
+    step_time_us: float  #: wall time of a step
+    cpu_us: float  #: CPU time in ops of a step (every thread)
+    gpu_busy_us: float | None  #: None: the trace has no GPU work
+    flops: float  #: FLOPs per step, from the recorded shapes
+    flop_per_s: float | None  #: over the GPU busy time (CPU time in ops without a GPU)
+    mfu: float | None  #: None: the device's peak is not known (see ``peak_tflops``)
+    top_modules: tuple[ModuleTime, ...] = field(default=())
+
+    @property
+    def time_kind(self) -> str:
+        """What the module times are: ``"GPU"`` busy time or ``"CPU"`` time."""
+        return "CPU" if self.gpu_busy_us is None else "GPU"
+
+    def metrics(self, prefix: str = METRIC_PREFIX) -> dict[str, float]:
+        """The numbers as a flat dict of floats, for a trainer's loggers (times in ms)."""
+        out = {f"{prefix}step_time_ms": self.step_time_us / 1000, f"{prefix}cpu_ms": self.cpu_us / 1000}
+        if self.gpu_busy_us is not None:
+            out[f"{prefix}gpu_busy_ms"] = self.gpu_busy_us / 1000
+        if self.flops > 0:
+            out[f"{prefix}flops"] = self.flops
+        if self.flop_per_s is not None:
+            out[f"{prefix}tflop_per_s"] = self.flop_per_s / 1e12
+        if self.mfu is not None:
+            out[f"{prefix}mfu"] = self.mfu
+        for module in self.top_modules:
+            out[f"{prefix}own_{self.time_kind.lower()}_ms/{module.name}"] = module.own_us / 1000
+        return out
+
+    def message(self) -> str:
+        """One line for a log."""
+        parts = [f"step time {units.duration(self.step_time_us)}"]
+        if self.gpu_busy_us is not None:
+            parts.append(f"GPU busy {units.duration(self.gpu_busy_us)}")
+        parts.append(f"CPU in ops {units.duration(self.cpu_us)}")
+        if self.flop_per_s is not None:
+            parts.append(units.flop_rate(self.flop_per_s))
+        if self.mfu is not None:
+            parts.append(f"MFU {units.percent(self.mfu)}")
+        line = f"traceprof: {_steps_text(self.steps)}: " + ", ".join(parts)
+        if self.top_modules:
+            tops = ", ".join(
+                f"{m.name} {units.percent(m.share)} (fwd {units.duration(m.forward_us)},"
+                f" bwd {units.duration(m.backward_us)})"
+                for m in self.top_modules
+            )
+            line += f"; top modules by own {self.time_kind} time: {tops}"
+        return line + f"; trace {self.trace_path}"
+
+
+def _steps_text(steps: tuple[int, ...]) -> str:
+    if not steps:
+        return "the trace"
+    if len(steps) == 1:
+        return f"step {steps[0]}"
+    if steps == tuple(range(steps[0], steps[-1] + 1)):
+        return f"steps {steps[0]}-{steps[-1]}"
+    return "steps " + ",".join(map(str, steps))
+
+
+def headline(result: ModuleProfile, trace_path: str, top: int = 5, first_step: int = 0) -> Headline:
+    """The headline numbers of ``result``; ``first_step``: the trainer's global step when the
+    session began (``ProfilerStep#N`` is the trainer's step ``first_step + N + 1``)."""
+    selection = result.selection
+    gpu = result.has_gpu
+    rate = result.throughput(selection)
+    return Headline(
+        trace_path=trace_path,
+        steps=tuple(first_step + n + 1 for n in selection.numbers),
+        step_time_us=selection.wall_us,
+        cpu_us=selection.cpu_in_ops_us,
+        gpu_busy_us=selection.gpu_busy_us if gpu else None,
+        flops=selection.flops,
+        flop_per_s=rate.flop_per_s,
+        mfu=rate.mfu,
+        top_modules=top_modules(result, top),
+    )
+
+
+def top_modules(result: ModuleProfile, top: int) -> tuple[ModuleTime, ...]:
+    """The ``top`` modules with the most own time per step (GPU busy, else CPU), largest first."""
+    gpu = result.has_gpu
+    whole = result.selection.gpu_busy_us if gpu else result.selection.cpu_us
+
+    def own(node: ModuleNode, which: str) -> float:
+        times = node.own if which == "all" else node.phase(which).own
+        return times.gpu_busy_us if gpu else times.cpu_us
+
+    modules = [n for n in result.nodes if n.kind is NodeKind.MODULE and own(n, "all") > 0]
+    modules.sort(key=lambda n: -own(n, "all"))
+    return tuple(
+        ModuleTime(
+            name=n.qualified_name or n.class_name,
+            class_name=n.class_name,
+            own_us=own(n, "all"),
+            forward_us=own(n, "forward"),
+            backward_us=own(n, "backward"),
+            share=own(n, "all") / whole if whole > 0 else 0.0,
+        )
+        for n in modules[:top]
+    )
+
+
+class CaptureWindow:
+    """A capture session over a window of a trainer's steps, and what came of it.
+
+    ``open`` starts the session (closing one that a failed run left open), ``step`` marks the end
+    of an optimizer step, ``close`` ends the session. ``step`` and ``close`` return the headlines
+    of the traces written since the last call, each logged on ``log`` already. The session is
+    closed as soon as its last cycle is written, so the hooks cost nothing for the rest of
+    training.
+    """
+
+    def __init__(self, options: CaptureOptions, log: logging.Logger) -> None:
+        self.options = options
+        self.log = log
+        self.logdir: str | None = None
+        self.trace_paths: list[str] = []
+        self.profiles: list[ModuleProfile] = []
+        self.headlines: list[Headline] = []
+        self._session: profile | None = None
+        self._first_step = 0
+        self._steps = 0  # steps marked in the current session
+        self._seen = 0  # the current session's traces already handled
+
+    @property
+    def active(self) -> bool:
+        """True while a session is open on this rank."""
+        return self._session is not None
+
+    def open(self, model: Any, logdir: str, first_step: int = 0) -> None:
+        """Start a session on ``model`` writing into ``logdir``."""
+        self.close(analyze=False)
+        o = self.options
+        session = profile(
+            model,
+            logdir=logdir,
+            wait=o.wait,
+            warmup=o.warmup,
+            active=o.active,
+            repeat=o.repeat,
+            profile_memory=o.profile_memory,
+            with_stack=o.with_stack,
+            ranks=o.ranks,
+        )
+        session.__enter__()
+        if not session.enabled:  # a rank that does not profile
+            session.__exit__(None, None, None)
+            return
+        self._session, self.logdir = session, logdir
+        self._first_step, self._steps, self._seen = first_step, 0, 0
+
+    def step(self) -> list[Headline]:
+        """Mark the end of an optimizer step; the headlines of the traces it completed."""
+        session = self._session
+        if session is None:
+            return []
+        session.step()
+        self._steps += 1
+        found = self._handle_new_traces(session, analyze=True)
+        if self.options.repeat and len(session.trace_paths) >= self.options.repeat:
+            self._exit()  # every cycle written: hooks and profiler off for the rest of training
+        return found
+
+    def close(self, analyze: bool = True) -> list[Headline]:
+        """End the session (a partial active window is still written); the headlines of the
+        traces not handled yet (none with ``analyze=False``)."""
+        session = self._session
+        if session is None:
+            return []
+        self._exit()
+        found = self._handle_new_traces(session, analyze=analyze)
+        if not session.trace_paths:
+            self.log.warning(
+                "traceprof: no trace was written: training ended after %d step(s), before the first"
+                " recorded step (wait=%d, warmup=%d, active=%d)",
+                self._steps,
+                self.options.wait,
+                self.options.warmup,
+                self.options.active,
+            )
+        return found
+
+    def _exit(self) -> None:
+        session, self._session = self._session, None
+        if session is not None:
+            session.__exit__(None, None, None)
+
+    def _handle_new_traces(self, session: profile, analyze: bool) -> list[Headline]:
+        new = session.trace_paths[self._seen :]
+        self._seen = len(session.trace_paths)
+        found = []
+        for path in new:
+            self.trace_paths.append(path)
+            self.log.info("traceprof: trace written: %s", path)
+            if analyze and self.options.analyze:
+                result = self._analyze(path)
+                if result is not None:
+                    found.append(result)
+        return found
+
+    def _analyze(self, path: str) -> Headline | None:
+        """The trace's headline, logged; None (and a warning) when it cannot be analyzed: a
+        failing analysis never stops training."""
+        try:
+            result = analyze(path, peak_tflops=self.options.peak_tflops, jobs=1)
+        except TraceprofError as e:
+            self.log.warning("traceprof: %s could not be analyzed: %s", path, e.message)
+            return None
+        except Exception as e:
+            self.log.warning("traceprof: %s could not be analyzed (%s: %s)", path, type(e).__name__, e)
+            return None
+        line = headline(result, path, self.options.top, self._first_step)
+        self.profiles.append(result)
+        self.headlines.append(line)
+        self.log.info("%s", line.message())
+        return line
