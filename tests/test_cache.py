@@ -335,11 +335,17 @@ def test_job_ranks_are_cached_where_they_are_read(cache_dir):
     assert_same(first, traceprof.analyze_job(ranks, jobs=1, cache=False))
 
 
-def test_diff_reads_decoded_traces_from_the_cache(cache_dir):
+def test_diff_sides_come_from_the_cache(cache_dir):
+    """A diff keeps each side (the CI baseline is analyzed once) and its decoded trace; the
+    cached diff is the uncached one, field by field."""
     base, new = (SAMPLE_TRACES / f"gpt_diff_{n}_cpu.pt.trace.json.gz" for n in ("base", "wide_mlp"))
+    uncached = traceprof.diff(base, new, parallel=False, cache=False)
+    assert not entries(cache_dir)
     first = traceprof.diff(base, new, parallel=False)
-    assert len(entries(cache_dir, "trace")) == 2
-    assert_same(first, traceprof.diff(base, new, parallel=False))
+    assert len(entries(cache_dir, "side")) == 2 and len(entries(cache_dir, "trace")) == 2
+    second = traceprof.diff(base, new, parallel=False)
+    assert_same(uncached, first)
+    assert_same(uncached, second)
 
 
 def _cli(*args, env=None):

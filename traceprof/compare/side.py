@@ -23,7 +23,8 @@ import numpy as np
 
 from traceprof.analysis.hierarchy import build_hierarchy
 from traceprof.analysis.link import link
-from traceprof.read.build import load_trace
+from traceprof.read import cache as trace_cache
+from traceprof.read.build import cache_store, load_trace
 from traceprof.result.model import UNATTRIBUTED_NAME, ModuleProfile
 from traceprof.trace import schema
 from traceprof.trace.model import Trace
@@ -47,22 +48,46 @@ class Side(msgspec.Struct, frozen=True):
     step_wall_us: tuple[float, ...]  # wall time of each selected step
     step_time_us: tuple[float, ...]  # the metric of each selected step
     #: (path, pass code) -> the node's total metric in each selected step
-    node_steps: dict
+    node_steps: dict[tuple[tuple[str, ...], int], tuple[float, ...]]
     #: (path, pass code) -> {kernel or op name: metric per step inside the node's subtree}
-    inside: dict
+    inside: dict[tuple[tuple[str, ...], int], dict[str, float]]
     #: kernel or op name -> metric per step, all work of the selection
-    labels: dict
+    labels: dict[str, float]
     label_kind: str  # "kernel" or "op"
 
 
 def side_of(source: Trace | str | os.PathLike, *, hierarchy=None, max_memory=None, cache=None) -> Side:
-    """Analyze ``source`` (a :class:`Trace` or a path) for a diff; a path's decoded trace comes
-    from the cache when it is there (``cache``: see :func:`traceprof.load_trace`)."""
+    """Analyze ``source`` (a :class:`Trace` or a path) for a diff. A path's side comes from the
+    cache when it is there, else it is computed and written there (``cache``: see
+    :func:`traceprof.load_trace`): a CI baseline is analyzed once."""
+    if isinstance(source, Trace):
+        return _side_of_trace(source, hierarchy)
+    store = cache_store(cache)
+    content = trace_cache.content_hash(source) if store is not None else None
+
+    def computed() -> Side:
+        trace = load_trace(source, max_memory=max_memory, cache=cache, content=content)
+        return _side_of_trace(trace, hierarchy)
+
+    if store is None or content is None:
+        return computed()
+    key = trace_cache.entry_name(content, "side", str(getattr(hierarchy, "value", hierarchy)))
+    return trace_cache.cached(store, key, "side", Side, computed, lambda hit: _named(hit, str(source)))
+
+
+def _side_of_trace(trace: Trace, hierarchy) -> Side:
     from traceprof.api import analyze
 
-    trace = source if isinstance(source, Trace) else load_trace(source, max_memory=max_memory, cache=cache)
-    profile = analyze(trace, hierarchy=hierarchy)
-    return _side(trace, profile)
+    return _side(trace, analyze(trace, hierarchy=hierarchy))
+
+
+def _named(side: Side, path: str) -> Side:
+    """A cached side with its trace's path as the caller spelled it."""
+    if side.path == path:
+        return side
+    metadata = msgspec.structs.replace(side.profile.metadata, path=path)
+    profile = msgspec.structs.replace(side.profile, metadata=metadata)
+    return msgspec.structs.replace(side, path=path, profile=profile)
 
 
 def _side(trace: Trace, profile: ModuleProfile) -> Side:
