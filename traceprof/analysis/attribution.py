@@ -67,7 +67,8 @@ from traceprof.trace.model import Trace, release_freed_memory
 
 #: for traces without module events (the hierarchy fell back to annotations or nothing)
 NO_MODULES_WARNING = (
-    "no module events in the trace, so no per-module numbers: record with "
+    "no module events in the trace, so no per-module numbers (only per annotation or top-level "
+    "op): for them, record with "
     "torch.profiler.profile(with_stack=True) (nn.Module events), or capture with "
     "traceprof.capture.profile(model, ...) (exact module names and shapes; README, docs/capture.md)"
 )
@@ -196,8 +197,7 @@ def _attribute(
     return ModuleProfile(
         metadata=trace.metadata,
         source=tree.source.value,
-        source_description=tree.source.description
-        + (f" + {TABLE_DESCRIPTION}" if compiled is not None else ""),
+        source_description=tree.description + (f" + {TABLE_DESCRIPTION}" if compiled is not None else ""),
         nodes=tuple(nodes),
         roots=tuple(new_id[r] for r in shape.roots),
         selection=selection,
@@ -205,7 +205,7 @@ def _attribute(
         module_nodes=groups.n_modules,
         warnings=tuple(all_warnings),
         flops=flops,
-        optimizer_step=optimizer_totals(nodes),
+        optimizer_step=optimizer_totals(nodes, annotations=tree.source is Source.ANNOTATIONS),
         memory_device=memory_device(memory_use),
         timeline=timeline,
         compiled=compiled_summary(ctx, compiled, cpu, gpu) if compiled is not None else None,

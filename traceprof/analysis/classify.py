@@ -7,6 +7,14 @@ A CPU event belongs to
 - otherwise the **backward** of the node of the forward op that created its backward node op;
 - otherwise to no node (-1): the later stages put it in a "not in any module" group.
 
+Its pass: backward for the backward's events; else forward inside a module; outside every
+module, forward only under a top-level op autograd recorded (the loss), else other. A tree built
+from user annotations (a trace without module events) has no modules: an annotation node's pass
+is the one its outermost annotation that names a pass declares (``## forward ##``,
+``## optimizer ##``, ``nccl:all_reduce``: :func:`traceprof.trace.schema.annotation_pass`), else
+forward when autograd recorded an op inside it (or the trace records no backward at all: an
+inference), else other (metrics, waits for data).
+
 :func:`make_context` receives the trace, its links and module tree, the steps and the selected
 ones, and returns the :class:`Context` every later stage reads: the selection, the nesting of
 the events (scope, top-level op), and :meth:`Context.classify`, which gives any CPU events their
@@ -18,15 +26,17 @@ from __future__ import annotations
 import msgspec
 import numpy as np
 
-from traceprof.analysis.hierarchy import Hierarchy
+from traceprof.analysis.hierarchy import Hierarchy, Source
 from traceprof.analysis.link import Links
 from traceprof.analysis.stage import gives_memory_back
 from traceprof.analysis.steps import Steps
+from traceprof.result.model import PASSES, Pass
 from traceprof.trace import schema
 from traceprof.trace.model import BLOCK_EVENTS, Trace
 from traceprof.trace.schema import Kind
 
 FORWARD, BACKWARD, OTHER = range(3)  # pass codes, the order of profile.PASSES
+assert PASSES == (Pass.FORWARD, Pass.BACKWARD, Pass.OTHER)
 
 
 class Context(msgspec.Struct):
@@ -45,6 +55,9 @@ class Context(msgspec.Struct):
     is_python: np.ndarray  # Python frames
     top: np.ndarray  # outermost op or annotation around each event, through steps and frames
     autograd_top: np.ndarray  # top-level ops in which autograd recorded a backward node
+    #: per node of a tree built from user annotations: the pass code of its work outside the
+    #: backward (annotation_passes); None for trees of modules
+    node_pass: np.ndarray | None = None
 
     def in_selection(self, t: np.ndarray) -> np.ndarray:
         """Whether each time lies in a selected step."""
@@ -80,6 +93,9 @@ class Context(msgspec.Struct):
         """Pass code of each event, from classify_events's node and backward flag: outside every
         module, forward only under a top-level op autograd recorded, else other."""
         code = np.where(bwd, BACKWARD, FORWARD).astype(np.int8)
+        if self.node_pass is not None:  # annotations, not modules: the pass of each node
+            inside = ~bwd & (node >= 0) & (node < len(self.node_pass))
+            code[inside] = self.node_pass[node[inside]]
         outside = ~bwd & (node < 0)
         e = np.maximum(events, 0)
         top = self.top
@@ -111,6 +127,7 @@ def make_context(trace: Trace, links: Links, tree: Hierarchy, steps: Steps, sele
     autograd_top[tops_of[tops_of >= 0]] = True
     selected_mask = np.zeros(len(steps.numbers), bool)
     selected_mask[selected] = True
+    scope_of = links.nearest(tree.scope_mask)
     return Context(
         trace=trace,
         links=links,
@@ -120,12 +137,45 @@ def make_context(trace: Trace, links: Links, tree: Hierarchy, steps: Steps, sele
         selected_mask=selected_mask,
         whole_trace=whole_trace,
         n_steps=1 if whole_trace else len(selected),
-        scope_of=links.nearest(tree.scope_mask),
+        scope_of=scope_of,
         is_step=is_step,
         is_python=is_python,
         top=top,
         autograd_top=autograd_top,
+        node_pass=annotation_passes(tree, links, scope_of),
     )
+
+
+_PASS_CODES = {p.value: code for code, p in enumerate(PASSES)}
+
+
+def annotation_passes(tree: Hierarchy, links: Links, scope_of: np.ndarray) -> np.ndarray | None:
+    """The pass code of each node's work outside the backward, for a tree built from user
+    annotations (None for other trees): the pass the outermost annotation of its path that
+    names one declares (its whole subtree is that pass: a collective inside ``## forward ##``
+    is forward work); else forward when autograd recorded an op in the node or below it, or
+    when the trace records no backward at all; else other."""
+    if tree.source is not Source.ANNOTATIONS or not tree.nodes:
+        return None
+    n = len(tree.nodes)
+    declared = np.full(n, -1, np.int8)
+    for node in tree.nodes:
+        for key in node.path:
+            named = schema.annotation_pass(key)
+            if named is not None:
+                declared[node.id] = _PASS_CODES[named]
+                break
+    made_backward = links.forward_op[links.forward_op >= 0]
+    scopes = scope_of[made_backward]
+    nodes = tree.node_of_scope[scopes[scopes >= 0]]
+    recorded = np.zeros(n, bool)
+    recorded[nodes[nodes >= 0]] = True
+    for node in reversed(tree.nodes):  # a parent's id is below its children's
+        if recorded[node.id] and node.parent >= 0:
+            recorded[node.parent] = True
+    undeclared = np.where(recorded | (len(made_backward) == 0), FORWARD, OTHER)
+    passes: np.ndarray = np.where(declared >= 0, declared, undeclared).astype(np.int8)
+    return passes
 
 
 def classify_events(

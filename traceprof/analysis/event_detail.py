@@ -24,6 +24,7 @@ from traceprof.analysis.tree_levels import node_depths
 from traceprof.analysis.unattributed import Groups
 from traceprof.result.model import PASSES, OpKind, OpStat
 from traceprof.result.timeline import Timeline
+from traceprof.trace.model import EventTable
 
 PASS_VALUES = tuple(p.value for p in PASSES)
 
@@ -57,6 +58,7 @@ def node_ops(
         ),
         gpu=module_ops.Attributed(gpu.work, gpu.node, gpu.pass_code, gpu.busy_us),
         gpu_anchor=gpu.anchor,
+        gpu_before_trace=gpu.before_trace,
     )
     if compiled is None or not compiled.spans:
         return rows
@@ -152,7 +154,14 @@ def first_step_timeline(
         depth_of=depth,
         path_of=paths,
         cpu=step_timeline.StepEvents(cpu.events, cpu.node, cpu.pass_code),
-        gpu=step_timeline.StepEvents(gpu.work, gpu.node, gpu.pass_code),
+        gpu=step_timeline.StepEvents(gpu.work, gpu.node, gpu.pass_code, launch_times(ev, gpu)),
         memory=mem,
         memory_device=memory_device,
     )
+
+
+def launch_times(ev: EventTable, gpu: GpuWork) -> np.ndarray:
+    """The trace time of each GPU work item's launch (its anchor's start; its own start when
+    it has no anchor): the time that places it in a step, as in traceprof.analysis.gpu_work."""
+    times: np.ndarray = np.where(gpu.anchor >= 0, ev.ts[np.maximum(gpu.anchor, 0)], ev.ts[gpu.work])
+    return times

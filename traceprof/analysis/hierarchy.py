@@ -34,7 +34,14 @@ class Source(str, enum.Enum):
 
     @property
     def description(self) -> str:
+        """The events the source reads ("user annotations (record_function)")."""
         return _DESCRIPTIONS[self]
+
+    @property
+    def nodes_description(self) -> str:
+        """Where a tree's nodes come from, and, when they are not modules, that they are not
+        (the profile's ``source_description``)."""
+        return _DESCRIPTIONS[self] + (f", {_NOT_MODULES[self]}" if self in _NOT_MODULES else "")
 
 
 _DESCRIPTIONS = {
@@ -43,6 +50,10 @@ _DESCRIPTIONS = {
     Source.NN_MODULE: "python_function nn.Module events (with_stack=True)",
     Source.ANNOTATIONS: "user annotations (record_function)",
     Source.NONE: "no module or annotation events in the trace",
+}
+#: what the nodes of a tree of each source are when they are not modules (the header says it)
+_NOT_MODULES = {
+    Source.ANNOTATIONS: "not modules: the trace has no module events",
 }
 
 
@@ -75,6 +86,19 @@ class Hierarchy(msgspec.Struct, frozen=True):
     #: scope is around it (a compiled kernel event and everything nested in it), -1 elsewhere;
     #: None when the trace has no compiled work joined to the table (analysis.compiled)
     event_node: np.ndarray | None = None
+    #: the source asked for, when the trace has none of it (the tree is then empty)
+    missing: Source | None = None
+
+    @property
+    def description(self) -> str:
+        """Where the nodes come from (the profile's ``source_description``)."""
+        if self.missing is not None:
+            return _missing(self.missing)
+        return self.source.nodes_description
+
+
+def _missing(requested: Source) -> str:
+    return f"the trace has no {requested.description} (--hierarchy {requested.value})"
 
 
 def _parse_traceprof(name: str) -> ScopeKey | None:
@@ -151,12 +175,26 @@ def build_hierarchy(trace: Trace, links: Links, source: Source | str | None = No
         # a trace with the compiled-kernel table but without traceprof's scopes (recorded by
         # torch.profiler itself): the table names the modules (analysis.compiled makes them)
         chosen, keys, mask = Source.TRACEPROF, [], np.zeros(len(ev), bool)
-    if chosen is Source.NONE and source not in (None, "auto"):
-        warnings.append(f"the trace has no {Source(source).description}")
+    missing = Source(source) if chosen is Source.NONE and source not in (None, "auto", Source.NONE) else None
+    if missing is not None:
+        warnings.append(_absent_source(trace, links, missing))
     if chosen is Source.NONE:
         empty = np.full(len(ev), -1, index_dtype(len(ev)))
-        return Hierarchy(chosen, (), mask, empty, np.zeros(len(ev), bool), tuple(warnings))
+        return Hierarchy(chosen, (), mask, empty, np.zeros(len(ev), bool), tuple(warnings), missing=missing)
     return _build(trace, links, chosen, keys, mask, warnings)
+
+
+def _absent_source(trace: Trace, links: Links, requested: Source) -> str:
+    """The warning for a requested source the trace has none of: what it has instead, and the
+    value of the option that takes it."""
+    found = build_hierarchy(trace, links)
+    what = _missing(requested)
+    if found.source is Source.NONE:
+        return f"{what}, and no other module or annotation events"
+    return (
+        f"{what}; it has {len(found.nodes)} nodes from {found.source.description} instead: "
+        f"--hierarchy {found.source.value} (or auto, the default) takes them"
+    )
 
 
 def _build(

@@ -27,6 +27,7 @@ import numpy as np
 from msgspec.structs import replace
 
 from traceprof.analysis.link import Links
+from traceprof.analysis.unattributed import LAUNCH_NOT_IN_TRACE, LAUNCHED_BEFORE_TRACE
 from traceprof.result.model import _OP_SUMMED as _SUMMED
 from traceprof.result.model import OpKind, OpStat, bounded
 from traceprof.trace.model import BLOCK_EVENTS, EventTable, Trace, unique
@@ -37,7 +38,6 @@ OUTSIDE_OPS = "(outside ops)"
 #: label of a step's CPU time between its top-level slices
 BETWEEN_OPS_LABEL = "(between ops)"
 #: label of GPU work whose launch is not in the trace
-NO_LAUNCH = "(launch not in trace)"
 _PASS_VALUES = ("forward", "backward", "other")  # profile.PASSES order (pass codes 0, 1, 2)
 # the summed fields follow kind, name, pass and shapes in OpStat: rows are built positionally
 assert OpStat.__struct_fields__[4 : 4 + len(_SUMMED)] == _SUMMED
@@ -64,12 +64,15 @@ def ops_by_node(
     counted: Attributed,
     gpu: Attributed,
     gpu_anchor: np.ndarray,
+    gpu_before_trace: np.ndarray | None = None,
 ) -> list[tuple[OpStat, ...]]:
-    """The ops and kernels rows of every node (attribution's node ids), largest first."""
+    """The ops and kernels rows of every node (attribution's node ids), largest first. GPU work
+    without its launch in the trace is one row, named as the tree names it: launched before the
+    trace (``gpu_before_trace``), or launch not in trace."""
     ev = trace.events
     n_names = len(ev.names)
-    labels = list(ev.names) + [OUTSIDE_OPS, BETWEEN_OPS_LABEL, NO_LAUNCH]
-    outside, between, no_launch = n_names, n_names + 1, n_names + 2
+    labels = list(ev.names) + [OUTSIDE_OPS, BETWEEN_OPS_LABEL, LAUNCH_NOT_IN_TRACE, LAUNCHED_BEFORE_TRACE]
+    outside, between, no_launch, before_trace = n_names, n_names + 1, n_names + 2, n_names + 3
     top = _outermost_op(ev, links, scope_mask)
     work = gpu.events
     radix = _Radix(
@@ -79,7 +82,9 @@ def ops_by_node(
         len(ev.texts) + 1,
     )
 
-    def write_op_keys(keys: _Keys, at: int, of: Attributed, events: np.ndarray, top: np.ndarray) -> None:
+    def write_op_keys(
+        keys: _Keys, at: int, of: Attributed, events: np.ndarray, top: np.ndarray, before: np.ndarray | None
+    ) -> None:
         """Keys of the rows of ``of``: the label and shapes of the op (``top``) each CPU event
         of ``events`` belongs to; in blocks, so that the temporaries stay small."""
         for lo in range(0, len(events), BLOCK_EVENTS):
@@ -91,16 +96,18 @@ def ops_by_node(
             label[~has & scope_mask[e]] = outside
             label[~has & is_step[e]] = between
             label[events[block] < 0] = no_launch
+            if before is not None:
+                label[before[block]] = before_trace
             shapes = np.where(has, ev.input_dims[np.maximum(op, 0)], -1)
             keys.write(at + lo, of.node[block], of.phase[block], label, shapes)
 
     # op rows: calls (the op events themselves), CPU time, FLOPs, GPU work; each kind of work
     # has only its own metrics (the others are zero)
     is_call = (cpu.events >= 0) & (top[np.maximum(cpu.events, 0)] == cpu.events)
-    parts = ((cpu, cpu.events), (counted, counted.events), (gpu, gpu_anchor))
-    op_keys = _Keys(radix, [len(events) for _, events in parts])
-    for (of, events), at in zip(parts, op_keys.bounds):
-        write_op_keys(op_keys, at, of, events, top)
+    parts = ((cpu, cpu.events, None), (counted, counted.events, None), (gpu, gpu_anchor, gpu_before_trace))
+    op_keys = _Keys(radix, [len(events) for _, events, _ in parts])
+    for (of, events, before), at in zip(parts, op_keys.bounds):
+        write_op_keys(op_keys, at, of, events, top, before)
     del top
     is_kernel = ev.kind[work] == Kind.KERNEL
     dur = ev.dur[work]

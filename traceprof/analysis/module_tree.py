@@ -4,7 +4,9 @@
 node's parent; :func:`tree_shape` orders the children for display (modules by first call,
 groups biggest first); :func:`module_nodes` receives every node's sums (own and subtree totals
 per pass, calls, memory, ops) and returns the :class:`ModuleNode` list in pre-order with the new
-id of each node; :func:`optimizer_totals` sums the optimizer step groups.
+id of each node, the modules of the module table that no step called among them (zero time,
+their parameters: :func:`uncalled_modules`); :func:`optimizer_totals` sums the optimizer step
+groups.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from traceprof.result.model import (
     Times,
 )
 from traceprof.trace import schema
-from traceprof.trace.model import ModuleTable
+from traceprof.trace.model import ModuleInfo, ModuleTable
 
 _METRICS = Times.__struct_fields__
 
@@ -114,6 +116,14 @@ def module_nodes(
             return None
         return Fused(*fused_of[i])
 
+    # modules of the table never called (an expert that got no token): zero time, their params
+    uncalled = uncalled_modules(tree, table, groups.n_nodes)
+    children = {i: list(c) for i, c in children.items()}
+    parent_of = {i: int(parent[i]) for i in range(len(parent))}
+    for k, u in enumerate(uncalled):
+        children[u.parent].append(groups.n_nodes + k)
+        children[groups.n_nodes + k] = []
+        parent_of[groups.n_nodes + k] = u.parent
     preorder: list[int] = []
     stack = list(reversed(shape.roots))
     while stack:
@@ -124,8 +134,11 @@ def module_nodes(
     nodes: list[ModuleNode] = []
     depth_of: dict[int, int] = {}
     for old in preorder:
-        p = int(parent[old])
+        p = parent_of[old]
         depth = depth_of[old] = depth_of[p] + 1 if p >= 0 else 0
+        if old >= groups.n_nodes:
+            nodes.append(_uncalled_node(uncalled[old - groups.n_nodes], new_id, old, p, depth, fused_of))
+            continue
         if old < n_mod:
             hn = tree.nodes[old]
             info = table.modules.get(hn.qualified_name) if table else None
@@ -164,6 +177,70 @@ def module_nodes(
     return nodes, new_id
 
 
+class Uncalled(msgspec.Struct, frozen=True):
+    """A module of the module table that no step called: where it goes in the tree."""
+
+    parent: int  # the node (an attribution id, or ``first_id + k`` for the k-th uncalled)
+    path: tuple[str, ...]
+    info: ModuleInfo
+
+
+def uncalled_modules(tree: Hierarchy, table: ModuleTable | None, first_id: int) -> list[Uncalled]:
+    """The modules of the table (traceprof.capture's) that the tree lacks, because the trace
+    never called them (MoE experts that got no token, an embedding used only through another
+    name), each under its parent in the table's order; the k-th gets the id ``first_id + k``.
+    Only for trees of traceprof's scopes, whose qualified names are the table's."""
+    if table is None or tree.source is not Source.TRACEPROF:
+        return []
+    node_of: dict[str, int] = {}
+    path_of: dict[int, tuple[str, ...]] = {}
+    for hn in tree.nodes:
+        if hn.qualified_name not in node_of:
+            node_of[hn.qualified_name] = hn.id
+            path_of[hn.id] = hn.path
+    out: list[Uncalled] = []
+    for name, info in table.modules.items():  # named_modules order: parents first
+        if name in node_of or not name:
+            continue
+        up = node_of.get(name.rsplit(".", 1)[0] if "." in name else "")
+        if up is None:
+            continue
+        node_of[name] = path_id = first_id + len(out)
+        path_of[path_id] = path_of[up] + (name,)
+        out.append(Uncalled(up, path_of[path_id], info))
+    return out
+
+
+def _uncalled_node(
+    u: Uncalled,
+    new_id: dict[int, int],
+    old: int,
+    parent: int,
+    depth: int,
+    fused_of: list[list[PhaseTimes]] | None,
+) -> ModuleNode:
+    """The node of a module never called: no calls, no work, the table's row."""
+    return ModuleNode(
+        id=new_id[old],
+        parent=new_id[parent],
+        children=(),
+        depth=depth,
+        kind=NodeKind.MODULE,
+        name=u.info.name.rsplit(".", 1)[-1],
+        class_name=u.info.class_name,
+        qualified_name=u.info.name,
+        path=u.path,
+        calls=0.0,
+        forward=PhaseTimes(),
+        backward=PhaseTimes(),
+        other=PhaseTimes(),
+        info=u.info,
+        memory=(),
+        ops=(),
+        fused=Fused() if fused_of is not None else None,
+    )
+
+
 def _phase_times(
     own: dict[str, np.ndarray], total: dict[str, np.ndarray], fields: Sequence[str]
 ) -> list[list[PhaseTimes]]:
@@ -194,11 +271,20 @@ def _short_name(hn: HierarchyNode, source: Source) -> str:
     return hn.key
 
 
-def optimizer_totals(nodes: list[ModuleNode]) -> PassTotals:
-    """The work of the optimizer step groups, per pass."""
+def optimizer_totals(nodes: list[ModuleNode], annotations: bool = False) -> PassTotals:
+    """The work of the optimizer step, per pass: the optimizer step groups (outside the
+    modules), and on a tree of annotations the outermost annotations that name the optimizer
+    (``## optimizer ##``, ``Optimizer.step#...``; schema.is_optimizer_annotation)."""
     optimizer = PassTotals()
-    for n in nodes:
-        if n.kind is NodeKind.GROUP and n.name.startswith(schema.OPTIMIZER_STEP_PREFIXES):
+    counted: set[int] = set()
+    for n in nodes:  # parents before children
+        if n.parent >= 0 and n.parent in counted:
+            counted.add(n.id)  # inside an annotation already counted
+            continue
+        group = n.kind is NodeKind.GROUP and n.name.startswith(schema.OPTIMIZER_STEP_PREFIXES)
+        annotation = annotations and n.kind is NodeKind.MODULE and schema.is_optimizer_annotation(n.name)
+        if group or annotation:
+            counted.add(n.id)
             optimizer = PassTotals(
                 optimizer.forward + n.forward.total,
                 optimizer.backward + n.backward.total,

@@ -46,7 +46,36 @@ def own_metrics(
         "bytes_read": sums(counted.node, counted.pass_code, costs.bytes_read[k]),
         "bytes_written": sums(counted.node, counted.pass_code, costs.bytes_written[k]),
         "unsupported_ops": sums(unsupported.node, unsupported.pass_code, np.ones(len(unsupported.events))),
+        "gpu_kernel_us": sums(gpu.node, gpu.pass_code, kernel_time(ev.ts[gpu.work], ev.dur[gpu.work], gpu)),
     }
+
+
+def kernel_time(start: np.ndarray, dur: np.ndarray, gpu: GpuWork) -> np.ndarray:
+    """Per GPU work item: the part of its interval that no earlier-starting item of the same
+    node and pass already covers, so that the items of a (node, pass) add up to the union of
+    their intervals: the time the node's work really ran, whatever other nodes ran beside it.
+    Vectorized: the items sorted by (node, pass, start), each group's running maximum of the
+    ends taken over end ranks offset by the group."""
+    n = len(start)
+    out = np.zeros(n)
+    if n == 0:
+        return out
+    start = np.nan_to_num(start)
+    end = start + np.nan_to_num(np.maximum(dur, 0.0))
+    group = gpu.node.astype(np.int64) * len(PASSES) + gpu.pass_code
+    order = np.lexsort((start, group))
+    g, s, e = group[order], start[order], end[order]
+    # running max of the ends within each group: on end ranks, each group above the last
+    ends_sorted = np.sort(e)
+    rank = np.searchsorted(ends_sorted, e).astype(np.int64)
+    first = np.concatenate([[True], g[1:] != g[:-1]])
+    offset = np.cumsum(first) * (n + 1)
+    reach = np.maximum.accumulate(rank + offset)
+    # the furthest end reached by the group's earlier items (none before a group's first item)
+    before = np.concatenate([[0], reach[:-1]]) - offset
+    covered_to = np.where(first, -np.inf, ends_sorted[np.clip(before, 0, n - 1)])
+    out[order] = np.maximum(e - np.maximum(s, covered_to), 0.0)
+    return out
 
 
 def calls(ctx: Context, n_nodes: int, compiled: CompiledWork | None = None) -> np.ndarray:

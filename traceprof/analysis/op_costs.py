@@ -13,11 +13,12 @@ runs ``aten::linear``, ``aten::sigmoid_``..., which are counted instead; an LSTM
 ``aten::mkldnn_rnn_layer``).
 
 **Unsupported ops.** An op without a formula (or whose arguments its formula does not
-understand) that no counted op covers is *unsupported* when its time is not explained by the
-ops inside it: when no counted or unsupported op is inside it (the innermost place where FLOPs
-are missing), or when more than half (:data:`OWN_SHARE`) of its time is its own, outside every
-op inside it (counted, zero-FLOP or unsupported). Its time is GPU time when GPU work was
-launched inside it, CPU time otherwise. So an op that does its work itself is reported even
+understand) that no counted op covers is *unsupported* when its work is not explained by the
+ops inside it: when no op inside it is counted with FLOPs and no unsupported op is inside it
+(the innermost place where FLOPs are missing), or when more than half (:data:`OWN_SHARE`) of
+the GPU time launched inside it is launched by itself, not by an op inside it. The structure
+decides, and on GPUs the kernels an op launches itself: never CPU time, which is noise on small
+ops, so identical runs list the same ops. So an op that runs its kernels itself is reported even
 when it runs a bias ``aten::add`` first. "Op" means a dispatcher op (``namespace::name``) or any
 other CPU op event that launches GPU work itself (a compiled graph's ``CompiledFunction``).
 Zero-FLOP ops (views, metadata, predicates, allocation: the registry's no-cost entries) are
@@ -36,7 +37,7 @@ import msgspec
 import numpy as np
 
 from traceprof.analysis.link import Links
-from traceprof.flops import REGISTRY
+from traceprof.flops import REGISTRY, conv
 from traceprof.flops.registry import FAMILIES, MATRIX_FAMILIES, Entry, Registry
 from traceprof.flops.shapes import FLOATING, UNKNOWN_DTYPE, ArgumentError, OpArgs, OpCost
 from traceprof.trace.model import EventTable, Trace
@@ -48,7 +49,7 @@ NOT_UNDERSTOOD = " (arguments not understood)"
 
 _OTHER, _FORMULA, _NO_COST, _UNKNOWN_OP = 0, 1, 2, 3
 #: an op without a formula is unsupported, despite counted ops inside it, when more than this
-#: share of its time is its own (not spent in the ops inside it)
+#: share of the GPU time launched inside it is launched by itself (not by the ops inside it)
 OWN_SHARE = 0.5
 
 
@@ -108,6 +109,7 @@ def count_ops(
     candidates = np.flatnonzero(cls == _FORMULA)
     key, first = _distinct_calls(ev, candidates)
     costs = [_evaluate(trace, entries, int(candidates[i])) for i in first]
+    key, first = _from_gradients(trace, links, entries, candidates, key, first, costs)
     ok_key = np.array([c is not None for c in costs], bool)
     ok = np.zeros(n, bool)
     ok[candidates] = ok_key[key]
@@ -124,7 +126,13 @@ def count_ops(
     launches_work[launchers[launchers >= 0]] = True
     is_op_name = ev.named(lambda s: _OP_NAME.match(s) is not None)
     unknown = is_op & ~ok & (cls != _NO_COST) & (is_op_name | launches_work | (cls == _FORMULA))
-    inside = _has_descendant(links, counts | unknown)
+    # per event: a counted op with FLOPs (its distinct call's); an op whose children carry
+    # counted FLOPs is covered, whatever the timing (the structure decides, not CPU time)
+    flops_of_key = np.array([c.flops if c is not None else 0.0 for c in costs], np.float64)
+    has_flops = np.zeros(n, bool)
+    has_flops[candidates] = flops_of_key[key] > 0
+    inside = _has_descendant(links, (counts & has_flops) | unknown)
+    del has_flops
     ops = is_op & ((cls != _OTHER) | unknown)
     op_events, own_us, own_share = _own_time(trace, links, ops)
     mostly_own = np.zeros(n, bool)
@@ -188,23 +196,96 @@ def _distinct_calls(ev: EventTable, events: np.ndarray) -> tuple[np.ndarray, np.
 
 
 def _evaluate(trace: Trace, entries: Sequence[Entry | None], event: int) -> OpCost | None:
+    entry: Entry | None = entries[trace.events.name[event]]
+    if entry is None or entry.formula is None:  # not a candidate: every candidate has a formula
+        return None
+    try:
+        args = _args(trace, event)
+    except (ArgumentError, ValueError, IndexError, TypeError, KeyError, ZeroDivisionError):
+        return None
+    return cost_of(entry, args)
+
+
+def _args(trace: Trace, event: int) -> OpArgs:
+    """The decoded arguments of one op event."""
     ev = trace.events
     texts = ev.texts
 
     def text(code: int) -> bytes | None:
         return texts[code] if code >= 0 else None
 
-    name = ev.names[ev.name[event]]
-    entry: Entry | None = entries[ev.name[event]]
-    if entry is None or entry.formula is None:  # not a candidate: every candidate has a formula
-        return None
-    try:
-        args = OpArgs.decode(
-            name, text(ev.input_dims[event]), text(ev.input_types[event]), text(ev.concrete_inputs[event])
-        )
-    except (ArgumentError, ValueError, IndexError, TypeError, KeyError, ZeroDivisionError):
-        return None
-    return cost_of(entry, args)
+    return OpArgs.decode(
+        ev.names[ev.name[event]],
+        text(ev.input_dims[event]),
+        text(ev.input_types[event]),
+        text(ev.concrete_inputs[event]),
+    )
+
+
+def _from_gradients(
+    trace: Trace,
+    links: Links,
+    entries: Sequence[Entry | None],
+    candidates: np.ndarray,
+    key: np.ndarray,
+    first: np.ndarray,
+    costs: list[OpCost | None],
+) -> tuple[np.ndarray, np.ndarray]:
+    """Convolutions of traces without Concrete Inputs (no stride, padding, dilation): a forward
+    convolution takes its output's size from the gradient of its output, a weight gradient its
+    weight's shape from the forward op, joined by autograd (the backward ops inside the backward
+    node that the forward op created). Each such op its own distinct call, appended to
+    ``costs``; returns the new ``key`` and ``first``."""
+    ev = trace.events
+    failed_rows = np.flatnonzero(np.array([c is None for c in costs], bool)[key])
+    gradient_arg = np.array([conv.GRADIENT_ARG.get(s, -1) for s in ev.names], np.int64)
+    backward = np.flatnonzero(gradient_arg[ev.name] >= 0)
+    if not len(failed_rows) or not len(backward):
+        return key, first
+    node = links.backward_node[backward]
+    forward = np.where(node >= 0, links.forward_op[np.maximum(node, 0)], -1)
+    # only pairs with a failed forward convolution or a failed weight gradient
+    failed = np.zeros(len(ev), bool)
+    failed[candidates[failed_rows]] = True
+    is_forward = np.array([s in conv.FORWARD_CONVOLUTIONS for s in ev.names], bool)
+    is_weight = np.array([s in conv.WEIGHT_GRADIENTS for s in ev.names], bool)
+    at = np.maximum(forward, 0)
+    wanted = (forward >= 0) & (
+        (failed[at] & is_forward[ev.name[at]]) | (failed[backward] & is_weight[ev.name[backward]])
+    )
+    pairs = list(zip(backward[wanted].tolist(), forward[wanted].tolist()))
+    row_of = dict(zip(candidates[failed_rows].tolist(), failed_rows.tolist()))
+    grads: dict[int, tuple[int, ...]] = {}  # forward op -> the gradient of its output
+    weights: dict[int, tuple[int, ...]] = {}  # forward op -> its weight's shape
+    for b, f in pairs:
+        try:
+            grads.setdefault(f, _args(trace, b).shape(int(gradient_arg[ev.name[b]])))
+            weights.setdefault(f, _args(trace, f).shape(1))
+        except (ArgumentError, ValueError, IndexError, TypeError):
+            continue
+    todo = [(f, f) for f in grads if ev.names[ev.name[f]] in conv.FORWARD_CONVOLUTIONS]
+    todo += [(b, f) for b, f in pairs if ev.names[ev.name[b]] in conv.WEIGHT_GRADIENTS and f in weights]
+    key, first_rows = key.copy(), first.tolist()
+    known: dict[tuple[int, str], int] = {}  # the same cost of the same op: one distinct call
+    for event, f in todo:
+        entry = entries[ev.name[event]]
+        if event not in row_of or entry is None:
+            continue
+        try:
+            args = _args(trace, event)
+            if event == f:
+                found = conv.conv_given_gradient(args, grads[f])
+            else:
+                found = conv.weight_gradient_given_weight(args, weights[f])
+        except (ArgumentError, ValueError, IndexError, TypeError):
+            continue
+        distinct = (int(ev.name[event]), repr(found))
+        if distinct not in known:
+            known[distinct] = len(costs)
+            costs.append(_checked(entry, found))
+            first_rows.append(row_of[event])
+        key[row_of[event]] = known[distinct]
+    return key, np.array(first_rows, np.int64)
 
 
 def cost_of(entry: Entry, args: OpArgs) -> OpCost | None:
@@ -216,6 +297,12 @@ def cost_of(entry: Entry, args: OpArgs) -> OpCost | None:
         cost = entry.formula(args)
     except (ArgumentError, ValueError, IndexError, TypeError, KeyError, ZeroDivisionError):
         return None
+    return _checked(entry, cost)
+
+
+def _checked(entry: Entry, cost: OpCost) -> OpCost | None:
+    """``cost`` of an op of ``entry``; None when not finite; no FLOPs outside the matrix
+    families on integers and booleans."""
     if not all(np.isfinite((cost.flops, cost.macs, cost.bytes_read, cost.bytes_written))):
         return None
     if entry.family not in MATRIX_FAMILIES and cost.dtype not in FLOATING | {UNKNOWN_DTYPE}:
@@ -226,9 +313,9 @@ def cost_of(entry: Entry, args: OpArgs) -> OpCost | None:
 
 def _own_time(trace: Trace, links: Links, ops: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The ``ops`` events (ascending) and, per op: its own CPU time (µs) outside the ops nested
-    in it, and the share of its time that is its own: of its GPU time when GPU work was
-    launched inside it (the work launched by it, not by an op inside it), of its CPU time
-    otherwise. Arrays of the ops, not of every event: only ops are asked about."""
+    in it, and the share of the GPU time launched inside it that it launched itself, not
+    through an op inside it (0 when none was launched: CPU time, noisy on small ops, decides
+    nothing). Arrays of the ops, not of every event: only ops are asked about."""
     ev = trace.events
     n = len(ev)
     op_events = np.flatnonzero(ops)
@@ -240,7 +327,6 @@ def _own_time(trace: Trace, links: Links, ops: np.ndarray) -> tuple[np.ndarray, 
     in_ops = np.bincount(np.searchsorted(op_events, around[inner]), weights=cpu[inner], minlength=n_ops)
     del around, inner
     own_cpu = np.maximum(cpu - in_ops, 0.0)
-    cpu_share = np.divide(own_cpu, cpu, out=np.ones(n_ops), where=cpu > 0)
     del cpu, in_ops
 
     work = links.anchor >= 0
@@ -255,7 +341,7 @@ def _own_time(trace: Trace, links: Links, ops: np.ndarray) -> tuple[np.ndarray, 
         np.add.at(total_gpu, links.parent[level], total_gpu[level])
     total_gpu = total_gpu[op_events]
     gpu_share = np.divide(own_gpu, total_gpu, out=np.zeros(n_ops), where=total_gpu > 0)
-    return op_events, own_cpu, np.where(total_gpu > 0, gpu_share, cpu_share)
+    return op_events, own_cpu, gpu_share
 
 
 def _has_descendant(links: Links, mark: np.ndarray) -> np.ndarray:

@@ -7,7 +7,8 @@ and keeps, for one step (the first of the selection; the whole trace when it has
 - **lanes**: the module scopes of the forward (one row per nesting level), the backward node
   ops at the depth of the module they belong to, each CPU thread (slices down to
   :data:`CPU_DEPTH` levels), each GPU stream (kernels, memcpy, memset, by the module that
-  launched them);
+  launched them): the work *launched* in the step, so the span runs on to the end of the last
+  of it when the device lags the CPU;
 - **memory**: the allocator's total on the profile's memory device at each ``[memory]`` event,
   with the peak and the module (and pass) whose event reached it.
 
@@ -39,11 +40,14 @@ CPU_DEPTH = 4  # CPU slices shown per thread: nesting levels 0 .. CPU_DEPTH - 1
 
 
 class StepEvents(msgspec.Struct, frozen=True):
-    """Attributed events of the selection: event indices, node (attribution ids), pass code."""
+    """Attributed events of the selection: event indices, node (attribution ids), pass code;
+    ``at``: the trace time that places each event in a step (GPU work: its launch), None: the
+    event's own start."""
 
     events: np.ndarray
     node: np.ndarray
     phase: np.ndarray
+    at: np.ndarray | None = None
 
 
 def build_timeline(
@@ -107,8 +111,10 @@ def build_timeline(
         row = links.depth[sel[on]]
         lanes.append(Lane(LaneKind.CPU, _thread_label(info, "thread"), int(row.max()) + 1))
         parts.append((len(lanes) - 1, row, sel[on], cpu.node[m][on], cpu.phase[m][on]))
-    # GPU streams
-    m = (ev.ts[gpu.events] >= t0) & (ev.ts[gpu.events] < max(t1, t0))
+    # GPU streams: the work launched in the step, however long after the step's end the device
+    # runs it (a device that lags the CPU runs a step's kernels during the next steps)
+    launched = ev.ts[gpu.events] if gpu.at is None else gpu.at
+    m = (launched >= t0) & (launched < max(t1, t0))
     sel = gpu.events[m]
     for t in unique(ev.thread[sel]).tolist():
         on = ev.thread[sel] == t

@@ -59,6 +59,29 @@ _LAYOUTS: dict[str, ConvArgs] = {
     "aten::mkldnn_convolution": ConvArgs(
         4, 3, 5, -1, -1, 6
     ),  # (self, weight, bias, padding, stride, dilation, groups)
+    # CPU (and old CUDA) fallbacks: (self, weight, kernel_size, bias, stride, padding[, dilation]);
+    # groups only through a depthwise weight [C, 1, *kernel], which the MACs come out of
+    **{
+        name: ConvArgs(4, 5, -1, -1, -1, -1)
+        for name in (
+            "aten::thnn_conv2d",
+            "aten::thnn_conv2d_forward",
+            "aten::_slow_conv2d_forward",
+            "aten::slow_conv3d",
+            "aten::slow_conv3d_forward",
+        )
+    },
+    **{
+        name: ConvArgs(4, 5, 6, -1, -1, -1)
+        for name in (
+            "aten::slow_conv_dilated2d",
+            "aten::slow_conv_dilated3d",
+            "aten::thnn_conv_depthwise2d",
+            "aten::thnn_conv_depthwise2d_forward",
+            "aten::_conv_depthwise2d",
+            "aten::conv_depthwise3d",
+        )
+    },
 }
 
 
@@ -103,10 +126,10 @@ def conv(a: OpArgs) -> OpCost:
     kernel = w[2:]
     transposed = lay.always_transposed or (lay.transposed >= 0 and a.flag(lay.transposed))
     stride = a.ints(lay.stride, n, default=(1,) * n)
-    dilation = a.ints(lay.dilation, n, default=(1,) * n)
+    dilation = a.ints(lay.dilation, n, default=(1,) * n) if lay.dilation >= 0 else (1,) * n
     padding = _padding(a, lay.padding, n, kernel, dilation)
     out_pad = a.ints(lay.output_padding, n, default=(0,) * n) if lay.output_padding >= 0 else (0,) * n
-    groups = a.integer(lay.groups, 1)
+    groups = a.integer(lay.groups, 1) if lay.groups >= 0 else x[1] // max(w[1], 1)
     out_sp = out_spatial(x[2:], kernel, stride, padding, dilation, transposed, out_pad)
     if a.value(lay.padding) == "same":
         out_sp = x[2:]
@@ -141,3 +164,102 @@ def convolution_backward(a: OpArgs) -> OpCost:
     if mask[2]:
         writes.append(((g[1],), dtype))
     return a.cost(flops=2 * macs, macs=macs, writes=writes, dtype=dtype)
+
+
+@_R.formula(
+    "aten::cudnn_convolution_backward_input", "aten::miopen_convolution_backward_input", family=Family.CONV
+)
+def convolution_backward_input(a: OpArgs) -> OpCost:
+    """``cudnn_convolution_backward_input(self_size, grad_output, weight, padding, stride,
+    dilation, groups, ...)`` (PyTorch < 1.11, 2021 traces): the input gradient, as many MACs as
+    the forward, from the gradient's spatial size (the forward's output) and the weight: no
+    stride or padding needed, which 2021 traces do not record."""
+    g, w = a.shape(1), a.shape(2)
+    if len(g) != len(w) or len(w) < 3 or g[1] != w[0]:
+        raise ArgumentError(f"{a.name}: gradient {g} and weight {w} do not fit")
+    macs = g[0] * prod(g[2:]) * w[0] * w[1] * prod(w[2:])
+    return a.cost(flops=2 * macs, macs=macs, dtype=a.dtype(1))
+
+
+#: backward ops of the CPU fallbacks: (grad_output, self, weight, kernel_size, stride, padding,
+#: ..., output_mask), the mask last
+_SLOW_BACKWARD = (
+    "aten::thnn_conv2d_backward",
+    "aten::_slow_conv2d_backward",
+    "aten::slow_conv2d_backward",
+    "aten::slow_conv3d_backward",
+    "aten::slow_conv_dilated2d_backward",
+    "aten::slow_conv_dilated3d_backward",
+    "aten::thnn_conv_depthwise2d_backward",
+    "aten::conv_depthwise3d_backward",
+)
+
+
+@_R.formula(*_SLOW_BACKWARD, family=Family.CONV)
+def slow_convolution_backward(a: OpArgs) -> OpCost:
+    """The backward of the CPU fallbacks: per ``output_mask`` (its last argument; the depthwise
+    ones have no bias gradient), the input and the weight gradient, each as many MACs as the
+    forward."""
+    g, x, w = a.shape(0), a.shape(1), a.shape(2)
+    mask = a.flags(len(a) - 1)
+    if len(mask) not in (2, 3) or len(x) != len(w) or len(g) != len(w):
+        raise ArgumentError(f"{a.name}: shapes {g}, {x}, {w}, output_mask {mask}")
+    macs = conv_macs(x, w, g[2:], False) * (int(mask[0]) + int(mask[1]))
+    writes = [(s, a.dtype(i)) for s, i, wanted in ((x, 1, mask[0]), (w, 2, mask[1])) if wanted]
+    return a.cost(flops=2 * macs, macs=macs, writes=writes, dtype=a.dtype(0))
+
+
+# --- traces without Concrete Inputs (PyTorch < 2.0, 2021 traces): stride, padding and dilation
+# are not recorded, so a forward convolution's output size and a weight gradient's kernel are
+# unknown from the op alone. Autograd joins the forward op to the backward ops it created
+# (sequence numbers), and they hold the missing shapes: the gradient of the output has the
+# output's shape, the forward op the weight's. traceprof.analysis.op_costs makes the pairs.
+
+#: backward ops of convolutions: the position of the output's gradient in their arguments
+GRADIENT_ARG: dict[str, int] = {
+    "aten::convolution_backward": 0,
+    "aten::cudnn_convolution_backward": 1,
+    "aten::cudnn_convolution_backward_input": 1,
+    "aten::cudnn_convolution_backward_weight": 1,
+    "aten::miopen_convolution_backward": 1,
+    "aten::miopen_convolution_backward_input": 1,
+    "aten::miopen_convolution_backward_weight": 1,
+    **dict.fromkeys(_SLOW_BACKWARD, 0),
+}
+#: forward convolutions that take their output size from the gradient when it is unknown
+FORWARD_CONVOLUTIONS = frozenset(
+    name for name, lay in _LAYOUTS.items() if lay.transposed < 0 and not lay.always_transposed
+)
+#: weight gradients that take their weight's shape from the forward op when it is unknown
+WEIGHT_GRADIENTS = frozenset(
+    {"aten::cudnn_convolution_backward_weight", "aten::miopen_convolution_backward_weight"}
+)
+
+
+def conv_given_gradient(forward: OpArgs, grad_output: Shape) -> OpCost:
+    """A forward convolution (not transposed) whose output has ``grad_output``'s shape."""
+    x, w = forward.shape(0), forward.shape(1)
+    if len(x) != len(w) or len(grad_output) != len(w) or grad_output[1] != w[0] or grad_output[0] != x[0]:
+        raise ArgumentError(f"{forward.name}: input {x}, weight {w} and gradient {grad_output} do not fit")
+    macs = conv_macs(x, w, grad_output[2:], False)
+    dtype = forward.dtype(0)
+    return forward.cost(flops=2 * macs, macs=macs, writes=[(grad_output, dtype)], dtype=dtype)
+
+
+def weight_gradient_given_weight(backward: OpArgs, weight: Shape) -> OpCost:
+    """``*_convolution_backward_weight(weight_size, grad_output, self, ...)`` of a convolution
+    whose weight has the shape ``weight``: as many MACs as the forward."""
+    g, x = backward.shape(1), backward.shape(2)
+    if len(g) != len(weight) or len(x) != len(weight) or g[1] != weight[0] or g[0] != x[0]:
+        raise ArgumentError(f"{backward.name}: gradient {g}, input {x} and weight {weight} do not fit")
+    macs = conv_macs(x, weight, g[2:], False)
+    dtype = backward.dtype(1)
+    return backward.cost(flops=2 * macs, macs=macs, writes=[(weight, dtype)], dtype=dtype)
+
+
+@_R.formula(*WEIGHT_GRADIENTS, family=Family.CONV)
+def convolution_backward_weight(a: OpArgs) -> OpCost:
+    """``*_convolution_backward_weight(weight_size, grad_output, self, padding, stride,
+    dilation, groups, ...)`` (PyTorch < 1.11): the weight's shape from ``weight_size`` when it
+    is recorded (else from the forward op: :func:`weight_gradient_given_weight`)."""
+    return weight_gradient_given_weight(a, a.ints(0))

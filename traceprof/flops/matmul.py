@@ -123,3 +123,38 @@ def scaled_mm(a: OpArgs) -> OpCost:
     (m, k), (k2, n) = a.shape(0), a.shape(1)
     _check(k, k2, a.name)
     return _gemm(a, m * n * k, (m, n), a.dtype(0), a.scalar_type(6) or a.dtype(0))
+
+
+@_R.formula("aten::_grouped_mm", family=Family.MATMUL)
+def grouped_mm(a: OpArgs) -> OpCost:
+    """``_grouped_mm(mat_a, mat_b, offs=None, bias=None, out_dtype=None)``: one product per
+    group (mixture-of-experts layers), the groups cut by ``offs``. 2-D x 3-D: ``[T, K]`` rows
+    cut into groups times ``[G, K, N]``, out ``[T, N]``; 3-D x 2-D: ``[G, M, K]`` times
+    ``[K, N]`` cut along ``N``, out ``[M, N]``; 3-D x 3-D: a batched product; 2-D x 2-D:
+    ``[M, K] @ [K, N]`` cut along ``K``, out ``[G, M, N]`` (the weight gradient of the 2-D x
+    3-D form). Every row of ``mat_a`` is taken as in a group (``offs`` values are not
+    recorded). The backward runs ``_grouped_mm`` twice, counted by this formula."""
+    x, y = a.shape(0), a.shape(1)
+    out: tuple[int, ...]
+    if len(x) == 2 and len(y) == 2:  # [M, K] x [K, N], K split into G groups
+        (m, k), (k2, n) = x, y
+        _check(k, k2, a.name)
+        groups = a.shape(2)[0] if a.is_tensor(2) and a.shape(2) else 1
+        macs, out = m * n * k, (groups, m, n)
+    elif len(x) == 2 and len(y) == 3:  # [T, K] x [G, K, N]
+        (t, k), (_, k2, n) = x, y
+        _check(k, k2, a.name)
+        macs, out = t * k * n, (t, n)
+    elif len(x) == 3 and len(y) == 2:  # [G, M, K] x [K, N_total]
+        (_, m, k), (k2, n) = x, y
+        _check(k, k2, a.name)
+        macs, out = m * k * n, (m, n)
+    elif len(x) == 3 and len(y) == 3:  # batched
+        (g, m, k), (g2, k2, n) = x, y
+        _check(k, k2, a.name)
+        if g != g2:
+            raise ArgumentError(f"{a.name}: {g} and {g2} groups")
+        macs, out = g * m * k * n, (g, m, n)
+    else:
+        raise ArgumentError(f"{a.name}: shapes {x} and {y}")
+    return _gemm(a, macs, out, a.dtype(0))

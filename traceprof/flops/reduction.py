@@ -42,6 +42,8 @@ _REDUCTIONS: dict[str, Reduce] = {
             "prod",
         )
     },
+    # aminmax(self, *, dim=None, keepdim=False): a min and a max per element (none on integers)
+    "aten::aminmax": Reduce(2, 1, 2),
     "aten::logsumexp": Reduce(3, 1, 2),
     **{f"aten::{n}": Reduce(3, 1, 3) for n in ("var", "std", "var_mean", "std_mean")},
     "aten::norm": Reduce(2, 2, 3),

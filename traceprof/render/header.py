@@ -14,7 +14,7 @@ def header_lines(profile: ModuleProfile, opts: RenderOptions | None = None) -> l
     device = ", ".join(sorted({d.name for d in md.devices if d.name})) or "CPU only"
     dist = f", rank {md.rank} of {md.world_size}" if md.rank is not None and md.world_size else ""
     lines = [f"trace:     {md.path} ({units.file_size(md.size_bytes)} JSON), {device}{dist}"]
-    lines.append(f"modules:   {profile.module_nodes} nodes from {profile.source_description}")
+    lines.append(f"modules:   {modules_text(profile.module_nodes, profile.source_description)}")
     if sel.numbers:
         shown = ", ".join(map(str, sel.numbers[:8])) + (", ..." if len(sel.numbers) > 8 else "")
         what = f"mean of {sel.count} step{'s' if sel.count != 1 else ''} ({shown})"
@@ -43,6 +43,14 @@ def header_lines(profile: ModuleProfile, opts: RenderOptions | None = None) -> l
     return lines
 
 
+def modules_text(nodes: int, source_description: str) -> str:
+    """How many nodes the tree has and where they come from; ``none: ...`` when it has none
+    (the description then says why)."""
+    if nodes == 0:
+        return f"none: {source_description}"
+    return f"{units.count(nodes)} node{'s' if nodes != 1 else ''} from {source_description}"
+
+
 def flop_lines(profile: ModuleProfile, opts: RenderOptions) -> list[str]:
     """FLOPs per step, achieved throughput against the device's peak, unsupported ops."""
     summary = profile.flops
@@ -61,16 +69,25 @@ def flop_lines(profile: ModuleProfile, opts: RenderOptions) -> list[str]:
     ]
     rates = profile.throughput(sel)
     over = "GPU busy time" if profile.has_gpu else "CPU time"
+    # FLOPs of ops covering only part of the step: the rate and the MFU are lower bounds
+    at_least = "≥ " if summary.partial else ""
+    partial = (
+        f" (FLOPs of ops covering only {units.percent(1 - summary.unsupported_share)} of the step's {over})"
+        if summary.partial
+        else ""
+    )
     achieved = (
-        f"achieved:  {units.flop_rate(rates.flop_per_s)} over "
+        f"achieved:  {at_least}{units.flop_rate(rates.flop_per_s)} over "
         f"{over if profile.has_gpu else 'CPU time in ops'}"
     )
     peak = summary.peak
+    if peak is None or not peak.flop_per_s:
+        achieved += partial
     if peak is not None:
         if peak.flop_per_s:
             achieved += (
-                f", MFU {units.fraction(rates.mfu)} of the {peak.device} {peak.precision} "
-                f"peak {units.flop_rate(peak.flop_per_s)}"
+                f", MFU {at_least}{units.fraction(rates.mfu)} of the {peak.device} {peak.precision} "
+                f"peak {units.flop_rate(peak.flop_per_s)}{partial}"
             )
             if peak.source.startswith("given"):
                 achieved += " (--peak-tflops)"

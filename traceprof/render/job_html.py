@@ -1,7 +1,8 @@
 """HTML report of a job: one self-contained page with the rank x module heat map (job.js) over
 the module tree of the rank a click opens (index.js's report). The page embeds the job's JSON
-document with every rank's profile document; nothing is loaded from the network and the
-Content-Security-Policy lets only the page's own script run (as the single-trace report)."""
+document with every rank's profile document and its timeline of a step; nothing is loaded from
+the network and the Content-Security-Policy lets only the page's own script run (as the
+single-trace report)."""
 
 from __future__ import annotations
 
@@ -29,6 +30,10 @@ def job_html(job: Job) -> str:
     from traceprof.version import __version__
 
     doc = job_document(job, with_profiles=True)
+    for r in job.ranks:  # a rank's tree opens with its timeline of a step, as a trace's report
+        doc["profiles"][str(r.rank)]["timeline"] = (
+            r.profile.timeline.document() if r.profile.timeline else None
+        )
     where = os.path.dirname(job.ranks[0].path) or "."
     name = f"{len(job.ranks)} ranks · {where}"
     page = {"title": f"traceprof job: {name}", "footer": f"traceprof {__version__} · {JOB_SCHEMA} · {where}"}

@@ -245,7 +245,7 @@ def _layer_labels(profile: ModuleProfile) -> dict[int, str]:
     the idx counts the rows of each depth over the whole table."""
     labels: dict[int, str] = {}
     per_depth: dict[int, int] = {}
-    for node in profile.walk():
+    for node in _rows(profile):
         title = node.class_name if node.kind is NodeKind.MODULE and node.class_name else node.name
         if node.depth == 0:
             labels[node.id] = title
@@ -257,6 +257,23 @@ def _layer_labels(profile: ModuleProfile) -> dict[int, str]:
         per_depth[node.depth] = per_depth.get(node.depth, 0) + 1
         labels[node.id] = f"{guide}{title}: {node.depth}-{per_depth[node.depth]}"
     return labels
+
+
+def _rows(profile: ModuleProfile) -> list[ModuleNode]:
+    """The nodes the table shows: torchinfo's layers, so not the modules that never ran (the
+    tree report shows those, with zero time)."""
+    return [n for n in profile.walk() if not _never_ran(n)]
+
+
+def _never_ran(n: ModuleNode) -> bool:
+    """A module of the module table that no step called (no inputs recorded, no calls)."""
+    return (
+        n.kind is NodeKind.MODULE
+        and n.calls == 0
+        and not n.children
+        and n.info is not None
+        and n.info.inputs is None
+    )
 
 
 class Column(msgspec.Struct, frozen=True):
@@ -543,7 +560,7 @@ def render_table(profile: ModuleProfile, opts: RenderOptions) -> str:
         cols = [FUSED_COLUMN if c == FUSED_COLUMN.name else COLUMNS[c] for c in chosen]
     stats = torchinfo_stats(profile)
     ctx = _Context(profile, opts, stats)
-    nodes = list(profile.walk())
+    nodes = _rows(profile)
     for n in nodes:  # torchinfo: a module met again is a recursive layer
         if n.kind is NodeKind.MODULE and n.info is not None:
             if n.info.name in ctx.seen:

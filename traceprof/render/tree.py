@@ -155,6 +155,26 @@ def summarize(profile: ModuleProfile, batch_size: int | None = None) -> Summary:
     )
 
 
+#: relative margin above the step's wall time within which the iter latency is not explained
+WALL_MARGIN = 1e-3
+
+
+def iter_over_wall(profile: ModuleProfile, s: Summary) -> str | None:
+    """Why the iter latency is above the step's wall time, or None when it is not: on a
+    CPU-only trace the latencies are CPU time, and that of threads running at the same time
+    adds up; the GPU busy time of a step is that of the work launched in it, which runs on after
+    the step's CPU time ends when the CPU queues work ahead of the GPU."""
+    wall = profile.selection.wall_us
+    if wall <= 0 or s.iter_us <= wall * (1 + WALL_MARGIN):
+        return None
+    if profile.has_gpu:
+        return (
+            "the GPU ran the step's work longer than the step's CPU wall time (the CPU queued it "
+            "ahead of the GPU: GPU-bound)"
+        )
+    return "CPU time of several threads running at the same time adds up (the latencies are CPU time)"
+
+
 def _batch_from_table(modules: list[ModuleNode]) -> tuple[int | None, str]:
     """Dim 0 of the first tensor input of the first root module, from the module table."""
     if not modules or modules[0].info is None:
@@ -264,6 +284,11 @@ def summary_lines(profile: ModuleProfile, opts: RenderOptions) -> list[str]:
     out.append(_kv("step latency: ", d(s.step_us)))
     out.append(_kv("other latency (neither fwd, bwd nor step): ", d(s.other_us)))
     out.append(_kv("iter latency: ", d(s.iter_us)))
+    over = iter_over_wall(profile, s)
+    if over:
+        out.append(
+            _kv("  iter latency above the step's wall time: ", f"by {d(s.iter_us - sel.wall_us)}: {over}")
+        )
     total_flops = s.fwd_flops + s.bwd_flops + s.other_flops
     out.append(
         _kv(
@@ -301,12 +326,13 @@ def aggregated_lines(profile: ModuleProfile, opts: RenderOptions) -> list[str]:
     raw = opts.raw_numbers
     k = opts.top_modules
     by_depth: dict[int, dict[str, list]] = {}
+    once = params_counted_once(profile)
     for n in profile.walk():
         if n.kind is not NodeKind.MODULE:
             continue
         acc = by_depth.setdefault(n.depth, {}).setdefault(n.class_name or n.name, [None, 0.0, 0.0])
-        if n.info is not None and n.info.params_total is not None:
-            acc[0] = (acc[0] or 0) + n.info.params_total
+        if n.info is not None and n.info.name in once:  # tied parameters counted once
+            acc[0] = (acc[0] or 0) + once[n.info.name].params
         acc[1] += n.forward.total.macs
         acc[2] += _time(profile, n.forward.total)
     out = [AGGREGATED, f"Top {k} modules in terms of params, MACs or fwd latency at different model depths:"]
@@ -332,28 +358,77 @@ def aggregated_lines(profile: ModuleProfile, opts: RenderOptions) -> list[str]:
     return out
 
 
-def _module_fields(profile: ModuleProfile, node: ModuleNode, s: Summary, opts: RenderOptions) -> list[str]:
+class CountedOnce(msgspec.Struct, frozen=True):
+    """A module's parameters with its children's, a tied parameter counted once: where the
+    model met it first (``ModuleInfo.tied``)."""
+
+    params: int
+    tied: bool  # some of its parameters are counted in a module outside it
+
+
+def params_counted_once(profile: ModuleProfile) -> dict[str, CountedOnce]:
+    """Qualified name -> the module's parameters without those tied to a parameter of a module
+    outside it (``params_total`` already counts a tensor shared inside the module once), so
+    that the parameters of a module's children add up to its own."""
+    table = profile.metadata.module_table
+    if table is None:
+        return {}
+    outside: dict[str, dict[str, int]] = {}  # module -> its tied parameters' owners outside it
+    for name, info in table.modules.items():
+        for pname, owner in (info.tied or {}).items():
+            numel = (info.param_counts or {}).get(pname, 0)
+            owner_module = owner.rsplit(".", 1)[0] if "." in owner else ""
+            holder: str | None = name
+            while holder is not None and not _inside(owner_module, holder):
+                outside.setdefault(holder, {})[owner] = numel
+                holder = (holder.rsplit(".", 1)[0] if "." in holder else "") if holder else None
+    out = {}
+    for name, info in table.modules.items():
+        if info.params_total is not None:
+            tied = outside.get(name, {})
+            out[name] = CountedOnce(info.params_total - sum(tied.values()), bool(tied))
+    return out
+
+
+def _inside(module: str, ancestor: str) -> bool:
+    return not ancestor or module == ancestor or module.startswith(ancestor + ".")
+
+
+def _params_field(node: ModuleNode, s: Summary, once: dict[str, CountedOnce], raw: bool) -> str:
+    """``800 = 6.6% Params``; ``(tied)`` when some of them are counted where the model met them
+    first (not here)."""
+    counted = once.get(node.info.name) if node.info is not None else None
+    if counted is None:
+        return "-- Params"
+    mark = " (tied)" if counted.tied else ""
+    return f"{units.params(counted.params, raw)} = {units.share(counted.params, s.params)} Params{mark}"
+
+
+def _module_fields(
+    profile: ModuleProfile,
+    node: ModuleNode,
+    s: Summary,
+    opts: RenderOptions,
+    once: dict[str, CountedOnce] | None = None,
+) -> list[str]:
     raw = opts.raw_numbers
     fields = []
     fwd, bwd = node.forward.total, node.backward.total
     if node.kind in (NodeKind.UNATTRIBUTED, NodeKind.GROUP):
         return _outside_fields(profile, node, s, opts)
     if node.kind is NodeKind.MODULE:
-        p = node.info.params_total if node.info is not None else None
-        fields.append(
-            f"{units.params(p, raw)} = {units.share(p, s.params)} Params" if p is not None else "-- Params"
-        )
+        fields.append(_params_field(node, s, params_counted_once(profile) if once is None else once, raw))
     has_flops = profile.flops.has_shapes
     if has_flops:
         fields.append(f"{units.mac_count(fwd.macs, raw)} = {units.share(fwd.macs, s.fwd_macs)} MACs")
     fwd_t, bwd_t = _time(profile, fwd), _time(profile, bwd)
     fields.append(f"{units.duration(fwd_t, raw)} = {units.share(fwd_t, s.fwd_us)} latency")
     if has_flops:
-        fields.append(units.flop_rate_raw(fwd.flops / (fwd_t * 1e-6) if fwd_t else 0.0, raw))
+        fields.append(units.flop_rate_raw(_flop_rate(profile, fwd), raw))
     # traceprof's extras
     fields.append(f"bwd {units.duration(bwd_t, raw)} = {units.share(bwd_t, s.bwd_us)} bwd latency")
     if has_flops and bwd.flops:
-        fields.append(f"bwd {units.flop_rate_raw(bwd.flops / (bwd_t * 1e-6) if bwd_t else 0.0, raw)}")
+        fields.append(f"bwd {units.flop_rate_raw(_flop_rate(profile, bwd), raw)}")
     other_t = _time(profile, node.other.total)
     if other_t:  # a module's work is forward or backward; only folded groups carry other work
         fields.append(f"other {units.duration(other_t, raw)}")
@@ -371,6 +446,11 @@ def _module_fields(profile: ModuleProfile, node: ModuleNode, s: Summary, opts: R
     return fields
 
 
+def _flop_rate(profile: ModuleProfile, t: Times) -> float:
+    """Achieved FLOP/s of ``t`` over the time its GPU work ran (ModuleProfile.throughput)."""
+    return profile.throughput(t).flop_per_s or 0.0
+
+
 def _outside_fields(profile: ModuleProfile, node: ModuleNode, s: Summary, opts: RenderOptions) -> list[str]:
     """The bucket and its groups: every pass and their sum's share of the iter latency (the
     bucket holds the other pass: the optimizer step and the rest of the work that is neither
@@ -382,7 +462,7 @@ def _outside_fields(profile: ModuleProfile, node: ModuleNode, s: Summary, opts: 
     fields.append(f"{units.duration(total, raw)} = {units.share(total, s.iter_us)} iter latency")
     if profile.flops.has_shapes and node.total.flops:
         fields.append(f"{units.flops(node.total.flops, raw)}")
-        fields.append(units.flop_rate_raw(node.total.flops / (total * 1e-6) if total else 0.0, raw))
+        fields.append(units.flop_rate_raw(_flop_rate(profile, node.total), raw))
     if is_optimizer_group(node):
         fields.append("optimizer step")
     if profile.memory_device:
@@ -419,6 +499,8 @@ def detailed_lines(profile: ModuleProfile, opts: RenderOptions) -> list[str]:
             "(their FLOPs go to the modules of their ops); --ops lists them.",
         ]
 
+    once = params_counted_once(profile)
+
     def emit(node: ModuleNode, indent: int, is_root: bool) -> None:
         pad = "  " * indent
         name = node.class_name if node.kind is NodeKind.MODULE and node.class_name else ""
@@ -433,7 +515,7 @@ def detailed_lines(profile: ModuleProfile, opts: RenderOptions) -> list[str]:
                 else node.name
             )
         )
-        fields = ", ".join(_module_fields(profile, node, s, opts))
+        fields = ", ".join(_module_fields(profile, node, s, opts, once))
         if not node.children:
             out.append(f"{pad}{label}({fields})")
             return

@@ -45,6 +45,11 @@ class Times(msgspec.Struct, frozen=True):
     bytes_read: float = 0.0  # every input of every counted op read once (a lower bound)
     bytes_written: float = 0.0  # every output written once
     unsupported_ops: float = 0.0  # calls of ops without a FLOP formula (docs/flops.md)
+    #: the time the node's GPU work really ran: per node, the union of its own work items'
+    #: intervals (work of other nodes running at the same time, such as NCCL kernels, not
+    #: subtracted as in gpu_busy_us); a subtree's is the sum of its nodes'. Achieved FLOP/s,
+    #: bytes/s, MFU and bandwidth use divide by it (docs/flops.md)
+    gpu_kernel_us: float = 0.0
 
     def __add__(self, other: Times) -> Times:
         return Times(*(getattr(self, f) + getattr(other, f) for f in Times.__struct_fields__))
@@ -292,7 +297,22 @@ class FlopSummary(msgspec.Struct, frozen=True):
     def precision(self) -> str | None:
         return self.flops_by_precision[0][0] if self.flops_by_precision else None
 
+    @property
+    def unsupported_share(self) -> float:
+        """The share of the step's GPU busy time (CPU time on CPU-only traces) in ops without a
+        FLOP formula: the FLOPs of ops covering only ``1 - unsupported_share`` of it are known."""
+        return sum(u.share_of_step for u in self.unsupported)
 
+    @property
+    def partial(self) -> bool:
+        """Ops without a FLOP formula take more than :data:`PARTIAL_SHARE` of the step: the
+        achieved FLOP/s and MFU are lower bounds."""
+        return self.unsupported_share > PARTIAL_SHARE
+
+
+#: above this share of the step's time in ops without a FLOP formula, FLOP/s and MFU are
+#: reported as lower bounds (docs/flops.md)
+PARTIAL_SHARE = 0.05
 NO_FLOPS = FlopSummary(has_shapes=False)
 
 
@@ -418,10 +438,11 @@ class ModuleProfile(msgspec.Struct, frozen=True):
         return num / denom if denom > 0 else 0.0
 
     def throughput(self, t: Times | StepSelection) -> Throughput:
-        """Achieved FLOP/s and bytes/s of ``t`` (a node's times, or the step's) over its GPU busy
-        time (CPU time on CPU-only traces), and their fractions of the device's peaks."""
+        """Achieved FLOP/s and bytes/s of ``t`` (a node's times, or the step's) over the time its
+        GPU work ran (a node's ``gpu_kernel_us``; the step's GPU busy time), CPU time on CPU-only
+        traces, and their fractions of the device's peaks."""
         if self.has_gpu:
-            time_us = t.gpu_busy_us
+            time_us = t.gpu_busy_us if isinstance(t, StepSelection) else t.gpu_kernel_us or t.gpu_busy_us
         else:  # a step's CPU time without the time between ops, as the header shows it
             time_us = t.cpu_in_ops_us if isinstance(t, StepSelection) else t.cpu_us
         moved = t.bytes_read + t.bytes_written
@@ -451,7 +472,9 @@ class ModuleProfile(msgspec.Struct, frozen=True):
                     assert close(a, b), f"{node.qualified_name} {phase} {f}: {a} != {b}"
             for c in node.children:
                 assert self.nodes[c].parent == node.id, f"bad parent link under {node.id}"
-            if node.kind is NodeKind.MODULE:  # a module's work is forward or backward
+            # a module's work is forward or backward; an annotation may be neither (an optimizer
+            # or data-copy annotation is other-pass work, docs/attribution.md)
+            if node.kind is NodeKind.MODULE and self.source != "annotations":
                 assert node.other.total == ZERO, f"{node.qualified_name} has other-pass work"
             if node.fused is not None:  # fused work adds up, and is part of the node's
                 for phase in PASSES:

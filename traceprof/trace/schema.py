@@ -447,6 +447,47 @@ COLLECTIVE_KERNEL_RE = re.compile(r"(?:void )?(?:nccl(?:Dev)?Kernel|rccl(?:Dev)?
 #: CPU-side collectives: the process group's scopes (``gloo:all_reduce``, ``nccl:all_reduce``, run
 #: on the backend's threads; they last until every rank has joined) and c10d's dispatcher ops
 COLLECTIVE_CPU_RE = re.compile(r"(?:nccl|gloo|mpi|ucc|xccl):|_?c10d(?:_functional)?::|record_param_comms\Z")
+
+
+def _words(alternatives: str) -> re.Pattern[str]:
+    """Any of ``alternatives`` as a word of a name: not inside a longer run of letters and digits
+    (``_``, ``:``, ``.``, ``#``, spaces separate words: ``copy_batch_to_gpu``, ``## forward ##``)."""
+    return re.compile(rf"(?<![a-z0-9])(?:{alternatives})(?![a-z0-9])", re.I)
+
+
+#: The pass a user annotation's name declares (docs/attribution.md "Traces without modules"),
+#: for trees built from annotations: ``## forward ##``, ``DistributedDataParallel.forward``,
+#: ``alltoall_fwd_single``; ``## backward ##``; and the work that is neither: the optimizer
+#: (``## optimizer ##``, ``Optimizer.step#FusedAdam.step``, ``Optimizer.zero_grad#...``,
+#: ``zero_grad``), input copies and data loading (``## copy_batch_to_gpu ##``,
+#: ``enumerate(DataLoader)#...``, ``data_loading``, ``h2d``, ``to_device``) and the process
+#: group's collectives (COLLECTIVE_CPU_RE: ``nccl:all_reduce``, ``gloo:all_reduce``). Values are
+#: the result's pass names (``traceprof.result.model.Pass``).
+ANNOTATION_PASS_SPELLINGS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("forward", _words("forward|fwd")),
+    ("backward", _words("backward|bwd")),
+    ("other", _words(r"optimi[sz]er|zero_grad|copy|h2d|to_device|data_?loader|data[_ ]?loading")),
+)
+
+
+#: annotations that are the optimizer's step (``## optimizer ##``; ``zero_grad`` is not one)
+OPTIMIZER_ANNOTATION_RE = _words(r"optimi[sz]er")
+
+
+def is_optimizer_annotation(name: str) -> bool:
+    """Whether the annotation ``name`` is the optimizer's step."""
+    return name.startswith(OPTIMIZER_STEP_PREFIXES) or OPTIMIZER_ANNOTATION_RE.search(name) is not None
+
+
+def annotation_pass(name: str) -> str | None:
+    """The pass (``"forward"``, ``"backward"``, ``"other"``) the annotation ``name`` declares;
+    None when it names none, or several (``forward_backward``)."""
+    found = {p for p, pattern in ANNOTATION_PASS_SPELLINGS if pattern.search(name)}
+    if COLLECTIVE_CPU_RE.match(name):
+        found.add("other")
+    return found.pop() if len(found) == 1 else None
+
+
 #: rank numbers in trace file names of distributed jobs (``worker3.<ms>.pt.trace.json.gz``,
 #: ``rank_3``, ``rank-3``): the rank of a trace without ``distributedInfo``
 RANK_IN_FILE_NAME_RE = re.compile(r"(?:rank|worker)[_-]?(\d{1,7})(?!\d)", re.I)

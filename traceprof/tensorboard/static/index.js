@@ -119,6 +119,13 @@ function el(tag, attrs = {}, ...children) {
   return node;
 }
 
+// replaceChildren that leaves out null, undefined and false, as el() does (the DOM's own
+// replaceChildren writes them as the text "null")
+function fill(node, ...children) {
+  node.replaceChildren(...children.flat().filter((c) => c !== null && c !== undefined && c !== false));
+  return node;
+}
+
 function svg(tag, attrs = {}) {
   const node = document.createElementNS(SVG_NS, tag);
   for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, v);
@@ -195,6 +202,10 @@ class TraceprofView {
     this.doc = null;   // profile document
     this.step = 'mean';
     this.metric = 'gpu_busy_us';
+    this.opsKind = 'kernel';
+    // what the person chose in the selectors; a choice the profile shown does not offer gives
+    // way to that profile's default (a run without GPU has no GPU times, no kernels)
+    this.chosen = {metric: null, opsKind: null};
     this.phase = this.options.phase || 'both';
     this.expanded = new Set();
     this.focus = null;  // icicle focus node id
@@ -240,6 +251,10 @@ class TraceprofView {
   }
 
   async load() {
+    // the module selected and zoomed into, by path: ids are a document's own
+    const pathOf = (id) => (id !== null && this.byId && this.byId.has(id) ? this.byId.get(id).path : null);
+    const selectedPath = pathOf(this.selected);
+    const focusPath = pathOf(this.focus);
     try {
       this.doc = await this.source.profile(this.run.name, this.step);
     } catch (e) {
@@ -249,12 +264,40 @@ class TraceprofView {
     this.byId = new Map(this.doc.nodes.map((n) => [n.id, n]));
     this.pathIndex = null;
     this.hasGpu = (this.doc.stats.kernels + this.doc.stats.memcpys + this.doc.stats.memsets) > 0;
-    if (!this.hasGpu || !(this.metric in METRICS)) this.metric = this.hasGpu ? 'gpu_busy_us' : 'cpu_us';
+    this.applyChoices();
     this.extraFields = this.findExtraFields();
     this.expanded = new Set(this.doc.nodes
         .filter((n) => n.depth < 2 && n.kind === 'module' && n.children.length).map((n) => n.id));
-    if (this.focus !== null && !this.byId.has(this.focus)) this.focus = null;
+    this.selected = this.nodeWithPath(selectedPath);
+    this.focus = this.nodeWithPath(focusPath);
     this.render();
+  }
+
+  // the node with exactly this module path in the document shown, else null
+  nodeWithPath(path) {
+    if (!path) return null;
+    const key = JSON.stringify(path);
+    const node = this.doc.nodes.find((n) => JSON.stringify(n.path) === key);
+    return node ? node.id : null;
+  }
+
+  // the time metrics this profile has (the first is its default)
+  metrics() {
+    return this.hasGpu ? Object.keys(METRICS) : ['cpu_us'];
+  }
+
+  // what the ops table can show (the first is the default): kernels only where there are
+  // kernels and the metric is a GPU time, so that the table shows what the icicle shows
+  opsKinds() {
+    const anyKernels = (this.doc.ops || []).some((r) => r.kind === 'kernel');
+    return anyKernels && this.metric !== 'cpu_us' ? ['kernel', 'op'] : ['op'];
+  }
+
+  // every selector: the person's choice where this profile offers it, else its default
+  applyChoices() {
+    const pick = (chosen, offered) => (offered.includes(chosen) ? chosen : offered[0]);
+    this.metric = pick(this.chosen.metric, this.metrics());
+    this.opsKind = pick(this.chosen.opsKind, this.opsKinds());
   }
 
   // Fields beyond the times, found on the nodes: additive per-pass ones ({phase}_total_X),
@@ -355,9 +398,9 @@ class TraceprofView {
     el('option', {value: 'mean', selected: this.step === 'mean'}, meanLabel),
     steps.map((s) => el('option', {value: String(s.step), selected: String(s.step) === this.step},
         `ProfilerStep#${s.step}`)));
-    const metrics = this.hasGpu ? Object.keys(METRICS) : ['cpu_us'];
+    const metrics = this.metrics();
     const metricSelect = el('select', {id: 'tp-metric', disabled: metrics.length < 2,
-      onchange: (e) => { this.metric = e.target.value; this.render(); }},
+      onchange: (e) => { this.chosen.metric = e.target.value; this.applyChoices(); this.render(); }},
     metrics.map((m) => el('option', {value: m, selected: m === this.metric}, METRICS[m])));
     const phaseSelect = el('select', {id: 'tp-phase',
       onchange: (e) => { this.phase = e.target.value; this.renderIcicle(); }},
@@ -573,10 +616,16 @@ class TraceprofView {
 
   // -- inside a module: its ops and kernels ---------------------------------------------------
 
-  // the selected node, else the first root
+  // the selected node, else the largest root (by the time shown): a rank or a report opens on
+  // the model, not on a small first root such as zero_grad's annotation
   currentNode() {
-    const id = this.selected !== null && this.byId.has(this.selected) ? this.selected : this.doc.roots[0];
-    return this.byId.get(id);
+    if (this.selected !== null && this.byId.has(this.selected)) return this.byId.get(this.selected);
+    let largest = null;
+    for (const id of this.doc.roots) {
+      const n = this.byId.get(id);
+      if (n && (largest === null || this.value(n, this.metric, 'both') > this.value(largest, this.metric, 'both'))) largest = n;
+    }
+    return largest;
   }
 
   selectionChanged() {
@@ -585,15 +634,12 @@ class TraceprofView {
   }
 
   renderOpsPanel() {
-    this.opsKind = this.opsKind || 'kernel';
-    const kinds = [['kernel', 'Kernels'], ['op', 'Ops']];
-    const anyKernels = (this.doc.ops || []).some((r) => r.kind === 'kernel');
-    if (!anyKernels) this.opsKind = 'op';
+    const labels = {kernel: 'Kernels', op: 'Ops'};
     this.opsTitle = el('h2', {});
     this.opsBox = el('div', {class: 'tp-ops-wrap'});
-    const select = el('select', {id: 'tp-ops-kind', onchange: (e) => { this.opsKind = e.target.value; this.renderOps(); }},
-        kinds.filter(([k]) => anyKernels || k === 'op').map(([k, label]) =>
-          el('option', {value: k, selected: k === this.opsKind}, label)));
+    const select = el('select', {id: 'tp-ops-kind',
+      onchange: (e) => { this.chosen.opsKind = e.target.value; this.applyChoices(); this.renderOps(); }},
+    this.opsKinds().map((k) => el('option', {value: k, selected: k === this.opsKind}, labels[k])));
     return el('section', {class: 'tp-panel', id: 'tp-ops'},
         el('div', {class: 'tp-panel-head'}, this.opsTitle,
             el('span', {class: 'tp-hint'}, 'with its submodules, per step; click a module in the chart or the tree'),
@@ -632,8 +678,8 @@ class TraceprofView {
           'This profile has no ops section (written by an older traceprof).'));
       return;
     }
-    const timeField = this.hasGpu ? (this.metric === 'gpu_work_us' ? 'gpu_work_us' : 'gpu_busy_us') : 'cpu_us';
-    const whole = this.value(node, this.hasGpu ? timeField : 'cpu_us', 'both');
+    const timeField = this.metric;  // what the icicle and the tree show
+    const whole = this.value(node, timeField, 'both');
     const rows = this.opsOf(node, kind).sort((a, b) => (b[timeField] - a[timeField]) || (b.cpu_us - a.cpu_us));
     if (!rows.length) {
       this.opsBox.replaceChildren(el('div', {class: 'tp-empty'}, `No ${kind === 'kernel' ? 'kernels' : 'ops'} in this module.`));
@@ -643,9 +689,9 @@ class TraceprofView {
     const anyFlops = kind === 'op' && rows.some((r) => r.flops);
     const head = el('tr', {}, el('th', {}, kind === 'kernel' ? 'Kernel' : 'Op'), el('th', {}, 'Pass'),
         el('th', {class: 'tp-num'}, 'Calls'),
-        el('th', {class: 'tp-num'}, this.hasGpu ? METRICS[timeField] : 'CPU time'),
+        el('th', {class: 'tp-num tp-ops-metric', 'data-metric': timeField}, this.hasGpu ? METRICS[timeField] : 'CPU time'),
         el('th', {class: 'tp-num'}, 'Share of module'),
-        kind === 'op' && this.hasGpu ? el('th', {class: 'tp-num'}, 'CPU') : null,
+        kind === 'op' && timeField !== 'cpu_us' ? el('th', {class: 'tp-num'}, 'CPU') : null,
         anyFlops ? el('th', {class: 'tp-num'}, 'FLOPs') : null,
         anyFlops ? el('th', {class: 'tp-num'}, 'Throughput') : null,
         kind === 'op' ? el('th', {}, 'Input shapes') : null);
@@ -662,14 +708,14 @@ class TraceprofView {
           el('td', {class: 'tp-num tp-share'},
               el('div', {class: 'tp-bar'}, el('div', {class: 'tp-bar-fill', style: `width:${Math.min(100, share * 100).toFixed(1)}%`})),
               el('span', {}, percent(share))),
-          kind === 'op' && this.hasGpu ? el('td', {class: 'tp-num'}, duration(r.cpu_us)) : null,
+          kind === 'op' && timeField !== 'cpu_us' ? el('td', {class: 'tp-num'}, duration(r.cpu_us)) : null,
           anyFlops ? el('td', {class: 'tp-num'}, r.flops ? formatField('flops', r.flops) : '--') : null,
           anyFlops ? el('td', {class: 'tp-num'}, rate ? formatField('flop_per_s', rate) : '--') : null,
           kind === 'op' ? el('td', {class: 'tp-shapes', title: r.input_shapes || ''}, r.input_shapes || '--') : null));
     }
     const more = rows.length > shown.length ?
       el('div', {class: 'tp-hint'}, `${rows.length - shown.length} more rows (traceprof analyze --ops MODULE lists them all)`) : null;
-    this.opsBox.replaceChildren(el('table', {class: 'tp-ops'}, el('thead', {}, head), body), more);
+    fill(this.opsBox, el('table', {class: 'tp-ops'}, el('thead', {}, head), body), more);
   }
 
   // -- timeline of a step and memory over it --------------------------------------------------
@@ -680,10 +726,14 @@ class TraceprofView {
     this.memoryBox = el('div', {class: 'tp-memory-wrap', id: 'tp-memory'});
     this.timelineInfo = el('div', {class: 'tp-timeline-info', id: 'tp-timeline-info'}, ' ');
     if (!tl) {
+      // no `timeline` key: a document written before profiles carried one; null: the profile
+      // has none (no event with a time in the step)
       this.timelineView = null;
       return el('section', {class: 'tp-panel', id: 'tp-timeline'},
           el('div', {class: 'tp-panel-head'}, el('h2', {}, 'Timeline')),
-          el('div', {class: 'tp-empty'}, 'No timeline in this profile (written by an older traceprof).'));
+          el('div', {class: 'tp-empty'}, tl === undefined ?
+            'No timeline in this profile (written by an older traceprof).' :
+            'No timeline: no event with a time in this profile\'s step.'));
     }
     const stepName = tl.step === null ? 'the whole trace' : `ProfilerStep#${tl.step}`;
     const meanOf = (this.doc.steps.numbers || []).length;
