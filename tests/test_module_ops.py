@@ -150,8 +150,9 @@ def test_cli_ops_of_a_module_as_text_csv_and_json(tmp_path):
     rows = list(csv.DictReader(io.StringIO(proc.stdout)))
     profile = traceprof.analyze(BERT)
     root = profile.nodes[0]
-    busy = sum(float(r["gpu_busy_us"]) for r in rows if r["kind"] == "kernel")
-    assert busy == pytest.approx(profile.selection.gpu_busy_us, rel=1e-6)
+    kernels = [float(r["gpu_busy_us"]) for r in rows if r["kind"] == "kernel"]
+    # each written to the nanosecond (docs/output-formats.md)
+    assert sum(kernels) == pytest.approx(profile.selection.gpu_busy_us, abs=5e-4 * len(kernels))
     assert {r["qualified_name"] for r in rows} >= {root.qualified_name}
 
     proc = _cli(BERT, "--ops", "BertLMHeadModel_0.BertOnlyMLMHead_0", "-f", "json")

@@ -63,7 +63,10 @@ def test_json_and_csv_carry_the_same_numbers():
     assert len(rows) == len(doc["nodes"]) == len(profile.nodes)
     for row, node in zip(rows, doc["nodes"]):
         assert row["qualified_name"] == node["qualified_name"]
-        assert float(row["forward_total_gpu_busy_us"]) == pytest.approx(node["forward_total_gpu_busy_us"])
+        # CSV times are written to the nanosecond (docs/output-formats.md)
+        assert float(row["forward_total_gpu_busy_us"]) == pytest.approx(
+            node["forward_total_gpu_busy_us"], abs=5e-4
+        )
     df = profile.to_dataframe()
     assert len(df) == len(rows)
     assert df["forward_total_gpu_busy_us"].dtype == "float64"

@@ -1,5 +1,6 @@
 """traceprof: per-nn.Module GPU time, forward and backward, from PyTorch profiler traces."""
 
+import traceprof.startup  # noqa: F401 - first: Ctrl-C while the command loads is one line
 from traceprof import render  # noqa: F401 - traceprof.render.render(profile, fmt)
 from traceprof.analysis.hierarchy import Source
 from traceprof.api import analyze

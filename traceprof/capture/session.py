@@ -23,6 +23,7 @@ from traceprof.render.tree import render_tree
 from traceprof.result.model import ModuleProfile
 from traceprof.trace.schema import COMPILED_TABLE_KEY
 from traceprof.trace.schema import MODULE_TABLE_KEY as TABLE_KEY
+from traceprof.units import printable
 
 __all__ = ["CapturedTrace", "profile", "profile_once", "write_trace"]
 
@@ -70,7 +71,8 @@ class CapturedTrace(str):
         )
         if top is not None:
             render_options = msgspec.structs.replace(render_options, top_modules=top)
-        print(render_tree(result, render_options), end="", file=file)  # None: standard output
+        # control characters in names shown escaped, as every text output shows them
+        print(printable(render_tree(result, render_options)), end="", file=file)  # None: standard output
 
 
 class profile:

@@ -5,18 +5,19 @@ options into one API call and prints or writes the result."""
 from __future__ import annotations
 
 import os
+import signal
 import sys
 
 import click
 
 from traceprof.cli.analyze import analyze
 from traceprof.cli.cache import cache_command
-from traceprof.cli.common import show_cache_warnings, stop_cleanly_on_sigterm
+from traceprof.cli.common import Group, interrupted, show_cache_warnings, stop_cleanly_on_sigterm
 from traceprof.cli.diff import diff_command
 from traceprof.cli.tensorboard import tensorboard_command
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="traceprof")
 def main() -> None:
     """Per-nn.Module GPU time, forward and backward, from PyTorch profiler traces."""
@@ -36,11 +37,25 @@ def run() -> None:
     by object took about 20 ms of every command, for memory the process gives back anyway.
     Calling :func:`main` itself (as click's test runner does) is unchanged."""
     code: str | int | None
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+        # Ctrl-C is KeyboardInterrupt again, whatever the start-up set (one line, exit 130)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
-        main()
-        code = 0
+        # not standalone: Ctrl-C or SIGTERM before a command's own handling (while its options
+        # are read) is "interrupted" with the shells' status, not click's "Aborted!" and 1
+        result = main.main(standalone_mode=False)
+        code = result if type(result) is int else 0  # an exit code (ctx.exit), else success
+    except click.Abort as e:
+        code = _interrupted_code(
+            e.__cause__ if isinstance(e.__cause__, KeyboardInterrupt) else KeyboardInterrupt()
+        )
+    except click.ClickException as e:
+        e.show()
+        code = e.exit_code
     except SystemExit as e:
         code = e.code
+    except KeyboardInterrupt as e:
+        code = _interrupted_code(e)
     if code is None:
         code = 0
     elif not isinstance(code, int):  # sys.exit("message"), as the interpreter would say it
@@ -48,6 +63,13 @@ def run() -> None:
         code = 1
     import atexit
 
+    if code in (130, 128 + signal.SIGTERM):
+        # interrupted: what was being started (a Dask cluster) may fail to close; the command
+        # has said "interrupted", and the exit handlers' tracebacks and logs would bury it
+        import logging
+
+        sys.unraisablehook = lambda unraisable: None
+        logging.disable(logging.CRITICAL)
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         try:
@@ -55,3 +77,12 @@ def run() -> None:
         except (OSError, ValueError):  # a closed pipe or stream: nothing more to write
             pass
     os._exit(code & 0xFF)
+
+
+def _interrupted_code(e: KeyboardInterrupt) -> int:
+    """Ctrl-C or SIGTERM outside a command's handling: said in one line, the shells' status."""
+    try:
+        interrupted(e)
+    except SystemExit as exit:
+        return int(exit.code or 0)
+    return 130  # pragma: no cover - interrupted() always exits

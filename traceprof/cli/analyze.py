@@ -3,6 +3,8 @@ ranks' traces (docs/jobs.md)."""
 
 from __future__ import annotations
 
+import os
+
 import click
 
 from traceprof import render
@@ -10,6 +12,8 @@ from traceprof.api import analyze as analyze_api
 from traceprof.cli.common import (
     MAX_MEMORY_HELP,
     SOURCES,
+    USAGE_EXIT_CODE,
+    Number,
     Size,
     chosen_renderer,
     close,
@@ -48,10 +52,12 @@ from traceprof.result.transforms import SortKey, ignore_modules
     "output) instead of standard output; the format follows its extension "
     "(.txt, .table, .json, .csv, .html, .parquet). Never the input trace.",
 )
-@click.option("--depth", type=int, default=None, help="Show nodes down to this depth (0 = roots).")
+@click.option(
+    "--depth", type=Number(int, min=0), default=None, help="Show nodes down to this depth (0 = roots)."
+)
 @click.option(
     "--top",
-    type=int,
+    type=Number(int, min=1),
     default=None,
     help="Keep the N largest children of each node; in the tree report also the "
     "modules per depth of the aggregated profile [default there: 3].",
@@ -66,7 +72,7 @@ from traceprof.result.transforms import SortKey, ignore_modules
 )
 @click.option(
     "--batch-size",
-    type=click.IntRange(min=1),
+    type=Number(int, min=1),
     default=None,
     help="Samples per step per rank, for samples/second in the tree report "
     "[default: dim 0 of the root module's first input, when recorded].",
@@ -80,7 +86,7 @@ from traceprof.result.transforms import SortKey, ignore_modules
 )
 @click.option(
     "--step",
-    type=int,
+    type=Number(int, min=0),
     default=None,
     help="Analyze this ProfilerStep alone [default: mean of the complete steps].",
 )
@@ -112,9 +118,15 @@ from traceprof.result.transforms import SortKey, ignore_modules
     "ops_module",
     default=None,
     metavar="MODULE",
-    help="Instead of the module tree: the ops and kernels of MODULE (qualified name) "
-    "and its submodules per pass, largest first (tree, table, csv, json, "
-    "parquet); '*' for every module's own rows.",
+    help="Instead of the module tree: the ops and kernels of MODULE (a qualified name, a "
+    "class name or a part of one name) and its submodules per pass, largest first (tree, "
+    "table, csv, json, parquet); '*' for every module's own rows.",
+)
+@click.option(
+    "--all",
+    "all_rows",
+    is_flag=True,
+    help="With --ops as text: also the rows without time (Python frames of with_stack traces).",
 )
 @click.option(
     "--tensorboard",
@@ -126,7 +138,7 @@ from traceprof.result.transforms import SortKey, ignore_modules
 )
 @click.option(
     "--peak-tflops",
-    type=click.FloatRange(min=0, min_open=True),
+    type=Number(float, min=0, min_open=True),
     default=None,
     help="Peak TFLOP/s of one device, for MFU [default: the peaks table's; none for "
     "CPUs and devices not in it].",
@@ -137,7 +149,7 @@ from traceprof.result.transforms import SortKey, ignore_modules
     "--jobs",
     "-j",
     "jobs",
-    type=click.IntRange(min=1),
+    type=Number(int, min=1),
     default=None,
     metavar="N",
     help="Parallel workers: for one trace, the processes decoding it "
@@ -168,8 +180,15 @@ from traceprof.result.transforms import SortKey, ignore_modules
     "rank, imbalance), or all: one column per rank too.",
 )
 @click.option(
+    "--scheduler-timeout",
+    type=Number(float, min=0, min_open=True),
+    default=None,
+    metavar="SECONDS",
+    help="--engine dask: seconds to wait for the scheduler to answer, then for a first worker [default: 30].",
+)
+@click.option(
     "--straggler-threshold",
-    type=click.FloatRange(min=0),
+    type=Number(float, min=0),
     default=0.05,
     show_default=True,
     metavar="FRACTION",
@@ -197,7 +216,9 @@ def analyze(
     scheduler,
     ranks_columns,
     straggler_threshold,
+    scheduler_timeout,
     ops_module,
+    all_rows,
 ):
     """Per-module forward and backward GPU time of TRACE (.json or .json.gz).
 
@@ -205,9 +226,12 @@ def analyze(
     one distributed job: one report of every module across the ranks (docs/jobs.md)."""
     from traceprof.read.discovery import is_job
 
-    if is_job(trace):
-        if ops_module:
-            fail("--ops applies to one trace, not to a job of several (docs/jobs.md)", 3)
+    job = is_job(trace)
+    option = _misplaced_option(click.get_current_context(), job)
+    if option is not None:
+        applies = "one trace, not to a job of several" if job else "a job of several traces, not to one trace"
+        fail(f"{option} applies to {applies} (docs/jobs.md)", USAGE_EXIT_CODE)
+    if job:
         return _analyze_job(
             list(trace),
             fmt=fmt,
@@ -230,6 +254,7 @@ def analyze(
             scheduler=scheduler,
             ranks=ranks_columns,
             straggler_threshold=straggler_threshold,
+            scheduler_timeout=scheduler_timeout,
         )
     trace = trace[0]
     with reported_errors(f"{trace}: out of memory while analyzing"):
@@ -262,10 +287,12 @@ def analyze(
             columns=parse_columns(columns) if columns is not None else None,
             **({"top_modules": top} if top is not None else {}),
         )
+        if all_rows and not ops_module:
+            raise OptionError("--all applies to --ops (the rows without time of its text)")
         if ops_module:
             from traceprof.render.ops import render_ops
 
-            text = render_ops(profile, ops_module, fmt, raw)
+            text = render_ops(profile, ops_module, fmt, raw, all_rows)
         else:
             text = render.render(profile, fmt, options)
         if not renderer.shows_warnings:  # rows only (CSV, Parquet): warnings on stderr
@@ -275,6 +302,32 @@ def analyze(
             write_tensorboard(
                 [trace], tensorboard_logdir, hierarchy=hierarchy, err=True, max_memory=max_memory
             )
+
+
+#: options of one trace's report, and of a job's: the others apply to both
+SINGLE_TRACE_OPTIONS = (
+    "top",
+    "ignore",
+    "batch_size",
+    "sort",
+    "unsupported_ops",
+    "columns",
+    "tensorboard_logdir",
+    "ops_module",
+    "all_rows",
+)
+JOB_OPTIONS = ("engine", "scheduler", "scheduler_timeout", "ranks_columns", "straggler_threshold")
+
+
+def _misplaced_option(ctx: click.Context, job: bool) -> str | None:
+    """The first option given on the command line (or by the environment) that does not apply
+    to what TRACE names (a job, or one trace), as spelled in ``--help``."""
+    for name in SINGLE_TRACE_OPTIONS if job else JOB_OPTIONS:
+        source = ctx.get_parameter_source(name)
+        if source is not None and source is not click.core.ParameterSource.DEFAULT:
+            param = next(p for p in ctx.command.params if p.name == name)
+            return max(param.opts, key=len)
+    return None
 
 
 def _styled(text: str) -> object:
@@ -306,23 +359,13 @@ def _analyze_job(
     scheduler,
     ranks,
     straggler_threshold,
+    scheduler_timeout,
 ):
     """``analyze`` of several traces, a directory or a glob: the job report."""
-    from traceprof.job.analyze import analyze_job
+    from traceprof.job.analyze import RUNS_NOTE, analyze_job
     from traceprof.read.discovery import find_traces
 
     with reported_errors("out of memory while analyzing the job"):
-        for given, option in (
-            (top, "--top"),
-            (ignore, "--ignore"),
-            (batch_size, "--batch-size"),
-            (sort != "order", "--sort"),
-            (unsupported_ops, "--unsupported-ops"),
-            (columns, "--columns"),
-            (tensorboard_logdir, "--tensorboard"),
-        ):
-            if given:
-                raise OptionError(f"{option} applies to one trace, not to a job of several (docs/jobs.md)")
         paths = find_traces(traces)
         renderer = chosen_renderer(render.JOB_REGISTRY, fmt, output, paths)
         fmt = renderer.name
@@ -338,13 +381,19 @@ def _analyze_job(
                 jobs=jobs,
                 scheduler=scheduler,
                 straggler_threshold=straggler_threshold,
+                scheduler_timeout=scheduler_timeout,
                 progress=reporter,
+                newest_run=len(traces) == 1 and os.path.isdir(traces[0]),
             )
         finally:
             close(reporter)
         options = render.RenderOptions(raw_numbers=raw, ranks=ranks, depth=depth)
         text = render.render_job(job, fmt, options)
-        # rows only (CSV, Parquet): every warning on stderr; else a partial job's there too,
-        # where a pipe reader sees it
-        print_warnings(w for w in job.warnings if not renderer.shows_warnings or w.startswith("partial job"))
+        # rows only (CSV, Parquet): every warning on stderr; else a partial job's and the runs
+        # left out of a directory's there too, where a pipe reader sees them
+        print_warnings(
+            w
+            for w in job.warnings
+            if not renderer.shows_warnings or w.startswith("partial job") or RUNS_NOTE in w
+        )
         emit(text, output, paths)

@@ -14,7 +14,9 @@ from typing import Any, NoReturn
 
 import click
 
+from traceprof import units
 from traceprof.analysis.hierarchy import Source
+from traceprof.engine import EngineWarning
 from traceprof.errors import TraceprofError
 from traceprof.output import STDOUT, check_binary_output, resolve_output, write_output
 from traceprof.read import cache
@@ -24,6 +26,45 @@ from traceprof.render.registry import Registry, Renderer
 
 #: values of --hierarchy
 SOURCES = ["auto"] + [s.value for s in Source if s is not Source.NONE]
+
+
+#: the exit status of a bad option or argument (README "Errors"); click's own is 2, which
+#: traceprof keeps for unreadable input
+USAGE_EXIT_CODE = 3
+
+
+class UsageExit(click.UsageError):
+    """A usage error of click's (unknown option, bad value, missing argument): the same
+    message on one line, as traceprof's other errors, with its exit status."""
+
+    exit_code = USAGE_EXIT_CODE
+
+    def show(self, file=None) -> None:
+        command = self.ctx.command_path if self.ctx is not None else "traceprof"
+        click.echo(f"traceprof: error: {self.format_message()} (see {command} --help)", file=file, err=True)
+
+
+class Group(click.Group):
+    """The ``traceprof`` group: click's usage errors, of the group and of its commands, exit
+    with :data:`USAGE_EXIT_CODE`."""
+
+    def make_context(self, info_name, args, parent=None, **extra):
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except click.UsageError as e:
+            raise _usage_exit(e) from None
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except click.UsageError as e:
+            raise _usage_exit(e) from None
+
+
+def _usage_exit(e: click.UsageError) -> click.UsageError:
+    if isinstance(e, (UsageExit, click.exceptions.NoArgsIsHelpError)):
+        return e
+    return UsageExit(e.format_message(), e.ctx)
 
 
 class Size(click.ParamType):
@@ -38,10 +79,50 @@ class Size(click.ParamType):
             self.fail(str(e), param, ctx)
 
 
+class Number(click.ParamType):
+    """A finite number of one kind (``int`` or ``float``) within ``min`` .. ``max`` (``min_open``:
+    above ``min``). Refused: nan and infinities, and a negative zero (``-0``), which would pass a
+    bound of 0 while meaning nothing. Every numeric option of every command is one."""
+
+    def __init__(
+        self,
+        kind: type[int] | type[float] = float,
+        min: float | None = None,
+        max: float | None = None,
+        min_open: bool = False,
+    ) -> None:
+        self.kind = kind
+        self.min = min
+        self.max = max
+        self.min_open = min_open
+        self.name = "integer" if kind is int else "number"
+
+    def convert(self, value, param, ctx):
+        import math
+
+        text = str(value).strip()
+        try:
+            number = self.kind(value if isinstance(value, (int, float)) else text)
+        except (TypeError, ValueError, OverflowError):
+            self.fail(f"{text!r} is not {'an integer' if self.kind is int else 'a number'}", param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{text!r} is not a finite number", param, ctx)
+        if number == 0 and (text.startswith("-") or math.copysign(1.0, number) < 0):
+            self.fail(f"{text!r} is a negative zero: give 0", param, ctx)
+        if self.min is not None and (number <= self.min if self.min_open else number < self.min):
+            self.fail(f"{text} is not {'above' if self.min_open else 'at least'} {self.min:g}", param, ctx)
+        if self.max is not None and number > self.max:
+            self.fail(f"{text} is not at most {self.max:g}", param, ctx)
+        return number
+
+    def __repr__(self) -> str:
+        return f"Number({self.kind.__name__}, {self.min}, {self.max})"
+
+
 MAX_MEMORY_HELP = (
     "Stop with an error when loading a trace would need more memory than SIZE (e.g. 8G, 500M), "
-    f"estimated from its JSON as it is read [default: ${MAX_MEMORY_ENV}, else 80% of the "
-    "available memory]."
+    f"estimated from its JSON as it is read; a job's limit is divided among the traces loaded "
+    f"at once (--jobs) [default: ${MAX_MEMORY_ENV}, else 80% of the available memory]."
 )
 
 
@@ -112,11 +193,27 @@ def _raise_terminated(signum, frame) -> None:
     raise Terminated()
 
 
+def _default_sigterm_in_child() -> None:
+    # a process forked from the command (a Dask worker, a pool worker) ends at SIGTERM without
+    # a word, where the command's handler would print its traceback, and leaves Ctrl-C to the
+    # command, which stops it
+    if signal.getsignal(signal.SIGTERM) is _raise_terminated:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+_fork_hook: list[bool] = []  # registered once per process
+
+
 def stop_cleanly_on_sigterm() -> None:
     """While a command runs, SIGTERM raises :class:`Terminated` instead of ending the process
-    at once; the previous handler is back when the command ends."""
+    at once; the previous handler is back when the command ends. Processes forked meanwhile
+    get the default action back."""
     if threading.current_thread() is not threading.main_thread():
         return  # signal handlers can only be set from the main thread
+    if not _fork_hook and hasattr(os, "register_at_fork"):
+        os.register_at_fork(after_in_child=_default_sigterm_in_child)
+        _fork_hook.append(True)
     previous = signal.signal(signal.SIGTERM, _raise_terminated)
     click.get_current_context().call_on_close(lambda: signal.signal(signal.SIGTERM, previous))
 
@@ -165,19 +262,22 @@ def job_progress(total: int) -> JobProgressBar | None:
 
 
 def write_tensorboard(traces, logdir: str, err: bool = False, **options):
+    """Write ``traces`` as runs of ``logdir``; say which, and print write_logdir's warnings."""
     from traceprof.tensorboard import write_logdir
 
     reporter = progress_reporter(traces[0], len(traces))
+    said: list[str] = []
     try:
-        runs = list(write_logdir(traces, logdir, progress=reporter, **options))
+        runs = list(write_logdir(traces, logdir, progress=reporter, warnings=said, **options))
     finally:
         close(reporter)
     for run in runs:
         click.echo(f"traceprof: wrote TensorBoard run {run.name} ({run.trace_path}) to {logdir}", err=err)
+    print_warnings(said)
 
 
 def fail(message: str, code: int) -> NoReturn:
-    click.echo(f"traceprof: error: {message}", err=True)
+    click.echo(f"traceprof: error: {units.printable(message)}", err=True)  # names come from traces
     sys.exit(code)
 
 
@@ -226,12 +326,13 @@ no_cache_option = click.option(
 
 
 def show_cache_warnings() -> None:
-    """Cache warnings as the command's other warnings: ``traceprof: warning: ...``, one line."""
+    """Cache and engine warnings as the command's other warnings: ``traceprof: warning: ...``,
+    one line."""
     shown = warnings.showwarning
 
     def show(message, category, filename, lineno, file=None, line=None):
-        if issubclass(category, cache.CacheWarning):
-            click.echo(f"traceprof: warning: {message}", err=True)
+        if issubclass(category, (cache.CacheWarning, EngineWarning)):
+            click.echo(f"traceprof: warning: {units.printable(str(message))}", err=True)
         else:
             shown(message, category, filename, lineno, file, line)
 
@@ -239,20 +340,22 @@ def show_cache_warnings() -> None:
 
 
 def print_warnings(warnings: Iterable[str]) -> None:
+    """One line each on stderr, control characters of the names in them shown escaped."""
     for warning in warnings:
-        click.echo(f"traceprof: warning: {warning}", err=True)
+        click.echo(f"traceprof: warning: {units.printable(warning)}", err=True)
 
 
 def emit(
     text: str | bytes, output: str | None, inputs: list[str], styled: Callable[[str], Any] | None = None
 ) -> None:
     """The result to ``-o`` (atomically) or standard output; ``styled``: the text's colours when
-    standard output is a colour terminal."""
+    standard output is a colour terminal. On a terminal any format (CSV and JSON too) shows its
+    control characters escaped; the text formats have them escaped wherever they go."""
     if isinstance(text, bytes) or (output and output != STDOUT):
         write_output(output or STDOUT, text, inputs=inputs)  # binary: -o checked before
     elif styled is not None and color_terminal():
         from rich.console import Console
 
-        Console(highlight=False, soft_wrap=True).print(styled(text), end="")
-    else:
-        click.echo(text, nl=False)
+        Console(highlight=False, soft_wrap=True).print(styled(units.printable(text)), end="")
+    else:  # color=True: a pipe gets the text as it is, the bytes -o writes (click would strip ESC [)
+        click.echo(units.printable(text) if sys.stdout.isatty() else text, nl=False, color=True)

@@ -7,8 +7,11 @@ import sys
 
 import click
 
+from traceprof import units
 from traceprof.cli.common import (
     SOURCES,
+    Number,
+    Size,
     chosen_renderer,
     emit,
     no_cache_option,
@@ -42,7 +45,7 @@ _FORMATS = ["csv", "html", "json", "parquet", "tree"]
 @click.option(
     "--fail-if-slower",
     "fail_pct",
-    type=click.FloatRange(min=0),
+    type=Number(float, min=0),
     default=None,
     metavar="PCT",
     help="Exit 10 when NEW is slower than BASE by more than PCT percent "
@@ -73,6 +76,7 @@ _FORMATS = ["csv", "html", "json", "parquet", "tree"]
 )
 @click.option(
     "--max-memory",
+    type=Size(),
     default=None,
     metavar="SIZE",
     help="Memory limit of loading each trace (e.g. 8G) [default: as analyze].",
@@ -99,19 +103,26 @@ def diff_command(base, new, fmt, output, fail_pct, module, hierarchy, raw, tenso
         if tensorboard_logdir:
             from traceprof.tensorboard import write_logdir
 
+            said = []  # warnings of write_logdir
             for label, path in (("base", base), ("new", new)):
                 for run in write_logdir(
-                    [path], tensorboard_logdir, name=label, hierarchy=hierarchy, max_memory=max_memory
+                    [path],
+                    tensorboard_logdir,
+                    name=label,
+                    hierarchy=hierarchy,
+                    max_memory=max_memory,
+                    warnings=said,
                 ):
                     click.echo(
                         f"traceprof: wrote TensorBoard run {run.name} ({run.trace_path}) "
                         f"to {tensorboard_logdir}",
                         err=True,
                     )
+            print_warnings(said)
         if fail_pct is not None:
             reason = result.slower(fail_pct, module)
             if reason:
-                click.echo(f"traceprof: slower: {reason}", err=True)
+                click.echo(f"traceprof: slower: {units.printable(reason)}", err=True)
                 from traceprof.compare.diff import SLOWER_EXIT_CODE
 
                 sys.exit(SLOWER_EXIT_CODE)

@@ -11,6 +11,7 @@ import click
 from traceprof.cli.common import (
     MAX_MEMORY_HELP,
     SOURCES,
+    Number,
     Size,
     no_cache_option,
     reported_errors,
@@ -47,20 +48,28 @@ OFFLINE_NOTE = (
 )
 @click.option(
     "--peak-tflops",
-    type=click.FloatRange(min=0, min_open=True),
+    type=Number(float, min=0, min_open=True),
     default=None,
     help="Peak TFLOP/s of one device, for the MFU scalar (when the profile has FLOPs).",
 )
 @click.option("--serve", is_flag=True, help="Then start TensorBoard on 127.0.0.1 for LOGDIR.")
 @click.option(
     "--port",
-    type=click.IntRange(1, 65535),
+    type=Number(int, min=1, max=65535),
     default=None,
     help="Port for --serve [default: 6006 or the next free one].",
 )
+@click.option(
+    "--tb-profiler",
+    type=click.Choice(("auto", "always", "never")),
+    default="auto",
+    show_default=True,
+    help="Which runs get a trace copy for the PyTorch Profiler tab: auto stops once the logdir "
+    "holds 16 (TensorBoard loads each in a process of its own; docs/tensorboard.md).",
+)
 @click.option("--max-memory", type=Size(), default=None, metavar="SIZE", help=MAX_MEMORY_HELP)
 @no_cache_option
-def tensorboard_command(traces, logdir, name, hierarchy, peak_tflops, serve, port, max_memory):
+def tensorboard_command(traces, logdir, name, hierarchy, peak_tflops, serve, port, tb_profiler, max_memory):
     """Write TRACES (files or directories) as runs of a TensorBoard log directory.
 
     One run per trace: the traceprof tab (module tree, icicle, ops and kernels per module,
@@ -78,6 +87,7 @@ def tensorboard_command(traces, logdir, name, hierarchy, peak_tflops, serve, por
             hierarchy=hierarchy,
             peak_flops=peak_tflops * 1e12 if peak_tflops else None,
             max_memory=max_memory,
+            tb_profiler=tb_profiler,
         )
         click.echo(f"traceprof: {OFFLINE_NOTE}")
         if serve:

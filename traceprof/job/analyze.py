@@ -23,8 +23,9 @@ from msgspec.structs import replace
 
 from traceprof.analysis.job_timeline import StepTimeline, step_timelines
 from traceprof.analysis.unattributed import BETWEEN_OPS
-from traceprof.errors import JobError
+from traceprof.errors import JobError, MemoryLimitError
 from traceprof.read.discovery import find_traces
+from traceprof.read.limits import job_memory_share, shared_limit_error
 from traceprof.result.model import PASSES, ModuleNode, ModuleProfile, NodeKind, OpKind, Pass, find_named
 from traceprof.trace import schema
 
@@ -32,6 +33,8 @@ from traceprof.trace import schema
 DEFAULT_STRAGGLER_THRESHOLD = 0.05
 #: modules named per straggler
 STRAGGLER_MODULES = 5
+#: in the warning of a directory of several runs, of which the newest was analyzed
+RUNS_NOTE = "runs in the directory: analyzed the newest"
 
 
 # ---- one rank: what a worker computes and sends back --------------------------------------------
@@ -46,6 +49,8 @@ class RankOptions(msgspec.Struct, frozen=True):
     max_memory: int | str | None = None
     #: use the cache where the trace is read (None: unless $TRACEPROF_CACHE is off there)
     cache: bool | None = None
+    #: traces loaded at once on this machine, ``max_memory`` being their share of the job's
+    sharing: int = 1
 
 
 class RankResult(msgspec.Struct, frozen=True):
@@ -85,7 +90,10 @@ def _analyzed_rank(path: str, options: RankOptions, content: str | None) -> Rank
 
     # one process per trace: the engine's workers are the parallelism (--jobs), so the trace is
     # decoded by this process alone, also with --jobs 1 (in the command's own process)
-    trace = load_trace(path, max_memory=options.max_memory, jobs=1, cache=options.cache, content=content)
+    try:
+        trace = load_trace(path, max_memory=options.max_memory, jobs=1, cache=options.cache, content=content)
+    except MemoryLimitError as e:
+        raise shared_limit_error(e, options.sharing) from None
     profile = analyze(trace, step=options.step, hierarchy=options.hierarchy, peak_tflops=options.peak_tflops)
     return RankResult(path, profile, step_timelines(trace))
 
@@ -293,6 +301,132 @@ def _numbers(values) -> str:
     return ", ".join(map(str, values)) or "none"
 
 
+#: the largest world size a trace may claim: above any job run so far (about 10**5 GPUs), and
+#: what keeps a corrupt ``world_size`` from sizing anything the job builds
+MAX_WORLD_SIZE = 2**20
+
+
+def _checked_world_size(result: RankResult) -> int | None:
+    """The world size of a rank's trace, refused when it is not one a job can have."""
+    size = _world_size_of(result)
+    if size is not None and not 1 <= size <= MAX_WORLD_SIZE:
+        raise JobError(
+            f"{result.path}: world size {size} in the trace is not that of a job "
+            f"(1 to {MAX_WORLD_SIZE}); the trace's distributedInfo is damaged"
+        )
+    return size
+
+
+def _missing(given: list[int], world_size: int) -> tuple[int, ...]:
+    """The ranks below ``world_size`` not in ``given`` (checked sizes only: see
+    :data:`MAX_WORLD_SIZE`)."""
+    have = set(given)
+    return tuple(r for r in range(world_size) if r not in have)
+
+
+def _root_classes(result: RankResult) -> tuple[str, ...]:
+    """The classes of the module tree's roots (the model a rank ran)."""
+    profile = result.profile
+    return tuple(
+        profile.nodes[i].class_name or profile.nodes[i].name
+        for i in profile.roots
+        if profile.nodes[i].kind is NodeKind.MODULE
+    )
+
+
+def _written_at(result: RankResult) -> float:
+    """When the trace was written (its file's time), to tell capture windows apart."""
+    try:
+        return os.stat(result.path).st_mtime
+    except OSError:
+        return 0.0
+
+
+class _Run(msgspec.Struct):
+    """The traces of one job's capture window: same world size (or none) and model, each rank
+    once."""
+
+    world_size: int | None
+    roots: tuple[str, ...]
+    results: list[RankResult]
+
+    @property
+    def newest(self) -> float:
+        return max(_written_at(r) for r in self.results)
+
+    def describe(self) -> str:
+        ranks = sorted(r for r in map(_rank_of, self.results) if r is not None)
+        what = f"rank{'s' if len(ranks) != 1 else ''} {_numbers(ranks)}" if ranks else "no rank"
+        size = f"world size {self.world_size}" if self.world_size is not None else "no world size"
+        model = "/".join(self.roots) or "no module tree"
+        return f"{_names(r.path for r in self.results)} ({what}, {size}, model {model})"
+
+
+def _runs(results: list[RankResult]) -> list[_Run]:
+    """``results`` in runs: by world size and model (the classes of the module tree's roots),
+    then by capture window: a rank met a second time starts the next window (oldest file
+    first). In the order of their first trace."""
+    sizes = {r.path: _checked_world_size(r) for r in results}
+    known = set(sizes.values()) - {None}
+    only = next(iter(known)) if len(known) == 1 else None  # that of traces without one, too
+    groups: dict[tuple[int | None, tuple[str, ...]], list[RankResult]] = {}
+    for r in results:
+        size = sizes[r.path]
+        groups.setdefault((only if size is None else size, _root_classes(r)), []).append(r)
+    runs = []
+    for (size, roots), members in groups.items():
+        by_rank: dict[int | None, list[RankResult]] = {}
+        for r in sorted(members, key=lambda r: (_written_at(r), r.path)):
+            by_rank.setdefault(_rank_of(r) if len(members) > 1 else 0, []).append(r)
+        windows = max(len(v) for v in by_rank.values())
+        for i in range(windows):
+            window = [items[i] for items in by_rank.values() if i < len(items)]
+            order = {id(r): n for n, r in enumerate(members)}
+            runs.append(_Run(size, roots, sorted(window, key=lambda r: order[id(r)])))
+    return runs
+
+
+def _runs_text(runs: list[_Run], limit: int = 3) -> str:
+    shown = "; ".join(run.describe() for run in runs[:limit])
+    return shown + (f"; and {len(runs) - limit} more runs" if len(runs) > limit else "")
+
+
+def _one_run(results: list[RankResult], newest: bool) -> tuple[list[RankResult], list[str]]:
+    """The traces of one run of ``results``, and a note when others were left out (``newest``:
+    the newest run of a directory), else a JobError naming the runs and what differs."""
+    runs = _runs(results)
+    if len(runs) == 1 or (not newest and any(_rank_of(r) is None for r in results)):
+        return results, []  # one run, or traces without ranks: _check_one_job names one
+    if newest:
+        chosen = max(runs, key=lambda run: run.newest)
+        others = _runs_text([run for run in runs if run is not chosen])
+        return chosen.results, [
+            f"{len(runs)} {RUNS_NOTE}, {chosen.describe()}; "
+            f"left out: {others} (give a run's files, or its own directory, to analyze it)"
+        ]
+    differs = [
+        what
+        for what, values in (
+            ("world sizes", {run.world_size for run in runs}),
+            ("models", {run.roots for run in runs}),
+            ("file names", {frozenset(_job_name(r.path) for r in run.results) for run in runs}),
+        )
+        if len(values) > 1
+    ]
+    parts = _runs_text(runs)
+    pick = "(one run's files, or its own directory)"
+    if not differs:  # one job, captured in several windows
+        ranks = [rank for r in runs[1].results if (rank := _rank_of(r)) is not None]
+        raise JobError(
+            f"rank {_numbers(ranks[:1])} given twice (several capture windows): {parts}; "
+            f"give the traces of one window {pick}"
+        )
+    raise JobError(
+        f"ranks of different jobs mixed ({' and '.join(differs)} differ): {parts}; "
+        f"give the traces of one job {pick}"
+    )
+
+
 def _check_one_job(results: list[RankResult]) -> tuple[list[tuple[int, RankResult]], int | None]:
     """The ranks of ``results``, sorted; a JobError when they are not the ranks of one job."""
     if len(results) == 1:
@@ -307,31 +441,11 @@ def _check_one_job(results: list[RankResult]) -> tuple[list[tuple[int, RankResul
                 "name no rank number (rank3, worker_3)"
             )
         ranked.append((rank, r))
-    sizes: dict[int, list[str]] = {}
-    for r in results:
-        size = _world_size_of(r)
-        if size is not None:
-            sizes.setdefault(size, []).append(r.path)
-    if len(sizes) > 1:
-        parts = "; ".join(f"world size {s} ({_names(p)})" for s, p in sorted(sizes.items()))
-        raise JobError(f"ranks of different jobs mixed: {parts}")
-    world_size = next(iter(sizes)) if sizes else None
-    by_rank: dict[int, list[str]] = {}
+    # one run (_one_run): one world size, each rank once
+    world_size = next((s for r in results if (s := _checked_world_size(r)) is not None), None)
     for rank, r in ranked:
-        by_rank.setdefault(rank, []).append(r.path)
-    for rank, paths in sorted(by_rank.items()):
-        if len(paths) > 1:
-            names = sorted({_job_name(p) for p in paths})
-            if len(names) > 1:
-                raise JobError(
-                    f"ranks of different jobs mixed: rank {rank} is in {_names(paths)} "
-                    f"(jobs {', '.join(names)}); give the traces of one job"
-                )
-            raise JobError(
-                f"rank {rank} given twice: {_names(paths)} (several capture windows? give the traces of one)"
-            )
         if world_size is not None and not 0 <= rank < world_size:
-            raise JobError(f"{paths[0]}: rank {rank} is outside the world size {world_size}")
+            raise JobError(f"{r.path}: rank {rank} is outside the world size {world_size}")
     ranked.sort(key=lambda t: t[0])
     return ranked, world_size
 
@@ -430,13 +544,16 @@ def reduce_job(
     *,
     straggler_threshold: float = DEFAULT_STRAGGLER_THRESHOLD,
     engine: str = "local",
+    newest_run: bool = False,
 ) -> Job:
     """The job of the per-rank results (any order): ranks sorted and checked, modules matched,
-    statistics and stragglers computed."""
+    statistics and stragglers computed. Results of several runs (world sizes, models or capture
+    windows) are an error, or with ``newest_run`` (a directory's traces) the newest run, with a
+    warning naming the others."""
     if not results:
         raise JobError("no traces")
+    results, warnings = _one_run(list(results), newest_run)
     ranked, world_size = _check_one_job(results)
-    warnings: list[str] = []
     selections = {rank: tuple(r.profile.selection.numbers) for rank, r in ranked}
     distinct = sorted(set(selections.values()))
     if len(distinct) > 1:
@@ -455,7 +572,7 @@ def reduce_job(
     steps = distinct[0] if distinct else ()
     missing: tuple[int, ...] = ()
     if world_size is not None and len(ranked) > 1:
-        missing = tuple(sorted(set(range(world_size)) - {rank for rank, _ in ranked}))
+        missing = _missing([rank for rank, _ in ranked], world_size)
         if missing:
             warnings.append(
                 f"partial job: {len(missing)} of {world_size} ranks have no trace "
@@ -563,16 +680,23 @@ def analyze_job(
     engine=None,
     jobs: int | None = None,
     scheduler: str | None = None,
+    scheduler_timeout: float | None = None,
     straggler_threshold: float = DEFAULT_STRAGGLER_THRESHOLD,
     progress=None,
     cache: bool | None = None,
+    newest_run: bool | None = None,
 ) -> Job:
     """Analyze the traces of a distributed job (files, directories, glob patterns) and reduce
     them into a :class:`Job`. ``engine``: ``"local"`` (a process pool of ``jobs`` workers,
-    default: all CPUs), ``"dask"`` (``scheduler`` ``tcp://HOST:PORT``, else a LocalCluster), or
+    default: all CPUs), ``"dask"`` (``scheduler`` ``tcp://HOST:PORT``, else a LocalCluster;
+    ``scheduler_timeout``: seconds to wait for it and a first worker, default 30), or
     an object with the :class:`~traceprof.engine.Engine` interface. ``progress(done, total,
     path)`` is called as each trace is done. ``cache``: each worker reads and writes its
     ranks' results in the cache of its machine (default: unless ``$TRACEPROF_CACHE`` is ``off``).
+    ``newest_run``: traces of several runs give the newest run's report, with a warning naming
+    the others, instead of an error (default: when ``paths`` is one directory). ``max_memory``
+    (default: ``$TRACEPROF_MAX_MEMORY``, else 80% of the available memory) is the job's: divided
+    among the traces loaded at once on this machine (docs/jobs.md).
 
     >>> job = analyze_job("runs/exp1/")  # doctest: +SKIP
     >>> df = job.to_dataframe()  # doctest: +SKIP
@@ -580,13 +704,37 @@ def analyze_job(
     """
     from traceprof.engine import make_engine
 
+    if newest_run is None:
+        newest_run = isinstance(paths, (str, os.PathLike)) and os.path.isdir(paths)
     paths = find_traces(paths)
     if engine is None or isinstance(engine, str):
-        engine = make_engine(engine or "local", jobs=jobs, scheduler=scheduler)
+        engine = make_engine(
+            engine or "local", jobs=jobs, scheduler=scheduler, scheduler_timeout=scheduler_timeout
+        )
+    at_once = _traces_at_once(engine, len(paths))
     options = RankOptions(
-        step=step, hierarchy=hierarchy, peak_tflops=peak_tflops, max_memory=max_memory, cache=cache
+        step=step,
+        hierarchy=hierarchy,
+        peak_tflops=peak_tflops,
+        max_memory=max_memory if at_once is None else job_memory_share(max_memory, at_once),
+        cache=cache,
+        sharing=at_once or 1,
     )
     results = engine.map(analyze_rank, [(p, options) for p in paths], progress)
     return reduce_job(
-        results, straggler_threshold=straggler_threshold, engine=getattr(engine, "name", "local")
+        results,
+        straggler_threshold=straggler_threshold,
+        engine=getattr(engine, "name", "local"),
+        newest_run=newest_run,
     )
+
+
+def _traces_at_once(engine: Any, traces: int) -> int | None:
+    """How many traces ``engine`` loads at once on this machine: its workers (``jobs``), at
+    most one per trace; None when they run elsewhere (a Dask scheduler's machines), where each
+    worker's limit is that machine's own."""
+    if getattr(engine, "scheduler", None) is not None:
+        return None
+    from traceprof.engine import default_jobs
+
+    return max(min(getattr(engine, "jobs", None) or default_jobs(), traces), 1)

@@ -39,35 +39,52 @@ def _traces_in(directory: str) -> list[str]:
     return named or found
 
 
+def _identity(path: str) -> tuple[int, int] | str:
+    """What makes two spellings of a path one file (``job/x``, ``./job/x``, a link to it): its
+    device and inode, else its normalized absolute path (a missing file)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return os.path.abspath(path)
+    return (st.st_dev, st.st_ino)
+
+
 def find_traces(paths) -> list[str]:
     """Trace files named by ``paths``: files, directories (their trace files), glob patterns
-    (``runs/*.pt.trace.json.gz``). Each file once, in the order given (directories and patterns
-    sorted). A directory without traces or a pattern matching nothing is an error."""
+    (``runs/*.pt.trace.json.gz``; their regular files: a FIFO or device would block the read).
+    Each file once, however spelled, in the order given (directories and patterns sorted). A
+    directory without traces or a pattern matching no regular file is an error."""
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     out: list[str] = []
+    seen: set[tuple[int, int] | str] = set()
     for p in map(os.fspath, paths):
         if os.path.isdir(p):
             found = _traces_in(p)
             if not found:
                 raise TraceReadError(p, "no trace files (.json, .json.gz) in the directory")
         elif not os.path.exists(p) and _is_glob(p):
-            found = sorted(f for f in glob.glob(p) if not os.path.isdir(f))
+            found = sorted(f for f in glob.glob(p) if os.path.isfile(f))
             if not found:
                 raise TraceReadError(p, "no file matches the pattern")
         else:
             found = [p]  # a file (or a missing one: the reader says so)
-        out += [f for f in found if f not in out]
+        for f in found:
+            identity = _identity(f)
+            if identity not in seen:
+                seen.add(identity)
+                out.append(f)
     return out
 
 
 def expand_patterns(paths) -> list[str]:
     """``paths`` with each glob pattern that names no existing file replaced by the files it
-    matches (sorted); files and directories as given. A pattern matching nothing is an error."""
+    matches (sorted; regular files and directories: a FIFO or device would block the read);
+    files and directories as given. A pattern matching nothing is an error."""
     out: list[str] = []
     for p in map(os.fspath, paths):
         if not os.path.exists(p) and _is_glob(p):
-            found = sorted(glob.glob(p))
+            found = sorted(f for f in glob.glob(p) if os.path.isfile(f) or os.path.isdir(f))
             if not found:
                 raise TraceReadError(p, "no file matches the pattern")
             out += found

@@ -21,6 +21,8 @@ The estimate is the larger of the two. The limit is ``--max-memory`` (or ``max_m
 the API), else the ``TRACEPROF_MAX_MEMORY`` environment variable, else
 :data:`DEFAULT_FRACTION` of the memory available when the load starts (``MemAvailable`` of
 /proc/meminfo, bounded by a cgroup memory limit and the address-space limit ``ulimit -v``).
+A job's limit covers all of its traces loaded at once on one machine: resolved once, then
+divided among them (:func:`job_memory_share`).
 """
 
 from __future__ import annotations
@@ -160,6 +162,25 @@ def resolve_max_memory(value: int | str | None = None) -> int:
         return parse_size(value)
     except ValueError as e:
         raise OptionError(f"{source}: {e}") from None
+
+
+def job_memory_share(value: int | str | None, at_once: int) -> int:
+    """One trace's limit when ``at_once`` traces of a job load at the same time on this machine:
+    the job's limit (:func:`resolve_max_memory`, resolved once here) divided among them, so the
+    loads together stay within it."""
+    return max(resolve_max_memory(value) // max(at_once, 1), 1)
+
+
+def shared_limit_error(error: MemoryLimitError, sharing: int) -> MemoryLimitError:
+    """``error`` of a trace loaded beside ``sharing - 1`` others, saying that its limit is a
+    share of the job's (and how to give it more)."""
+    if sharing <= 1:
+        return error
+    return MemoryLimitError(
+        error.path,
+        f"{error.problem} (its share of the job's limit, divided among the {sharing} traces "
+        "loaded at once: lower --jobs to give each more)",
+    )
 
 
 def describe_size(nbytes: float) -> str:

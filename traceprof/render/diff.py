@@ -3,12 +3,10 @@ single-trace ones: tree (text), json, csv, parquet, html (docs/diff.md)."""
 
 from __future__ import annotations
 
-import csv
-import io
-
 from traceprof import units
 from traceprof.compare.records import diff_json, diff_parquet, diff_rows
 from traceprof.render import diff_html
+from traceprof.render.csv_format import write_csv
 from traceprof.render.registry import Registry, Renderer, RenderOptions
 
 # --- text tree
@@ -112,11 +110,7 @@ def render_json(diff, opts: RenderOptions) -> str:
 
 def render_csv(diff, opts: RenderOptions) -> str:
     rows = diff_rows(diff)
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=list(rows[0]) if rows else ["key"], lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(rows)
-    return buf.getvalue()
+    return write_csv(rows, list(rows[0]) if rows else ["key"])
 
 
 def render_parquet(diff, opts: RenderOptions) -> bytes:

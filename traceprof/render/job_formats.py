@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import io
 import json
 from typing import TYPE_CHECKING
 
 import msgspec
 
 from traceprof.job.records import JOB_SCHEMA, ROW_COLUMNS, job_dataframe, job_document, job_rows
+from traceprof.render.csv_format import write_csv
 from traceprof.render.registry import RenderOptions
 from traceprof.result.records import dataframe_parquet
 
@@ -23,13 +23,7 @@ def render_job_json(job: Job, opts: RenderOptions) -> str:
 
 
 def render_job_csv(job: Job, opts: RenderOptions) -> str:
-    import csv
-
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=list(ROW_COLUMNS), lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(job_rows(job))
-    return buf.getvalue()
+    return write_csv(job_rows(job), ROW_COLUMNS)
 
 
 def render_job_parquet(job: Job, opts: RenderOptions) -> bytes:

@@ -1,41 +1,51 @@
 """The ops table of a module (``traceprof analyze TRACE --ops MODULE``): its top ops and kernels
 per pass, from :func:`records.op_records`, as text, CSV, JSON or Parquet.
 
-``MODULE`` is a qualified name (``layer1.0.conv1``), a node's display name or its path joined
-with ``.``; ``*`` gives every node's own rows (one row per node x op or kernel x pass).
+``MODULE`` is found as :meth:`ModuleProfile.find` finds a node: a qualified name
+(``layer1.0.conv1``), a class or short name, the end of a qualified name, or a part of one that
+only one node has (``encoder``); ``*`` gives every node's own rows (one row per node x op or
+kernel x pass). The text shows ops and kernels in two sections and leaves out rows without time
+(the Python frames of a ``with_stack`` trace) unless asked for all.
 """
 
 from __future__ import annotations
 
-import csv
 import io
 import json
 
 from traceprof import units
-from traceprof.errors import OptionError
-from traceprof.result.model import ModuleNode, ModuleProfile
+from traceprof.errors import ModuleLookupError, OptionError
+from traceprof.render.csv_format import write_csv
+from traceprof.result.model import ModuleNode, ModuleProfile, OpKind, did_you_mean
 from traceprof.result.records import OP_FIELDS, OP_MODULES_FIELD, op_records
 
 EVERY_NODE = "*"
 FORMATS = ("tree", "table", "csv", "json", "parquet")
 OPS_SCHEMA = "traceprof.ops/1"
+#: the sections of the text view, in order: the CPU ops, each with the GPU time of the kernels it
+#: launched, then those kernels by name. The two hold the same GPU time twice, so each section's
+#: shares add up to the module's whole time, and one list of both to 200%.
+SECTIONS = (OpKind.OP, OpKind.KERNEL)
 
 
 def find_node(profile: ModuleProfile, module: str) -> ModuleNode:
-    """The node ``module`` names: qualified name first, then display name, then dotted path."""
-    for test in (
-        lambda n: n.qualified_name == module,
-        lambda n: n.name == module,
-        lambda n: ".".join(p for p in n.path if p) == module,
-    ):
-        found = [n for n in profile.nodes if test(n)]
-        if found:
-            return found[0]
-    names = [n.qualified_name or n.name for n in profile.nodes][:8]
-    raise OptionError(f"--ops: no module {module!r} in the profile (e.g. {', '.join(names)})")
+    """The node ``module`` names, found as :meth:`ModuleProfile.find` finds it (a qualified
+    name, a class or short name, a unique part of one); a miss names close modules."""
+    try:
+        return profile.find(module)
+    except ModuleLookupError as e:
+        message = (
+            e.message if e.matches else f"no module {module!r} in the profile{did_you_mean(e.suggestions)}"
+        )
+        raise ModuleLookupError(f"--ops: {message}", e.matches, e.suggestions) from None
 
 
-def render_ops(profile: ModuleProfile, module: str, fmt: str, raw: bool = False) -> str | bytes:
+def render_ops(
+    profile: ModuleProfile, module: str, fmt: str, raw: bool = False, all_rows: bool = False
+) -> str | bytes:
+    """The ops table of ``module`` in ``fmt``. Text (tree, table): ops and kernels in two
+    sections, rows without time left out unless ``all_rows``; CSV, JSON and Parquet: every row,
+    ops and kernels told apart by ``kind``."""
     if fmt not in FORMATS:
         raise OptionError(f"--ops writes {', '.join(FORMATS)}, not {fmt}")
     node = None if module == EVERY_NODE else find_node(profile, module)
@@ -43,22 +53,21 @@ def render_ops(profile: ModuleProfile, module: str, fmt: str, raw: bool = False)
     if fmt == "json":
         return json.dumps({"schema": OPS_SCHEMA, "module": module, "rows": rows}, indent=1) + "\n"
     if fmt == "csv":
-        buf = io.StringIO()
-        writer = csv.DictWriter(buf, fieldnames=_fields(profile), lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(
-            {
-                **r,
-                "input_shapes": r["input_shapes"] or "",
-                "flop_per_s": "" if r["flop_per_s"] is None else r["flop_per_s"],
-                **({OP_MODULES_FIELD: r[OP_MODULES_FIELD] or ""} if OP_MODULES_FIELD in r else {}),
-            }
-            for r in rows
+        return write_csv(
+            (
+                {
+                    **r,
+                    "input_shapes": r["input_shapes"] or "",
+                    "flop_per_s": "" if r["flop_per_s"] is None else r["flop_per_s"],
+                    **({OP_MODULES_FIELD: r[OP_MODULES_FIELD] or ""} if OP_MODULES_FIELD in r else {}),
+                }
+                for r in rows
+            ),
+            _fields(profile),
         )
-        return buf.getvalue()
     if fmt == "parquet":
         return _parquet(profile, rows, module)
-    return _text(profile, node, rows, raw)
+    return units.printable(_text(profile, node, rows, raw, all_rows))
 
 
 def _parquet(profile: ModuleProfile, rows: list[dict], module: str) -> bytes:
@@ -92,52 +101,62 @@ def _fields(profile: ModuleProfile) -> list[str]:
     return list(OP_FIELDS) + ([OP_MODULES_FIELD] if profile.compiled is not None else [])
 
 
-def _text(profile: ModuleProfile, node: ModuleNode | None, rows: list[dict], raw: bool) -> str:
-    gpu = profile.has_gpu
-    time_key = "gpu_busy_us" if gpu else "cpu_us"
-    header = [
-        "module",
-        "pass",
-        "kind",
-        "name",
-        "calls",
-        "GPU time" if gpu else "CPU time",
-        "share",
-        "FLOPs",
-        "FLOP/s",
-        "input shapes",
+def _text(
+    profile: ModuleProfile, node: ModuleNode | None, rows: list[dict], raw: bool, all_rows: bool
+) -> str:
+    """The title, a table per section (SECTIONS) and, when rows were left out, how many."""
+    time_key, time_name = ("gpu_busy_us", "GPU time") if profile.has_gpu else ("cpu_us", "CPU time")
+    shown = rows if all_rows else [r for r in rows if r[time_key] > 0]
+    title = (
+        f"ops and kernels of {node.qualified_name or node.name} (with its submodules), per "
+        f"step, largest first; shares of its {time_name}"
+        if node is not None
+        else f"ops and kernels of every node (its own work), per step; shares of the node's {time_name}"
+    )
+    tables = [
+        _table(profile, node is None, part, time_key, time_name, raw)
+        for kind in SECTIONS
+        if (part := [r for r in shown if r["kind"] == kind.value])
     ]
+    hidden = len(rows) - len(shown)
+    rows_word = "row" if hidden == 1 else "rows"
+    notes = [f"{hidden} {rows_word} without {time_name} not shown (--all shows them)"] if hidden else []
+    return title + "\n" + "\n\n".join(tables + notes) + "\n"
+
+
+def _table(
+    profile: ModuleProfile, every_node: bool, rows: list[dict], time_key: str, time_name: str, raw: bool
+) -> str:
+    """One section: its header, a rule and its rows (already in order), columns padded."""
+    kernels = rows[0]["kind"] == OpKind.KERNEL.value
+    header = ["module"] * every_node + ["pass", "kind", "name", "calls", time_name, "share"]
+    if not kernels:  # FLOPs and shapes belong to ops; a kernel row has neither
+        header += ["FLOPs", "FLOP/s", "input shapes"]
     fused = any(r.get(OP_MODULES_FIELD) for r in rows)
     if fused:  # compiled kernels fused across modules: the modules of their ops
         header.append("fused across modules")
-    if node is not None:
-        header = header[1:]
     lines = []
     for r in rows:
-        cells = [
-            r["qualified_name"] or profile.nodes[r["node"]].name,
+        cells = [r["qualified_name"] or profile.nodes[r["node"]].name] * every_node + [
             r["pass"],
             r["kind"],
             _short(r["name"], 80),
             units.count(r["calls"]),
             units.duration(r[time_key], raw),
             units.percent(r["share_of_node"]),
-            units.flops(r["flops"], raw) if r["flops"] else "--",
-            units.flop_rate(r["flop_per_s"]) if r["flop_per_s"] else "--",
-            units.dims(json.loads(r["input_shapes"])) if r["input_shapes"] else "--",
         ]
+        if not kernels:
+            cells += [
+                units.flops(r["flops"], raw) if r["flops"] else "--",
+                units.flop_rate(r["flop_per_s"]) if r["flop_per_s"] else "--",
+                units.dims(json.loads(r["input_shapes"])) if r["input_shapes"] else "--",
+            ]
         if fused:
             cells.append(r[OP_MODULES_FIELD] or "--")
-        lines.append(cells[1:] if node is not None else cells)
+        lines.append([units.printable(c) for c in cells])  # escaped before the columns are measured
     widths = [max([len(h)] + [len(c[i]) for c in lines]) for i, h in enumerate(header)]
     fmt = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
-    title = (
-        f"ops and kernels of {node.qualified_name or node.name} (with its submodules), per "
-        "step, largest first"
-        if node is not None
-        else "ops and kernels of every node (its own work), per step"
-    )
-    return "\n".join([title, fmt(header), fmt(["-" * w for w in widths])] + [fmt(c) for c in lines]) + "\n"
+    return "\n".join([fmt(header), fmt(["-" * w for w in widths])] + [fmt(c) for c in lines])
 
 
 def _short(text: str, width: int) -> str:

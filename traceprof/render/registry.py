@@ -1,15 +1,22 @@
 """What a renderer is, and the table of renderers of one kind of result: chosen by format name,
-or by the extension of the file ``-o`` writes."""
+or by the extension of the file ``-o`` writes. The text formats written for people to read
+(:data:`TEXT_FORMATS`) show the control characters of their names escaped (docs/security.md)."""
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable
 from typing import Any
 
 import msgspec
 
+from traceprof import units
 from traceprof.errors import OptionError
+
+#: the formats written for people to read (every registry's tree and table): the control
+#: characters of the names in them (ESC, CR, BEL, ...) are shown escaped, wherever the text goes
+TEXT_FORMATS = frozenset({"tree", "table"})
 
 
 class RenderOptions(msgspec.Struct, frozen=True):
@@ -38,7 +45,7 @@ class Registry(dict):
     extension."""
 
     def __init__(self, unknown: str, renderers: tuple[Renderer, ...]) -> None:
-        super().__init__((r.name, r) for r in renderers)
+        super().__init__((r.name, _for_people(r)) for r in renderers)
         self.unknown = unknown  # the error for an unknown format name: {name!r}, {known}
 
     def renderer(self, name: str) -> Renderer:
@@ -75,3 +82,18 @@ class Registry(dict):
 
     def render(self, result, fmt: str, options: RenderOptions | None = None) -> str | bytes:
         return self.renderer(fmt).render(result, options or RenderOptions())
+
+
+def _for_people(renderer: Renderer) -> Renderer:
+    """A renderer of :data:`TEXT_FORMATS` whose text shows control characters escaped
+    (:func:`units.printable`); any other renderer as it is (data formats keep names raw)."""
+    if renderer.name not in TEXT_FORMATS or renderer.binary:
+        return renderer
+    render = renderer.render
+
+    @functools.wraps(render)
+    def printable(result: Any, options: RenderOptions) -> str | bytes:
+        text = render(result, options)
+        return units.printable(text) if isinstance(text, str) else text
+
+    return msgspec.structs.replace(renderer, render=printable)

@@ -77,6 +77,37 @@ def parse_json_object(data: bytes) -> dict:
     return doc
 
 
+_UTF8_CHUNK = 1 << 20
+
+
+def check_json_object(data: bytes) -> None:
+    """What :func:`parse_json_object` checks, without building the document: the bytes are
+    UTF-8 and one JSON object (its values are checked as JSON and skipped), so a profile of
+    hundreds of MB costs no more memory than its bytes. ValueError with a short reason."""
+    import codecs
+
+    import msgspec
+
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    for start in range(0, len(data), _UTF8_CHUNK):
+        try:
+            decoder.decode(data[start : start + _UTF8_CHUNK], final=start + _UTF8_CHUNK >= len(data))
+        except UnicodeDecodeError as e:
+            raise ValueError(f"is not UTF-8 (byte {start + e.start})") from None
+    try:
+        msgspec.json.decode(data, type=dict[str, msgspec.Raw])
+    except msgspec.ValidationError:
+        kind = _JSON_KINDS.get(data.lstrip()[:1], "value")
+        raise ValueError(f"is a JSON {kind}, not an object") from None
+    except msgspec.DecodeError as e:
+        raise ValueError(f"is not valid JSON ({e})") from None
+    except RecursionError:
+        raise ValueError("is not valid JSON (nested too deeply)") from None
+
+
+_JSON_KINDS = {b"[": "list", b'"': "str", b"t": "bool", b"f": "bool", b"n": "null"}
+
+
 def is_plain_file_name(name) -> bool:
     """A file name without a directory part: what run.json may name as a profile."""
     return isinstance(name, str) and name not in ("", ".", "..") and not any(c in name for c in "/\\\0")

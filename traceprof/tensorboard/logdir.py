@@ -6,6 +6,11 @@ the trace (the PyTorch Profiler tab) and an event file with scalars and a text s
 fresh (``mkdir``, which fails rather than reuse an existing directory); when the name is taken,
 ``-2``, ``-3``, ... is appended, so writing into an existing logdir adds runs and never clobbers.
 Every file is written atomically, and the run index ``run.json`` last.
+
+The torch-tb-profiler copy is bounded: that plugin loads every trace of a logdir in a process of
+its own, each holding the whole trace decoded (measured: a logdir of 200 runs made TensorBoard
+start 207 processes and take 16 GB within a minute, and its exit waits for them all). By default (``tb_profiler="auto"``) a run gets its copy only while the logdir holds
+fewer than :data:`MAX_TB_PROFILER_COPIES` such traces; ``"always"`` and ``"never"`` decide alone.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import itertools
 import os
 import re
 import time
+import warnings as py_warnings
 from collections.abc import Sequence
 
 import msgspec
@@ -27,11 +33,17 @@ from traceprof.read.build import load_trace
 from traceprof.read.load import Progress
 from traceprof.render.json_format import profile_json
 from traceprof.tensorboard import events, layout
-from traceprof.tensorboard.tb_profiler import MEMORY_SCALE, CopyStats, tb_profiler_copy
+from traceprof.tensorboard.tb_profiler import MEMORY_SCALE, CopyStats
+from traceprof.tensorboard.tb_profiler import tb_profiler_copy as tb_profiler_copy_of
 from traceprof.trace import schema
 
 #: per-step profiles written per run (the first complete steps); the mean covers all of them
 MAX_STEP_PROFILES = 32
+
+#: torch-tb-profiler traces a logdir may hold before "auto" writes no more copies (module docstring)
+MAX_TB_PROFILER_COPIES = 16
+#: when runs get a torch-tb-profiler copy: "auto" (bounded), "always", "never"
+TB_PROFILER_CHOICES = ("auto", "always", "never")
 
 _TRACE_SUFFIXES = (".json", ".json.gz")
 _UNSAFE = re.compile(r"[^A-Za-z0-9._+=@,-]+")
@@ -45,8 +57,8 @@ class RunInfo(msgspec.Struct, frozen=True):
     trace_path: str  # the input trace
     steps: tuple[int, ...]  # ProfilerSteps the mean profile covers
     step_profiles: tuple[int, ...]  # steps with a profile of their own
-    tb_profiler_copy: str  # file name of the torch-tb-profiler copy inside the run directory
-    copy_stats: CopyStats
+    tb_profiler_copy: str | None  # file name of the torch-tb-profiler copy in the run directory
+    copy_stats: CopyStats | None  # None: the run has no copy (tb_profiler, MAX_TB_PROFILER_COPIES)
 
 
 def collect_traces(inputs: Sequence[str | os.PathLike]) -> list[str]:
@@ -156,13 +168,19 @@ def write_logdir(
     max_step_profiles: int = MAX_STEP_PROFILES,
     progress: Progress | None = None,
     max_memory: int | str | None = None,
+    tb_profiler: str = "auto",
+    warnings: list[str] | None = None,
 ) -> list[RunInfo]:
     """Write one run per trace named by ``inputs`` (files or directories) into ``logdir``.
 
     ``name`` names the run of a single trace, or is the parent of the runs of several traces
     (``NAME/<file name>``). ``peak_flops`` (FLOP/s of one device) enables the MFU scalar.
     ``max_memory``: the memory limit of loading each trace (see :func:`traceprof.load_trace`).
+    ``tb_profiler``: which runs get a torch-tb-profiler copy (:data:`TB_PROFILER_CHOICES`, the
+    module docstring); runs left without one are counted in a line appended to ``warnings``.
     """
+    if tb_profiler not in TB_PROFILER_CHOICES:
+        raise ValueError(f"tb_profiler={tb_profiler!r}: not one of {', '.join(TB_PROFILER_CHOICES)}")
     traces = collect_traces(inputs)
     events.require_tensorboard()
     logdir = os.fspath(logdir)
@@ -172,6 +190,7 @@ def write_logdir(
         raise OutputError(f"{logdir}: cannot create the log directory ({e.strerror or e})") from None
     runs = []
     results: list = []  # per run, what a job needs (traceprof.job.RankResult)
+    copies = count_tb_profiler_traces(logdir) if tb_profiler == "auto" else 0
     for path in traces:
         if name is None:
             run_name = default_run_name(path)
@@ -190,11 +209,45 @@ def write_logdir(
                 progress=progress,
                 max_memory=max_memory,
                 results=results,
+                tb_profiler_copy=tb_profiler == "always"
+                or (tb_profiler == "auto" and copies < MAX_TB_PROFILER_COPIES),
             )
+        )
+        copies += runs[-1].tb_profiler_copy is not None
+    skipped = sum(r.tb_profiler_copy is None for r in runs)
+    if tb_profiler == "auto" and skipped:
+        _warn(
+            warnings,
+            f"{skipped} of {len(runs)} runs written without a copy for the PyTorch Profiler tab: "
+            f"the log directory holds {MAX_TB_PROFILER_COPIES} or more torch-tb-profiler traces, and "
+            "TensorBoard loads each in a process of its own (--tb-profiler always writes them; "
+            "docs/tensorboard.md)",
         )
     if len(runs) > 1:
         _write_job(runs, results)
     return runs
+
+
+class TensorBoardWarning(UserWarning):
+    """Something a logdir was written without (a run's torch-tb-profiler copy)."""
+
+
+def _warn(out: list[str] | None, message: str) -> None:
+    """``message`` appended to ``out``, or a :class:`TensorBoardWarning` without a list."""
+    if out is not None:
+        out.append(message)
+    else:
+        py_warnings.warn(message, TensorBoardWarning, stacklevel=3)
+
+
+def count_tb_profiler_traces(logdir: str) -> int:
+    """The trace files under ``logdir`` that torch-tb-profiler loads (``*.pt.trace.json[.gz]``),
+    traceprof's copies and any other; hidden directories are skipped, as TensorBoard does."""
+    found = 0
+    for _root, dirs, files in os.walk(logdir):
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        found += sum(1 for f in files if schema.TBP_WORKER_FILE_RE.match(f))
+    return found
 
 
 def _write_job(runs: list[RunInfo], results: list) -> None:
@@ -231,9 +284,11 @@ def write_run(
     progress: Progress | None = None,
     max_memory: int | str | None = None,
     results: list | None = None,
+    tb_profiler_copy: bool = True,
 ) -> RunInfo:
     """Analyze one trace and write it as a new run (named ``run_name`` or a free variant).
-    ``results``: a list to append the trace's :class:`~traceprof.job.RankResult` to (jobs)."""
+    ``results``: a list to append the trace's :class:`~traceprof.job.RankResult` to (jobs).
+    ``tb_profiler_copy``: whether the run gets a copy of the trace for torch-tb-profiler."""
     events.require_tensorboard()
     trace = load_trace(trace_path, progress, max_memory, memory_scale=MEMORY_SCALE)
     if progress:
@@ -255,17 +310,20 @@ def write_run(
         step_docs = [(n, msgspec.json.decode(t)) for n, t in step_texts]
     else:
         step_docs = [(numbers[0] if numbers else 0, mean_doc)]
-    if progress:
-        progress(f"{trace_path}: copying for torch-tb-profiler")
-    copy_bytes, copy_stats = tb_profiler_copy(trace_path, max_memory=max_memory)
+    copy: tuple[bytes, CopyStats] | None = None
+    if tb_profiler_copy:
+        if progress:
+            progress(f"{trace_path}: copying for torch-tb-profiler")
+        copy = tb_profiler_copy_of(trace_path, max_memory=max_memory)
 
     run_name, run_dir = reserve_run_dir(logdir, run_name)
     if progress:
         progress(f"{trace_path}: writing run {run_name}")
     md = profile.metadata
     worker = _worker_name(trace_path, default_run_name(trace_path), md.rank, md.world_size)
-    copy_name = worker + schema.TBP_TRACE_FILE_SUFFIX
-    write_atomic_bytes(os.path.join(run_dir, copy_name), copy_bytes)
+    copy_name = worker + schema.TBP_TRACE_FILE_SUFFIX if copy else None
+    if copy and copy_name:
+        write_atomic_bytes(os.path.join(run_dir, copy_name), copy[0])
 
     plugin_dir = os.path.join(run_dir, layout.PLUGIN_DIR)
     try:
@@ -303,7 +361,7 @@ def write_run(
         "steps_without_profile": list(numbers[len(step_texts) :]) if step_texts else [],
         "scalars": sorted({p.tag for p in points}),
         "peak_flops": peak_flops,
-        "tb_profiler": {"trace_copy": copy_name, "worker": worker, **asdict(copy_stats)},
+        "tb_profiler": {"trace_copy": copy_name, "worker": worker, **asdict(copy[1])} if copy else None,
     }
     write_atomic_bytes(layout.run_index_path(run_dir), _json_bytes(index))
     if results is not None:
@@ -318,5 +376,5 @@ def write_run(
         tuple(numbers),
         tuple(n for n, _ in step_texts),
         copy_name,
-        copy_stats,
+        copy[1] if copy else None,
     )

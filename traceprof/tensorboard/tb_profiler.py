@@ -24,8 +24,8 @@ The input file is only read. Raw spellings come from :mod:`traceprof.trace.schem
 
 from __future__ import annotations
 
-import gzip
 import os
+import zlib
 from typing import Any, TypeGuard
 
 import msgspec
@@ -60,7 +60,26 @@ def tb_profiler_copy(
     document = _load_document(path, max_memory)
     stats = convert_document(document)
     data = msgspec.json.encode(document)
-    return gzip.compress(data, compresslevel=compresslevel, mtime=0), stats
+    del document
+    return gzip_in_chunks(data, compresslevel), stats
+
+
+#: bytes compressed per call: a signal (Ctrl-C, SIGTERM) is handled between two calls, so it
+#: waits for one chunk (milliseconds), not for the whole copy (seconds for hundreds of MB)
+COMPRESS_CHUNK_BYTES = 1 << 20
+
+
+def gzip_in_chunks(data: bytes, compresslevel: int = 3) -> bytes:
+    """``data`` as one gzip member (no file name, mtime 0: the same bytes for the same input),
+    compressed a chunk at a time so that KeyboardInterrupt can stop it between chunks."""
+    compressor = zlib.compressobj(compresslevel, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    view = memoryview(data)
+    parts = [
+        compressor.compress(view[i : i + COMPRESS_CHUNK_BYTES])
+        for i in range(0, len(data), COMPRESS_CHUNK_BYTES)
+    ]
+    parts.append(compressor.flush())
+    return b"".join(parts)
 
 
 def _load_document(path, max_memory=None) -> dict[str, Any]:
