@@ -198,10 +198,19 @@ class Straggler(msgspec.Struct, frozen=True):
     median_us: float
     excess_us: float
     excess_fraction: float
-    #: the modules that make up the difference: own time over the median's, largest first (GPU
-    #: work time, the plain sum of the module's kernel durations, which concurrent work on
-    #: other streams does not dilute; CPU time on CPU-only traces)
+    #: the modules that make up the difference: own compute time over the median rank's, largest
+    #: first (GPU work time outside collective kernels, the plain sum of the module's kernel
+    #: durations, which concurrent work on other streams does not dilute; CPU time outside
+    #: collectives on CPU-only traces)
     modules: tuple[tuple[JobModule, float], ...]
+    #: the ranks the modules are compared with: the median rank, or the two middle ones (their
+    #: mean) for an even number of ranks, so that the modules' differences add up
+    reference_ranks: tuple[int, ...] = ()
+    #: the other modules' differences together (those not listed in ``modules``)
+    other_modules_us: float = 0.0
+    #: excess_us less every module's difference: kernels of the rank that ran at the same time
+    #: (summed per module, counted once in the step time), or work outside the modules' own time
+    unexplained_us: float = 0.0
 
 
 class Job(msgspec.Struct, frozen=True):
@@ -624,34 +633,55 @@ def _stragglers(job: Job) -> tuple[Straggler, ...]:
     spread = spread_of(times)
     assert spread is not None  # two ranks or more
     median = spread.median
+    reference = _median_ranks(times)
     out = []
     for rank in sorted(times):
         t = times[rank]
         if median > 0 and t > median * (1 + job.straggler_threshold):
+            excess = _excess_modules(job, rank, reference)
+            listed = tuple(x for x in excess if x[1] > 0)[:STRAGGLER_MODULES]
+            listed_us = sum(e for _, e in listed)
+            modules_us = sum(e for _, e in excess)
             out.append(
-                Straggler(rank, t, median, t - median, (t - median) / median, _excess_modules(job, rank))
+                Straggler(
+                    rank,
+                    t,
+                    median,
+                    t - median,
+                    (t - median) / median,
+                    listed,
+                    reference,
+                    modules_us - listed_us,
+                    (t - median) - modules_us,
+                )
             )
     out.sort(key=lambda s: (-s.excess_us, s.rank))
     return tuple(out)
 
 
-def _excess_modules(job: Job, rank: int) -> tuple[tuple[JobModule, float], ...]:
-    """Modules whose own compute time (:func:`own_compute_us`) on ``rank`` is above the median
-    of the ranks, largest first."""
+def _median_ranks(times: dict[int, float]) -> tuple[int, ...]:
+    """The rank whose step time is the median, or the two middle ones for an even number of
+    ranks (the median is their mean); lowest rank first on ties."""
+    ordered = sorted(times, key=lambda r: (times[r], r))
+    n = len(ordered)
+    return (ordered[n // 2],) if n % 2 else tuple(sorted(ordered[n // 2 - 1 : n // 2 + 1]))
+
+
+def _excess_modules(job: Job, rank: int, reference: tuple[int, ...]) -> tuple[tuple[JobModule, float], ...]:
+    """Every module's own compute time (:func:`own_compute_us`) on ``rank`` less its mean over
+    the ``reference`` ranks (0 where a rank lacks the module), the positive and negative ones,
+    largest first: the differences add up to the difference of the ranks' module sums."""
     gpu = job.metric == "gpu_busy_us"
     found = []
     for m in job.modules:
-        if rank not in m.nodes or m.kind is NodeKind.UNATTRIBUTED:
-            continue
-        own = {r: own_compute_us(node, gpu) for r, node in sorted(m.nodes.items())}
-        spread = spread_of(own)
-        assert spread is not None  # the module is on ``rank``
-        med = spread.median
-        excess = own[rank] - med
-        if excess > 0:
-            found.append((m, excess))
+        if m.kind is NodeKind.UNATTRIBUTED:
+            continue  # the bucket's own row: its groups are rows of their own
+        mine = own_compute_us(m.nodes[rank], gpu) if rank in m.nodes else 0.0
+        theirs = sum(own_compute_us(m.nodes[r], gpu) for r in reference if r in m.nodes) / len(reference)
+        if mine != theirs:
+            found.append((m, mine - theirs))
     found.sort(key=lambda t: -t[1])
-    return tuple(found[:STRAGGLER_MODULES])
+    return tuple(found)
 
 
 def own_compute_us(node: ModuleNode, gpu: bool) -> float:

@@ -191,6 +191,9 @@ def job_document(job: Job, with_profiles: bool = False) -> dict:
                     {"module": module_id(m), "qualified_name": m.qualified_name, "excess_us": e}
                     for m, e in s.modules
                 ],
+                "reference_ranks": list(s.reference_ranks),
+                "other_modules_us": s.other_modules_us,
+                "unexplained_us": s.unexplained_us,
             }
             for s in job.stragglers
         ],

@@ -15,7 +15,7 @@ from traceprof.render.registry import RenderOptions
 from traceprof.result.model import NodeKind, Pass
 
 if TYPE_CHECKING:  # the job module is imported by whoever builds a Job
-    from traceprof.job.analyze import Job, JobModule
+    from traceprof.job.analyze import Job, JobModule, Straggler
 
 _STEP_COLUMNS = (
     ("wall_us", "step wall"),
@@ -134,12 +134,27 @@ def _stragglers_section(job: Job, raw: bool) -> list[str]:
             f"{units.duration(s.median_us, raw)}"
         )
         if s.modules:
-            own = "own GPU work time" if job.metric == "gpu_busy_us" else "own CPU time"
-            lines.append(
-                f"    modules over the median ({own}, all passes): "
-                + ", ".join(f"{_label(m)} {units.signed_duration(e, raw)}" for m, e in s.modules)
-            )
+            lines.append("    " + straggler_explanation(s, job.metric == "gpu_busy_us", raw))
     return lines
+
+
+def straggler_explanation(s: Straggler, gpu: bool, raw: bool = False) -> str:
+    """What makes up a straggler's excess, adding up to it: the modules over the median rank(s),
+    the other modules together, and what the modules' own times do not hold."""
+    own = "own GPU work outside collectives" if gpu else "own CPU time outside collectives"
+    ref = " and ".join(f"rank {r}" for r in s.reference_ranks)
+    ref = (
+        f"the median rank ({ref})" if len(s.reference_ranks) == 1 else f"the median ranks ({ref}, their mean)"
+    )
+    parts = [f"{_label(m)} {units.signed_duration(e, raw)}" for m, e in s.modules]
+    parts.append(f"the other modules {units.signed_duration(s.other_modules_us, raw)}")
+    rest = (
+        "kernels running at once (summed per module, counted once in the step time)"
+        if gpu
+        else "time outside the modules' own time"
+    )
+    parts.append(f"{rest} {units.signed_duration(s.unexplained_us, raw)}")
+    return f"modules against {ref} ({own}, all passes): " + ", ".join(parts)
 
 
 def _label(m: JobModule) -> str:

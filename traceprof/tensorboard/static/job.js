@@ -30,7 +30,12 @@ function jobSummary(doc) {
   }
   if (doc.stragglers.length) {
     for (const s of doc.stragglers) {
-      const mods = s.modules.map((m) => `${m.qualified_name || m.module} +${H.duration(m.excess_us)}`);
+      const signed = (us) => `${us < 0 ? '-' : '+'}${H.duration(Math.abs(us))}`;
+      const mods = s.modules.map((m) => `${m.qualified_name || m.module} ${signed(m.excess_us)}`);
+      if (mods.length) {
+        mods.push(`other modules ${signed(s.other_modules_us)}`,
+            `outside the modules' own time ${signed(s.unexplained_us)}`);
+      }
       box.append(H.el('div', {class: 'tp-job-straggler'},
           `straggler: rank ${s.rank}, +${H.duration(s.excess_us)} (+${H.percent(s.excess_fraction)}) ` +
           `over the median${mods.length ? '; modules: ' + mods.join(', ') : ''}`));
