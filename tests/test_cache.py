@@ -332,6 +332,10 @@ def test_job_ranks_are_cached_where_they_are_read(cache_dir):
     assert len(entries(cache_dir, "rank")) == len(ranks)
     second = traceprof.analyze_job(ranks, jobs=1)
     assert_same(first, second)
+    # every rank in this machine's cache: no worker is needed, not even a scheduler's
+    served = traceprof.analyze_job(ranks, engine="dask", scheduler="tcp://127.0.0.1:1", scheduler_timeout=1)
+    assert served.engine == "dask"
+    assert_same(first, msgspec.structs.replace(served, engine=first.engine))
     assert_same(first, traceprof.analyze_job(ranks, jobs=1, cache=False))
 
 

@@ -75,6 +75,17 @@ def side_of(source: Trace | str | os.PathLike, *, hierarchy=None, max_memory=Non
     return trace_cache.cached(store, key, "side", Side, computed, lambda hit: _named(hit, str(source)))
 
 
+def cached_side(source: str | os.PathLike, *, hierarchy=None, cache=None) -> Side | None:
+    """The side of ``source`` in the cache, or None (nothing is computed)."""
+    store = cache_store(cache)
+    content = trace_cache.content_hash(source) if store is not None else None
+    if store is None or content is None:
+        return None
+    key = trace_cache.entry_name(content, "side", str(getattr(hierarchy, "value", hierarchy)))
+    hit = store.get(key, "side", Side)
+    return _named(hit, str(source)) if hit is not None else None
+
+
 def _side_of_trace(trace: Trace, hierarchy) -> Side:
     from traceprof.api import analyze
 

@@ -73,15 +73,34 @@ def analyze_rank(task: tuple[str, RankOptions]) -> RankResult:
     content = trace_cache.content_hash(path) if store is not None else None
     if store is None or content is None:
         return _analyzed_rank(path, options, content)
-    key = (options.step, options.hierarchy, options.peak_tflops)
     return trace_cache.cached(
         store,
-        trace_cache.entry_name(content, "rank", key),
+        _rank_entry(content, options),
         "rank",
         RankResult,
         lambda: _analyzed_rank(path, options, content),
         lambda hit: _rank_named(hit, path),
     )
+
+
+def cached_rank(path: str, options: RankOptions) -> RankResult | None:
+    """The result of ``path`` in this machine's cache, or None: a job whose ranks are all
+    there starts no worker."""
+    from traceprof.read import cache as trace_cache
+    from traceprof.read.build import cache_store
+
+    store = cache_store(options.cache)
+    content = trace_cache.content_hash(path) if store is not None else None
+    if store is None or content is None:
+        return None
+    hit = store.get(_rank_entry(content, options), "rank", RankResult)
+    return _rank_named(hit, path) if hit is not None else None
+
+
+def _rank_entry(content: str, options: RankOptions) -> str:
+    from traceprof.read import cache as trace_cache
+
+    return trace_cache.entry_name(content, "rank", (options.step, options.hierarchy, options.peak_tflops))
 
 
 def _analyzed_rank(path: str, options: RankOptions, content: str | None) -> RankResult:
@@ -684,6 +703,27 @@ def _excess_modules(job: Job, rank: int, reference: tuple[int, ...]) -> tuple[tu
     return tuple(found)
 
 
+def _ranks(engine: Any, paths: list[str], options: RankOptions, progress: Any) -> list[RankResult]:
+    """Every path's result: from this machine's cache where it is there, the others from the
+    engine's workers (none started when every rank is cached)."""
+    found: dict[int, RankResult] = {}
+    for i, p in enumerate(paths):
+        hit = cached_rank(p, options)
+        if hit is not None:
+            found[i] = hit
+            if progress:
+                progress(len(found), len(paths), p)
+    todo = [i for i in range(len(paths)) if i not in found]
+    if todo:
+
+        def counted(done: int, total: int, item: object) -> None:
+            progress(len(found) + done, len(paths), item)
+
+        got = engine.map(analyze_rank, [(paths[i], options) for i in todo], counted if progress else None)
+        found.update(zip(todo, got))
+    return [found[i] for i in range(len(paths))]
+
+
 def own_compute_us(node: ModuleNode, gpu: bool) -> float:
     """A node's own part of its rank's step time (``gpu``: GPU compute, else CPU compute): the
     summed durations of its own kernels less its collective kernels', or its own CPU time (none
@@ -750,7 +790,7 @@ def analyze_job(
         cache=cache,
         sharing=at_once or 1,
     )
-    results = engine.map(analyze_rank, [(p, options) for p in paths], progress)
+    results = _ranks(engine, paths, options, progress)
     return reduce_job(
         results,
         straggler_threshold=straggler_threshold,
