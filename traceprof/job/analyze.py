@@ -26,7 +26,7 @@ from traceprof.analysis.unattributed import BETWEEN_OPS
 from traceprof.errors import JobError, MemoryLimitError
 from traceprof.read.discovery import find_traces
 from traceprof.read.limits import job_memory_share, shared_limit_error
-from traceprof.result.model import PASSES, ModuleNode, ModuleProfile, NodeKind, OpKind, Pass, find_named
+from traceprof.result.model import ModuleNode, ModuleProfile, NodeKind, OpKind, Pass, find_named
 from traceprof.trace import schema
 
 #: a rank is a straggler when its step time is above the median by more than this fraction
@@ -199,8 +199,17 @@ class JobModule(msgspec.Struct, frozen=True):
 
     def time(self, rank: int, metric: str, p: Pass | None = None, own: bool = False) -> float:
         node = self.nodes[rank]
-        passes = (p,) if p is not None else PASSES
-        return sum(getattr(getattr(node.phase(q), "own" if own else "total"), metric) for q in passes)
+        part = "own" if own else "total"
+        if p is not None:
+            return sum((getattr(getattr(node.phase(p), part), metric),))
+        # the passes in PASSES order, read as attributes (a report asks this thousands of times)
+        return sum(
+            (
+                getattr(getattr(node.forward, part), metric),
+                getattr(getattr(node.backward, part), metric),
+                getattr(getattr(node.other, part), metric),
+            )
+        )
 
     def times(self, metric: str, p: Pass | None = None, own: bool = False) -> dict[int, float]:
         return {r: self.time(r, metric, p, own) for r in sorted(self.nodes)}
