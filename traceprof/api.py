@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import os
 
-import msgspec
-
 from traceprof.analysis.attribution import analyze as _analyze
 from traceprof.analysis.attribution import analyze_steps  # noqa: F401 - one profile per step, shared work
 from traceprof.analysis.hierarchy import Source
@@ -75,7 +73,7 @@ def analyze(
                 lambda: profile_of(
                     load_trace(path, progress, max_memory, jobs=jobs, cache=cache, content=content)
                 ),
-                lambda hit: _named(hit, path),
+                lambda hit: hit.with_path(str(path)),
             )
     if sort != transforms.SortKey.ORDER:
         profile = transforms.sort_children(profile, sort)
@@ -84,11 +82,3 @@ def analyze(
     if depth is not None:
         profile = transforms.limit_depth(profile, depth)
     return profile
-
-
-def _named(profile: ModuleProfile, path: str | os.PathLike) -> ModuleProfile:
-    """A cached ``profile`` with its trace's path as the caller spelled it."""
-    if profile.metadata.path == str(path):
-        return profile
-    metadata = msgspec.structs.replace(profile.metadata, path=str(path))
-    return msgspec.structs.replace(profile, metadata=metadata)

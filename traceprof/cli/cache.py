@@ -7,6 +7,7 @@ import os
 
 import click
 
+from traceprof import units
 from traceprof.cli.common import fail
 from traceprof.errors import TraceprofError
 from traceprof.read import cache
@@ -39,4 +40,4 @@ def clear() -> None:
     """Remove every entry."""
     store = _store()
     n, freed = store.clear()
-    click.echo(f"removed {n} entries ({freed / 1e6:.1f} MB) from {store.directory}")
+    click.echo(f"removed {n} entries ({units.file_size(freed)}) from {store.directory}")

@@ -318,20 +318,26 @@ def _sides(items, hierarchy, max_memory, parallel, cache=None) -> list[Side]:
     """Each item as a :class:`Side`; the paths among them analyzed by the local engine's process
     pool (one worker per trace, at most the CPUs) when ``parallel``."""
     out = list(items)
+    contents: dict[int, str | None] = {}  # content hashes, computed once
     for i, x in enumerate(items):  # sides in the cache (a CI baseline): the rest has the cores
         if not isinstance(x, (Side, Trace)):
-            out[i] = cached_side(x, hierarchy=hierarchy, cache=cache) or x
+            hit, contents[i] = cached_side(x, hierarchy=hierarchy, cache=cache)
+            out[i] = hit or x
     paths = [i for i, x in enumerate(out) if not isinstance(x, (Side, Trace))]
     if parallel and len(paths) > 1 and _size(items[i] for i in paths) > PARALLEL_FROM_BYTES:
         from traceprof.engine import LocalEngine, default_jobs
 
         engine = LocalEngine(min(len(paths), default_jobs()))
-        got = engine.map(_side_task, [(str(items[i]), hierarchy, max_memory, cache) for i in paths])
+        got = engine.map(
+            _side_task, [(str(items[i]), hierarchy, max_memory, cache, contents.get(i)) for i in paths]
+        )
         for i, side in zip(paths, got):
             out[i] = side
     for i, x in enumerate(out):
         if not isinstance(x, Side):
-            out[i] = side_of(x, hierarchy=hierarchy, max_memory=max_memory, cache=cache)
+            out[i] = side_of(
+                x, hierarchy=hierarchy, max_memory=max_memory, cache=cache, content=contents.get(i)
+            )
     return out
 
 
@@ -346,8 +352,8 @@ def _size(paths) -> int:
 
 
 def _side_task(task) -> Side:
-    path, hierarchy, max_memory, cache = task
-    return side_of(path, hierarchy=hierarchy, max_memory=max_memory, cache=cache)
+    path, hierarchy, max_memory, cache, content = task
+    return side_of(path, hierarchy=hierarchy, max_memory=max_memory, cache=cache, content=content)
 
 
 def _summary(side: Side) -> SideSummary:

@@ -56,14 +56,18 @@ class Side(msgspec.Struct, frozen=True):
     label_kind: str  # "kernel" or "op"
 
 
-def side_of(source: Trace | str | os.PathLike, *, hierarchy=None, max_memory=None, cache=None) -> Side:
+def side_of(
+    source: Trace | str | os.PathLike, *, hierarchy=None, max_memory=None, cache=None, content=None
+) -> Side:
     """Analyze ``source`` (a :class:`Trace` or a path) for a diff. A path's side comes from the
     cache when it is there, else it is computed and written there (``cache``: see
-    :func:`traceprof.load_trace`): a CI baseline is analyzed once."""
+    :func:`traceprof.load_trace`): a CI baseline is analyzed once. ``content``: the file's
+    content hash, when the caller has it."""
     if isinstance(source, Trace):
         return _side_of_trace(source, hierarchy)
     store = cache_store(cache)
-    content = trace_cache.content_hash(source) if store is not None else None
+    if store is not None and content is None:
+        content = trace_cache.content_hash(source)
 
     def computed() -> Side:
         trace = load_trace(source, max_memory=max_memory, cache=cache, content=content)
@@ -75,15 +79,16 @@ def side_of(source: Trace | str | os.PathLike, *, hierarchy=None, max_memory=Non
     return trace_cache.cached(store, key, "side", Side, computed, lambda hit: _named(hit, str(source)))
 
 
-def cached_side(source: str | os.PathLike, *, hierarchy=None, cache=None) -> Side | None:
-    """The side of ``source`` in the cache, or None (nothing is computed)."""
+def cached_side(source: str | os.PathLike, *, hierarchy=None, cache=None) -> tuple[Side | None, str | None]:
+    """The side of ``source`` in the cache (None: not there; nothing is computed), and the
+    file's content hash (None: no cache) for :func:`side_of` to reuse."""
     store = cache_store(cache)
     content = trace_cache.content_hash(source) if store is not None else None
     if store is None or content is None:
-        return None
+        return None, content
     key = trace_cache.entry_name(content, "side", str(getattr(hierarchy, "value", hierarchy)))
     hit = store.get(key, "side", Side)
-    return _named(hit, str(source)) if hit is not None else None
+    return (_named(hit, str(source)) if hit is not None else None), content
 
 
 def _side_of_trace(trace: Trace, hierarchy) -> Side:
@@ -96,9 +101,7 @@ def _named(side: Side, path: str) -> Side:
     """A cached side with its trace's path as the caller spelled it."""
     if side.path == path:
         return side
-    metadata = msgspec.structs.replace(side.profile.metadata, path=path)
-    profile = msgspec.structs.replace(side.profile, metadata=metadata)
-    return msgspec.structs.replace(side, path=path, profile=profile)
+    return msgspec.structs.replace(side, path=path, profile=side.profile.with_path(path))
 
 
 def _side(trace: Trace, profile: ModuleProfile) -> Side:

@@ -20,8 +20,7 @@ from datetime import datetime
 from typing import Any
 
 from traceprof.errors import MissingDependencyError
-from traceprof.integrations.window import CaptureOptions, CaptureWindow, Headline
-from traceprof.result.model import ModuleProfile
+from traceprof.integrations.window import CaptureOptions, CaptureWindow, Headline, WindowResults
 
 try:
     from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
@@ -35,7 +34,7 @@ __all__ = ["TraceprofCallback", "trainer_logdir"]
 logger = logging.getLogger(__name__)
 
 
-class TraceprofCallback(TrainerCallback):
+class TraceprofCallback(WindowResults, TrainerCallback):
     """Capture steps ``wait + warmup + 1`` to ``wait + warmup + active`` of training (``repeat``
     such cycles; 0: until training ends) with :class:`traceprof.capture.profile`, on the ranks in
     ``ranks`` (None: every rank).
@@ -83,39 +82,6 @@ class TraceprofCallback(TrainerCallback):
             analyze=analyze,
         )
         self._window = CaptureWindow(self.options, logger)
-
-    # -- results ----------------------------------------------------------------------------------
-
-    @property
-    def logdir(self) -> str | None:
-        """Where the traces go; known once training began on a rank that profiles."""
-        return self._window.logdir
-
-    @property
-    def trace_paths(self) -> list[str]:
-        return self._window.trace_paths
-
-    @property
-    def profiles(self) -> list[ModuleProfile]:
-        return self._window.profiles
-
-    @property
-    def headlines(self) -> list[Headline]:
-        return self._window.headlines
-
-    @property
-    def profile(self) -> ModuleProfile | None:
-        """The analysis of the last trace written (None: none yet)."""
-        return self._window.profiles[-1] if self._window.profiles else None
-
-    @property
-    def headline(self) -> Headline | None:
-        return self._window.headlines[-1] if self._window.headlines else None
-
-    @property
-    def metrics(self) -> dict[str, float]:
-        """The last trace's numbers as ``trainer.log`` takes them (``{}``: none yet)."""
-        return self.headline.metrics() if self.headline is not None else {}
 
     # -- Trainer hooks ----------------------------------------------------------------------------
 

@@ -22,7 +22,7 @@ from traceprof.capture import profile
 from traceprof.errors import OptionError, TraceprofError
 from traceprof.result.model import ModuleNode, ModuleProfile, NodeKind
 
-__all__ = ["CaptureOptions", "CaptureWindow", "Headline", "ModuleTime", "headline"]
+__all__ = ["CaptureOptions", "CaptureWindow", "Headline", "ModuleTime", "WindowResults", "headline"]
 
 METRIC_PREFIX = "traceprof/"
 
@@ -352,3 +352,41 @@ class CaptureWindow:
         self.headlines.append(line)
         self.log.info("%s", line.message())
         return line
+
+
+class WindowResults:
+    """What a trainer callback keeps of its capture window, as properties of the callback."""
+
+    _window: CaptureWindow
+
+    @property
+    def logdir(self) -> str | None:
+        """Where the traces go; known once training began on a rank that profiles."""
+        return self._window.logdir
+
+    @property
+    def trace_paths(self) -> list[str]:
+        return self._window.trace_paths
+
+    @property
+    def profiles(self) -> list[ModuleProfile]:
+        return self._window.profiles
+
+    @property
+    def headlines(self) -> list[Headline]:
+        return self._window.headlines
+
+    @property
+    def profile(self) -> ModuleProfile | None:
+        """The analysis of the last trace written (None: none yet)."""
+        return self._window.profiles[-1] if self._window.profiles else None
+
+    @property
+    def headline(self) -> Headline | None:
+        return self._window.headlines[-1] if self._window.headlines else None
+
+    @property
+    def metrics(self) -> dict[str, float]:
+        """The last trace's numbers, ``traceprof/...`` keys as the trainer's loggers take them
+        (``{}``: none yet)."""
+        return self.headline.metrics() if self.headline is not None else {}

@@ -121,8 +121,7 @@ def _rank_named(result: RankResult, path: str) -> RankResult:
     """A cached rank's result with its trace's path as this job spells it."""
     if result.path == path and result.profile.metadata.path == path:
         return result
-    metadata = msgspec.structs.replace(result.profile.metadata, path=path)
-    return RankResult(path, msgspec.structs.replace(result.profile, metadata=metadata), result.timeline)
+    return RankResult(path, result.profile.with_path(path), result.timeline)
 
 
 # ---- the job ------------------------------------------------------------------------------------

@@ -73,7 +73,7 @@ def load_trace(
         "trace",
         Trace,
         lambda: _decoded(path, progress, max_memory, memory_scale, jobs, chunk_bytes),
-        lambda trace: _named(trace, path),
+        lambda trace: trace.with_path(str(path)),
     )
 
 
@@ -99,15 +99,7 @@ def _decoded(
     trace = build_trace(doc)
     del doc
     release_freed_memory()
-    return _named(trace, path)
-
-
-def _named(trace: Trace, path: str | os.PathLike) -> Trace:
-    """``trace`` with its path as the caller spelled it (the same file may have been cached
-    under another name)."""
-    if trace.metadata.path == str(path):
-        return trace
-    return msgspec.structs.replace(trace, metadata=msgspec.structs.replace(trace.metadata, path=str(path)))
+    return trace.with_path(str(path))
 
 
 def _scattered(n: int, index: np.ndarray, values) -> np.ndarray:

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 import mmap
 import os
 import stat
@@ -43,6 +44,7 @@ import msgspec
 import numpy as np
 import xxhash
 
+from traceprof import units
 from traceprof.errors import OptionError
 from traceprof.read.limits import parse_size
 
@@ -225,8 +227,8 @@ class Store:
         size = sum(len(p) if isinstance(p, bytes) else p.nbytes for p in parts)
         if size > self.limit:
             warn(
-                f"{name}: not cached: the entry ({size / 1e6:.1f} MB) is larger than the cache's "
-                f"limit ({self.limit / 1e6:.1f} MB, ${SIZE_ENV})"
+                f"{name}: not cached: the entry ({units.file_size(size)}) is larger than the cache's "
+                f"limit ({units.file_size(self.limit)}, ${SIZE_ENV})"
             )
             return False
         import tempfile  # only to write: a hit needs none of it
@@ -355,7 +357,7 @@ def _decode(data: mmap.mmap, name: str, kind: str, type_: type[T]) -> T:
     start = header_len + header.payload
     base = -(-(_PREFIX.size + start) // _ALIGN) * _ALIGN - _PREFIX.size
     arrays = [
-        np.frombuffer(body, np.dtype(dt), count=_count(shape), offset=base + off).reshape(shape)
+        np.frombuffer(body, np.dtype(dt), count=math.prod(shape), offset=base + off).reshape(shape)
         for dt, shape, off, _ in header.arrays
     ]
 
@@ -368,13 +370,6 @@ def _decode(data: mmap.mmap, name: str, kind: str, type_: type[T]) -> T:
         return msgspec.msgpack.Decoder(type_, dec_hook=hook).decode(body[header_len:start])
     except (msgspec.DecodeError, NotImplementedError) as e:
         raise _Unusable(f"cannot be decoded ({e})") from None
-
-
-def _count(shape: tuple[int, ...]) -> int:
-    n = 1
-    for s in shape:
-        n *= s
-    return n
 
 
 # ---- use ------------------------------------------------------------------------------------
@@ -410,4 +405,4 @@ def summary(store: Store) -> Iterator[tuple[str, str]]:
         kinds[kind] = kinds.get(kind, 0) + 1
     yield "directory", str(store.directory)
     yield "entries", ", ".join(f"{n} {k}" for k, n in sorted(kinds.items())) or "none"
-    yield "size", f"{total / 1e6:.1f} MB of {store.limit / 1e6:.0f} MB (${SIZE_ENV})"
+    yield "size", f"{units.file_size(total)} of {units.file_size(store.limit)} (${SIZE_ENV})"

@@ -387,6 +387,13 @@ class ModuleProfile(msgspec.Struct, frozen=True):
         device = device or self.memory_device
         return next((m for m in node.memory if m.device == device), None)
 
+    def with_path(self, path: str) -> ModuleProfile:
+        """This profile with its trace's path spelled ``path`` (an analysis read from the cache
+        for a file of the same content under another name)."""
+        if self.metadata.path == path:
+            return self
+        return msgspec.structs.replace(self, metadata=msgspec.structs.replace(self.metadata, path=path))
+
     @property
     def has_gpu(self) -> bool:
         return self.stats.kernels + self.stats.memcpys + self.stats.memsets > 0

@@ -245,6 +245,13 @@ class Trace(msgspec.Struct, frozen=True):
     def __repr__(self) -> str:  # without the python frames and memory events
         return f"Trace(metadata={self.metadata!r}, events={self.events!r})"
 
+    def with_path(self, path: str) -> Trace:
+        """This trace with its path spelled ``path`` (a decoded trace read from the cache for a
+        file of the same content under another name)."""
+        if self.metadata.path == path:
+            return self
+        return msgspec.structs.replace(self, metadata=msgspec.structs.replace(self.metadata, path=path))
+
     @property
     def python_ids(self) -> np.ndarray:
         """ "Python id" of every event, -1 where it has none (built when asked)."""
