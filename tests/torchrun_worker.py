@@ -74,6 +74,9 @@ def main() -> None:
             nn.functional.mse_loss(model(x), target).backward()
             optimizer.step()
             prof.step()
+    # both ranks done (traces written) before either tears its connections down: a rank that
+    # destroys the group while the other still uses it can abort the other's gloo threads
+    dist.barrier()
     dist.destroy_process_group()
 
 
