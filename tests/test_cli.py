@@ -15,9 +15,15 @@ BERT = SHARED_TRACES / "module_tree/h100_bert_small_inference.json.gz"
 MI300 = SHARED_TRACES / "module_tree/mi300_resnet_activation_checkpoint_training.json.gz"
 
 
-def run(*args, check=True):
+def run(*args, check=True, **env):
+    import os
+
     proc = subprocess.run(
-        [sys.executable, "-m", "traceprof", *map(str, args)], capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "traceprof", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **env},
     )
     if check:
         assert proc.returncode == 0, proc.stderr
@@ -145,7 +151,7 @@ def test_terminal_gets_colors_and_guides_and_the_same_text(fmt):
     from traceprof.render.terminal import GUIDE, plain
 
     trace = BERT if fmt == "table" else MI300
-    piped = run("analyze", trace, "--format", fmt, "--depth", "2").stdout
+    piped = run("analyze", trace, "--format", fmt, "--depth", "2", COLUMNS="250").stdout  # as below
     code, shown, _ = _run_with_terminal("analyze", trace, "--format", fmt, "--depth", "2", on="stdout")
     assert code == 0
     assert "\x1b[" in shown  # colors

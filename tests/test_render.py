@@ -15,6 +15,7 @@ import pytest
 
 import traceprof
 from traceprof.render import REGISTRY, render
+from traceprof.render.table import DEFAULT_WIDTH
 
 from .conftest import REPO, SAMPLE_TRACES, SHARED_TRACES
 
@@ -37,7 +38,9 @@ def _stable(text: str) -> str:
 
 @pytest.mark.parametrize("fmt", sorted(EXT))
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_golden(case, fmt, update_golden):
+def test_golden(case, fmt, update_golden, monkeypatch):
+    # the table fits the width a file or a pipe gets, whatever terminal runs the tests
+    monkeypatch.setenv("COLUMNS", str(DEFAULT_WIDTH))
     path, options = CASES[case]
     profile = traceprof.analyze(path, **options)
     out = _stable(render(profile, fmt))

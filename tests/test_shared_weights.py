@@ -69,7 +69,7 @@ def test_a_tied_embedding_never_gives_a_negative_param_share_and_is_marked(tmp_p
     lines = text.splitlines()
     assert not re.search(r"-\d+\.\d+%", text)  # no negative share anywhere (was -42.74% here)
     header = next(line for line in lines if line.startswith("Layer (type:depth-idx)"))
-    a, b, c = (header.index(h) for h in ("Param #", "Param %", "Kernel Shape"))
+    a, b, c = (header.index(h) for h in ("Param #", "Param %", "Mult-Adds"))
 
     def params(prefix: str) -> tuple[str, str]:
         line = next(line for line in lines if line.startswith(prefix))

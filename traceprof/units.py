@@ -228,6 +228,27 @@ def label(text: str, width: int = 100) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
+def label_tail(text: str, width: int) -> str:
+    """A long path (a qualified module name) cut to ``width`` characters from the left, keeping
+    its last parts: ``…BertLayer_3.BertAttention_0``."""
+    return text if len(text) <= width else "…" + text[len(text) - width + 1 :]
+
+
+def label_middle(text: str, width: int) -> str:
+    """A long name cut to ``width`` characters in its middle, keeping its start and its end:
+    ``autograd::engine::…autograd::AccumulateGrad``."""
+    if len(text) <= width:
+        return text
+    head = (width - 1) // 2
+    return text[:head] + "…" + text[len(text) - (width - 1 - head) :]
+
+
+def step_count(value: float, noun: str, mean: bool) -> str:
+    """A count per step and what it counts (``"60 kernels"``); a mean over several steps says
+    so (``"mean 998.3 kernels"``), since a fraction of a kernel or a call reads as a mistake."""
+    return f"{'mean ' if mean else ''}{count(value)} {noun}"
+
+
 #: what a terminal acts on instead of showing: the C0 controls but the newline (ESC starts the
 #: CSI and OSC sequences that move the cursor, clear the screen or set the window title; CR
 #: overwrites the line; BEL), DEL, the C1 controls (0x9b is a one-byte CSI on some terminals),

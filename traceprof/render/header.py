@@ -32,7 +32,8 @@ def header_lines(profile: ModuleProfile, opts: RenderOptions | None = None) -> l
     if profile.has_gpu:
         per += (
             f", GPU busy {units.duration(sel.gpu_busy_us)}"
-            f" (sum of GPU work {units.duration(sel.gpu_work_us)}), {units.count(sel.kernels)} kernels"
+            f" (sum of GPU work {units.duration(sel.gpu_work_us)}), "
+            f"{units.step_count(sel.kernels, 'kernels', averaged(profile))}"
         )
     lines.append(f"per step:  {per}")
     lines.extend(compiled_lines(profile))
@@ -41,6 +42,11 @@ def header_lines(profile: ModuleProfile, opts: RenderOptions | None = None) -> l
     for w in profile.warnings:
         lines.append(f"warning:   {w}")
     return lines
+
+
+def averaged(profile: ModuleProfile) -> bool:
+    """The profile's numbers are means over several steps (so its counts can have fractions)."""
+    return bool(profile.selection.numbers) and profile.selection.count > 1
 
 
 def modules_text(nodes: int, source_description: str) -> str:
@@ -108,7 +114,8 @@ def flop_lines(profile: ModuleProfile, opts: RenderOptions) -> list[str]:
         lines.append(
             f"unsupported: {len(summary.unsupported)} kind{'s' if len(summary.unsupported) != 1 else ''}"
             " of op without a FLOP formula "
-            f"({units.count(calls)} calls per step, {units.percent(share)} of the step's {over}){hint}"
+            f"({units.step_count(calls, 'calls', averaged(profile))} per step, "
+            f"{units.percent(share)} of the step's {over}){hint}"
         )
         if opts.unsupported_ops:
             lines.extend(unsupported_lines(profile, opts))
@@ -119,7 +126,7 @@ def unsupported_lines(profile: ModuleProfile, opts: RenderOptions) -> list[str]:
     listed = profile.flops.unsupported
     width = max(len(u.name) for u in listed)
     return [
-        f"  {u.name.ljust(width)}  {units.count(u.calls):>7} calls  "
+        f"  {u.name.ljust(width)}  {units.step_count(u.calls, 'calls', averaged(profile)):>13}  "
         f"{units.duration(u.time_us, opts.raw_numbers):>10}  {units.percent(u.share_of_step):>6}"
         for u in listed
     ]
@@ -162,9 +169,10 @@ def compiled_lines(profile: ModuleProfile) -> list[str]:
     fused = sum(fused_time(profile, profile.nodes[r]) for r in profile.roots)
     what = "GPU busy time" if profile.has_gpu else "CPU time"
     line = (
-        f"compiled:  {units.count(c.runs)} runs per step of {c.graphs} compiled "
-        f"graph{'s' if c.graphs != 1 else ''}; {units.count(c.matched)} of their "
-        f"{units.count(c.events)} kernel calls joined to modules; "
+        f"compiled:  {units.step_count(c.runs, 'runs', averaged(profile))} per step of {c.graphs} compiled "
+        f"graph{'s' if c.graphs != 1 else ''}; "
+        f"{units.step_count(c.matched, f'of their {units.count(c.events)} kernel calls', averaged(profile))}"
+        " joined to modules; "
         f"{units.percent(fused / step if step > 0 else 0.0)} of the step's {what} in kernels "
         "fused across modules (on the modules' common ancestor: fused)"
     )

@@ -11,6 +11,9 @@ docs/output-formats.md for the formulas and the places where traceprof's own num
 from __future__ import annotations
 
 import math
+import os
+import re
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -18,7 +21,7 @@ import msgspec
 
 from traceprof import units
 from traceprof.errors import OptionError
-from traceprof.render.header import fused_time, header_lines
+from traceprof.render.header import averaged, fused_time, header_lines
 from traceprof.render.registry import RenderOptions
 from traceprof.result.model import PASSES, ModuleNode, ModuleProfile, NodeKind, Pass
 from traceprof.trace.model import ModuleInfo
@@ -485,15 +488,15 @@ COLUMNS: dict[str, Column] = {
         ),
         Column(
             "kernels",
-            "GPU kernels launched, per step",
-            lambda p: "Kernels",
+            "GPU kernels launched, per step (titled Mean kernels for a mean of several steps)",
+            lambda p: "Mean kernels" if averaged(p) else "Kernels",
             lambda ctx, n: units.count(n.total.kernels),
             lambda p: p.has_gpu,
         ),
         Column(
             "calls",
-            "calls per step",
-            lambda p: "Calls",
+            "calls per step (titled Mean calls for a mean of several steps)",
+            lambda p: "Mean calls" if averaged(p) else "Calls",
             lambda ctx, n: units.count(n.calls) if n.kind is NodeKind.MODULE else "",
         ),
         Column(
@@ -549,13 +552,147 @@ def parse_columns(text: str) -> tuple[str, ...]:
     return names
 
 
-def render_table(profile: ModuleProfile, opts: RenderOptions) -> str:
+#: the width the table fits when COLUMNS is unset and standard output is no terminal (a file,
+#: a pipe)
+DEFAULT_WIDTH = 120
+
+#: the columns left out first when the table is wider than the terminal (the measured times last)
+DROP_ORDER = (
+    "weight_shape",
+    "trainable",
+    "kernel",
+    "flop_rate",
+    "flops",
+    "params_percent",
+    "calls",
+    "mult_adds",
+    "input",
+    "macs",
+    "mfu",
+    "name",
+    "kernels",
+    "output",
+    "params",
+    FUSED_COLUMN.name,
+    "other",
+    "bwd",
+    "share",
+    "fwd",
+)
+
+#: columns whose cells are cut with an ellipsis before any column is left out: shapes keep
+#: their start, qualified names their end; never narrower than this (or their title)
+_CUT_SHAPES = frozenset({"input", "output", "kernel", "weight_shape"})
+_CUT_NAMES = frozenset({"name"})
+_NARROWEST_CUT = 16
+#: the narrowest the label column gets by cutting group names in their middle (module labels,
+#: the tree's guides and depth-idx, are never cut)
+_NARROWEST_LABEL = 32
+
+#: a cell that shows nothing: ``--``, empty, or a zero in any unit (``0``, ``0%``, ``0 MAC``)
+_NOTHING = re.compile(r"|--|0(?:\.0+)?(?: ?[^\d\s.,]\S*)?")
+
+
+def table_width() -> int:
+    """The width the table fits: ``COLUMNS`` when set, else the terminal's when standard output
+    is one, else :data:`DEFAULT_WIDTH`."""
+    # shutil.get_terminal_size's rule, without importing shutil for it (start-up)
+    try:
+        columns = int(os.environ.get("COLUMNS", "0"))
+    except ValueError:
+        columns = 0
+    if columns > 0:
+        return columns
+    try:
+        return os.get_terminal_size(sys.__stdout__.fileno()).columns or DEFAULT_WIDTH  # type: ignore[union-attr]
+    except (AttributeError, ValueError, OSError):
+        return DEFAULT_WIDTH
+
+
+def _default_columns(profile: ModuleProfile) -> list[Column]:
+    cols = [COLUMNS[c] for c in DEFAULT_COLUMNS if COLUMNS[c].available(profile)]
+    if FUSED_COLUMN.available(profile):
+        after = max((i for i, c in enumerate(cols) if c.name in ("fwd", "bwd", "other")), default=-1)
+        cols.insert(after + 1, FUSED_COLUMN)
+    return cols
+
+
+def _cut(column: Column, text: str, width: int) -> str:
+    """A cell cut to ``width`` characters (a column narrowed to fit the terminal)."""
+    if column.name in _CUT_NAMES:
+        return units.label_tail(text, width)
+    return units.label(text, width) if column.name in _CUT_SHAPES else text
+
+
+class _Fit(msgspec.Struct, frozen=True):
+    """How the table fits a width: the label column's width, the columns kept (indexes of the
+    candidates) with their widths (padding included), and those left out."""
+
+    label_width: int
+    kept: list[int]
+    widths: list[int]
+    left_out: list[int]
+
+
+def _fit(
+    labels: tuple[int, int], cols: list[Column], headers: list[str], full: list[int], width: int
+) -> _Fit:
+    """Fit rows of a label column (``labels``: its full width, and its least: the module labels',
+    with group names cut) and ``cols`` (widths ``full``) into ``width``: the label column loses
+    torchinfo's spare room (40 wide, in fives) first, then the widest of the label, shape and
+    name columns is cut, one character at a time, then the least important columns
+    (:data:`DROP_ORDER`) are left out, one at a time, down to one. No row is wider than the
+    table's rule."""
+
+    def total(label_width: int, widths: list[int]) -> int:
+        return label_width + sum(w + 1 for w in widths)
+
+    label_len, label_least = labels
+    least = [
+        min(f, max(_NARROWEST_CUT, len(h)) + 1) if c.name in _CUT_SHAPES | _CUT_NAMES else f
+        for c, h, f in zip(cols, headers, full)
+    ]
+    rank = {name: i for i, name in enumerate(DROP_ORDER)}
+    kept = list(range(len(cols)))
+    while len(kept) > 1 and total(label_least, [least[i] for i in kept]) > width:
+        kept.remove(min(kept, key=lambda i: (rank.get(cols[i].name, len(rank)), -i)))
+    widths = [full[i] for i in kept]
+    roomy = max(40, math.ceil(label_len / 5) * 5)  # torchinfo's label column
+    label_width = max(label_len, min(roomy, width - total(0, widths)))
+    over = total(label_width, widths) - width
+    while over > 0:
+        spare = [(widths[k] - least[i], k) for k, i in enumerate(kept) if widths[k] > least[i]]
+        if label_width > label_least:
+            spare.append((label_width - label_least, -1))
+        if not spare:
+            break
+        at = max(spare)[1]
+        if at < 0:
+            label_width -= 1
+        else:
+            widths[at] -= 1
+        over -= 1
+    return _Fit(label_width, kept, widths, [i for i in range(len(cols)) if i not in kept])
+
+
+def _columns_note(empty: list[str], left_out: list[str], width: int) -> list[str]:
+    """One line naming the columns not shown, and why."""
+    parts = []
+    if empty:
+        parts.append(f"{', '.join(empty)} not shown: nothing in them for this trace (--columns shows them)")
+    if left_out:
+        parts.append(f"{', '.join(left_out)} left out to fit {width} characters (COLUMNS sets the width)")
+    return [f"columns:   {'; '.join(parts)}"] if parts else []
+
+
+def render_table(profile: ModuleProfile, opts: RenderOptions, width: int | None = None) -> str:
+    """The table, fitted to ``width`` characters [default: :func:`table_width`]. The default
+    columns leave out those with nothing in them for this profile (all zero or ``--``); columns
+    named in ``opts.columns`` are shown even then."""
+    width = table_width() if width is None else width
     chosen = opts.columns
     if chosen is None:
-        cols = [COLUMNS[c] for c in DEFAULT_COLUMNS if COLUMNS[c].available(profile)]
-        if FUSED_COLUMN.available(profile):
-            after = max((i for i, c in enumerate(cols) if c.name in ("fwd", "bwd", "other")), default=-1)
-            cols.insert(after + 1, FUSED_COLUMN)
+        cols = _default_columns(profile)
     else:
         cols = [FUSED_COLUMN if c == FUSED_COLUMN.name else COLUMNS[c] for c in chosen]
     stats = torchinfo_stats(profile)
@@ -569,16 +706,33 @@ def render_table(profile: ModuleProfile, opts: RenderOptions) -> str:
     labels = _layer_labels(profile)
     headers = [c.header(profile) for c in cols]
     cells = [[c.cell(ctx, n) for c in cols] for n in nodes]
-    name_width = max(len("Layer (type:depth-idx)"), *(len(labels[n.id]) + 1 for n in nodes))
-    name_width = max(40, math.ceil(name_width / 5) * 5)
-    widths = [max([len(h)] + [len(r[i]) for r in cells]) + 1 for i, h in enumerate(headers)]
+    empty: list[str] = []
+    if chosen is None:
+        shown = [i for i in range(len(cols)) if not all(_NOTHING.fullmatch(r[i]) for r in cells)]
+        empty = [headers[i] for i in range(len(cols)) if i not in shown]
+        cols, headers = [cols[i] for i in shown], [headers[i] for i in shown]
+        cells = [[r[i] for i in shown] for r in cells]
+    label_len = max(len("Layer (type:depth-idx)"), *(len(labels[n.id]) for n in nodes)) + 1
+    # group names (the unattributed bucket's) may be cut to fit; module labels never are
+    label_least = max(
+        len("Layer (type:depth-idx)"),
+        *(len(labels[n.id]) for n in nodes if n.kind is NodeKind.MODULE),
+        _NARROWEST_LABEL,
+    )
+    full = [max([len(h)] + [len(r[i]) for r in cells]) + 1 for i, h in enumerate(headers)]
+    fit = _fit((label_len, min(label_len, label_least + 1)), cols, headers, full, width)
+    shown_cols = [cols[i] for i in fit.kept]
 
     def row(label: str, values: list[str]) -> str:
-        line = f"{label:<{name_width}} " + "".join(f"{v:<{w}} " for v, w in zip(values, widths))
+        picked = [values[i] for i in fit.kept]
+        line = f"{units.label_middle(label, fit.label_width - 1):<{fit.label_width}} " + "".join(
+            f"{_cut(c, v, w - 1):<{w}} " for c, v, w in zip(shown_cols, picked, fit.widths)
+        )
         return line.rstrip()
 
-    rule = "=" * (name_width + sum(w + 1 for w in widths))
-    out = header_lines(profile, opts) + [rule, row("Layer (type:depth-idx)", headers), rule]
+    rule = "=" * (fit.label_width + sum(w + 1 for w in fit.widths))
+    out = header_lines(profile, opts) + _columns_note(empty, [headers[i] for i in fit.left_out], width)
+    out += [rule, row("Layer (type:depth-idx)", headers), rule]
     for node, values in zip(nodes, cells):
         if node.kind is NodeKind.UNATTRIBUTED:
             out.append(rule)
@@ -605,7 +759,7 @@ def _measured_lines(profile: ModuleProfile, opts: RenderOptions, stats: Torchinf
             for p in PASSES
         )
         out.append(f"GPU busy time per step: {units.duration(sel.gpu_busy_us)} ({by_pass})")
-        out.append(f"Kernels per step: {units.count(sel.kernels)}")
+        out.append(f"Kernels per step{' (mean)' if averaged(profile) else ''}: {units.count(sel.kernels)}")
     out.append(
         f"CPU time per step: {units.duration(sel.cpu_in_ops_us)} in ops, "
         f"{units.duration(sel.cpu_between_ops_us)} between ops"

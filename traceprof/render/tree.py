@@ -7,7 +7,7 @@ from __future__ import annotations
 import msgspec
 
 from traceprof import units
-from traceprof.render.header import fused_time, header_lines
+from traceprof.render.header import averaged, fused_time, header_lines
 from traceprof.render.registry import RenderOptions
 from traceprof.result.model import PASSES, ZERO, ModuleNode, ModuleProfile, NodeKind, Times
 from traceprof.trace.schema import DATA_PARALLEL_WRAPPERS, OPTIMIZER_STEP_PREFIXES
@@ -25,7 +25,7 @@ def flop_fields(profile: ModuleProfile, node: ModuleNode, opts: RenderOptions) -
         if rates.mfu is not None:
             out.append(f"{units.percent(rates.mfu)} MFU")
     if node.total.unsupported_ops:
-        out.append(f"{units.count(node.total.unsupported_ops)} ops without FLOPs")
+        out.append(units.step_count(node.total.unsupported_ops, "ops without FLOPs", averaged(profile)))
     return out
 
 
@@ -436,7 +436,7 @@ def _module_fields(
     if fused_t:  # compiled kernels of several modules, booked here (part of the latencies)
         fields.append(f"fused {units.duration(fused_t, raw)}")
     if node.kind is NodeKind.MODULE and node.calls != 1:
-        fields.append(f"{units.count(node.calls)} calls")
+        fields.append(units.step_count(node.calls, "calls", averaged(profile)))
     if node.info is not None and node.info.inputs:
         fields.append(f"in {units.shape(node.info.inputs)}")
     if profile.memory_device:

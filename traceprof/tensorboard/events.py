@@ -8,7 +8,11 @@ Tags (all values per step, x axis = ProfilerStep number; 0 for a trace without s
 
 - ``<metric>/step``: the step's GPU busy time (``gpu_busy_us``; ``cpu_us`` on CPU-only traces),
   and ``wall_us/step``, ``cpu_us/step``, ``kernels/step``;
-- ``<metric>/<module>``: the time of the largest modules (down to depth 2), all passes;
+- ``<metric>/<module>``: the time of the largest modules (down to depth 2), all passes, tagged
+  with the module's full qualified name, not a short display name: TensorBoard draws the runs
+  of one tag in one chart, so a tag must name the same module in every run, and a short name
+  depends on which other modules a run lists (``self`` in one run, ``attention.self`` in
+  another) and is not unique (``Linear_0`` under two parents); depth 2 keeps the names short;
 - ``tflops/step`` and ``mfu/step``: achieved FLOP/s (FLOPs over the step's GPU busy time, CPU time
   on CPU-only traces) and that over the device's peak (the profile's, or ``peak_flops``), when
   the profile has FLOPs and, for MFU, a peak;
