@@ -17,7 +17,8 @@ like every other CPU event: a backward op goes to the module of the forward op t
 
 Compiled models: a trace with the compiled-kernel table gets its compiled kernels' modules first
 (:mod:`.compiled`: the tree's ``event_node``, nodes made by qualified name, FLOPs from the
-table's nodes), before the stages below.
+table's nodes), before the stages below; the compiled regions' and graph replays' work without
+module information gets group nodes (:mod:`.compiled_regions`: per graph, per kernel family).
 
 This module runs the stages in order, each in its own module:
 
@@ -46,7 +47,7 @@ from traceprof.analysis.compiled import (
     join_compiled,
     with_compiled_costs,
 )
-from traceprof.analysis.compiled_regions import compiled_work_warnings
+from traceprof.analysis.compiled_regions import compiled_work_warnings, group_unexplained, grouped_description
 from traceprof.analysis.counted_ops import flop_summary, ops_in_selection, with_peak
 from traceprof.analysis.cpu_time import cpu_time
 from traceprof.analysis.event_detail import first_step_timeline, node_ops
@@ -97,6 +98,19 @@ def analyze(
     return analyze_steps(trace, [step], hierarchy=hierarchy, formulas=formulas, peak_flops=peak_flops)[0]
 
 
+def module_hierarchy(
+    trace: Trace, links: Links, hierarchy: Source | str | None = None, formulas: Registry | None = None
+) -> tuple[Hierarchy, CompiledWork | None]:
+    """The module tree every view of a trace uses: built from its scopes or events, joined to
+    its compiled-kernel table, and with the compiled and replayed work no table explains grouped
+    per graph and kernel family (the join, None without a table)."""
+    tree = build_hierarchy(trace, links, hierarchy)
+    tree, compiled = join_compiled(trace, links, tree, formulas)
+    return group_unexplained(
+        trace, links, tree, compiled.explained if compiled is not None else None
+    ), compiled
+
+
 def analyze_steps(
     trace: Trace,
     steps: Sequence[int | None],
@@ -109,8 +123,7 @@ def analyze_steps(
     steps), linking the trace, building its module tree and counting its ops once for all."""
     links = link(trace)
     release_freed_memory()  # as after each stage of the attribution (stage.gives_memory_back)
-    tree = build_hierarchy(trace, links, hierarchy)
-    tree, compiled = join_compiled(trace, links, tree, formulas)
+    tree, compiled = module_hierarchy(trace, links, hierarchy, formulas)
     found = find_steps(trace, links)
     costs = count_ops(trace, links, formulas, exclude=tree.scope_mask)
     if compiled is not None:
@@ -197,12 +210,14 @@ def _attribute(
     return ModuleProfile(
         metadata=trace.metadata,
         source=tree.source.value,
-        source_description=tree.description + (f" + {TABLE_DESCRIPTION}" if compiled is not None else ""),
+        source_description=tree.description
+        + (f" + {TABLE_DESCRIPTION}" if compiled is not None else "")
+        + grouped_description(tree),
         nodes=tuple(nodes),
         roots=tuple(new_id[r] for r in shape.roots),
         selection=selection,
         stats=stats,
-        module_nodes=groups.n_modules,
+        module_nodes=groups.n_modules - sum(hn.group for hn in tree.nodes),
         warnings=tuple(all_warnings),
         flops=flops,
         optimizer_step=optimizer_totals(nodes, annotations=tree.source is Source.ANNOTATIONS),

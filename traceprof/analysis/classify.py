@@ -175,6 +175,9 @@ def annotation_passes(tree: Hierarchy, links: Links, scope_of: np.ndarray) -> np
             recorded[node.parent] = True
     undeclared = np.where(recorded | (len(made_backward) == 0), FORWARD, OTHER)
     passes: np.ndarray = np.where(declared >= 0, declared, undeclared).astype(np.int8)
+    for node in tree.nodes:  # group nodes (compiled work; parents first): their module's pass
+        if node.group:
+            passes[node.id] = passes[node.parent] if node.parent >= 0 else FORWARD
     return passes
 
 

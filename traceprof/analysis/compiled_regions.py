@@ -11,17 +11,34 @@ its share of the step (GPU busy time, or CPU time on a trace without GPU work), 
 regions, graphs and launches, the forward / backward split and the kernel families
 (``schema.KERNEL_FAMILIES``), so the reader knows how much of the tree is not broken down
 by module, and why. Work the compiled-kernel table attributed (``attributed``) is left out.
+
+:func:`group_unexplained` gives that work nodes of its own in the module tree (group nodes,
+``HierarchyNode.group``), before the attribution: under the module around each compiled
+region (through its forward for ``CompiledFunctionBackward``), one node per compiled graph
+(``[compiled 0/0 forward]``, ``[compiled 0/0 backward]``) and under it one per kernel family
+(``[pointwise]``, ``[GEMM/extern]``, ...); under the module around each graph launch, one node
+per replayed graph (``[graph replay 0]``: launches whose kernels have the same names in the
+same order are one graph) and under it one per kernel family, except for the kernels that the
+graph's capture in the trace attributes to modules (:func:`_captures`). Brackets and spaces are
+in no qualified module name, so a group node never takes a module's place.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+import msgspec
 import numpy as np
 
-from traceprof.analysis.classify import Context
+from traceprof.analysis.classify import Context, classify_events
 from traceprof.analysis.cpu_time import CpuTime
 from traceprof.analysis.gpu_work import GpuWork
+from traceprof.analysis.hierarchy import Hierarchy, HierarchyNode
+from traceprof.analysis.link import Links
 from traceprof.result.model import StepSelection
 from traceprof.trace import schema
+from traceprof.trace.model import EventTable, Trace, index_dtype
+from traceprof.trace.schema import Kind
 
 #: the smallest share of the step worth a warning
 WARN_SHARE = 0.01
@@ -110,7 +127,8 @@ def compiled_work_warnings(
             f"({units.count(len(runs) - bwd_runs)} forward runs{of_frames}, "
             f"{units.count(bwd_runs)} backward runs; forward "
             f"{units.percent(share - bwd_share)}, backward {units.percent(bwd_share)}) without "
-            f"module information: it sits on the module around each region, not on its "
+            f"module information: it is grouped under the module around each region by graph "
+            f"and kernel family (the [compiled <frame> forward|backward] nodes), not on its "
             f"submodules. Kernels: {_families_text(kernels, weight, total)}. Capture with "
             "traceprof.capture.profile, which records the compiled-kernel table "
             "(docs/capture.md)"
@@ -120,19 +138,332 @@ def compiled_work_warnings(
     if has_gpu:
         from_graph = ev.named(lambda nm: nm in schema.GRAPH_LAUNCH_NAMES)
         # the launching runtime call of each item of the selection (its anchor may be the op)
-        item_launch = links.launch[np.searchsorted(links.gpu_work, gpu.work)]
+        position = np.searchsorted(links.gpu_work, gpu.work)
+        item_launch = links.launch[position]
         replayed = (item_launch >= 0) & from_graph[np.maximum(item_launch, 0)]
+        # kernels the graph's capture attributed to modules (not to a group node) are left out
+        forced = ctx.tree.work_node[position] if ctx.tree.work_node is not None else position * 0 - 1
+        no_module = np.array([hn.group for hn in ctx.tree.nodes] + [True], bool)
+        on_module = replayed & ~no_module[np.where(forced >= 0, forced, len(ctx.tree.nodes))]
+        replayed &= ~on_module
         weight = gpu.busy_us[replayed]
         share = float(weight.sum()) / (selection.gpu_busy_us * n)
         if share >= WARN_SHARE:
             launches = len(np.unique(item_launch[replayed]))
             spelled = sorted({names[c] for c in codes[item_launch[replayed]].tolist()})
             kernels = [names[c] for c in codes[gpu.work[replayed]].tolist()]
+            captured = int(on_module.sum())
+            by_capture = (
+                f" ({units.count(captured)} more kernels are on modules, through the graph's capture)"
+                if captured
+                else ""
+            )
             out.append(
                 f"{units.percent(share)} of the step's GPU busy time is "
                 f"{units.count(int(replayed.sum()))} kernels replayed from "
-                f"{_counted(launches, 'graph launch', 'graph launches')} ({', '.join(spelled)}): the graph's "
-                f"capture is not in the trace, so they sit on the module or group around each "
-                f"launch. Kernels: {_families_text(kernels, weight, selection.gpu_busy_us * n)}"
+                f"{_counted(launches, 'graph launch', 'graph launches')} ({', '.join(spelled)}) without "
+                f"module information{by_capture}: they are grouped per graph and kernel family "
+                f"under the module around each launch (the [graph replay <n>] nodes). Kernels: "
+                f"{_families_text(kernels, weight, selection.gpu_busy_us * n)}"
             )
+    return out
+
+
+# -- group nodes for the work without module information ------------------------------------
+
+#: the families a group node can have, in schema order, "other" last
+FAMILY_NAMES: tuple[str, ...] = (*(f for f, _ in schema.KERNEL_FAMILIES), schema.OTHER_KERNEL_FAMILY)
+_OTHER = len(FAMILY_NAMES) - 1
+_EXTERN = FAMILY_NAMES.index(schema.EXTERN_KERNEL_FAMILY)
+
+
+def graph_key(compile_id: str | None, backward: bool) -> str:
+    """The group node of a compiled graph: ``[compiled 0/0 forward]``."""
+    direction = "backward" if backward else "forward"
+    return f"[compiled {compile_id} {direction}]" if compile_id else f"[compiled {direction}]"
+
+
+def replay_key(graph: int) -> str:
+    """The group node of a replayed CUDA / HIP graph: ``[graph replay 0]``."""
+    return f"[graph replay {graph}]"
+
+
+def family_key(family: str) -> str:
+    """The group node of a kernel family: ``[pointwise]``."""
+    return f"[{family}]"
+
+
+def grouped_description(tree: Hierarchy) -> str:
+    """What the header adds about the group nodes ("" when the tree has none)."""
+    n = sum(hn.group for hn in tree.nodes)
+    if not n:
+        return ""
+    return (
+        f" + {_counted(n, 'group node')} of compiled or replayed work without module information "
+        "(per graph and kernel family)"
+    )
+
+
+def _family_codes(names: Sequence[str]) -> np.ndarray:
+    """Per name, its family's position in FAMILY_NAMES; -1 where no family's pattern fits."""
+    out = np.full(len(names), -1, np.int16)
+    for i, name in enumerate(names):
+        for k, (_, pattern) in enumerate(schema.KERNEL_FAMILIES):
+            if pattern.search(name):
+                out[i] = k
+                break
+    return out
+
+
+class _Tree:
+    """The module tree growing: group nodes appended, each found again by (parent, key)."""
+
+    def __init__(self, tree: Hierarchy) -> None:
+        self.tree = tree
+        self.nodes = list(tree.nodes)
+        self.index = {(n.parent, n.key): n.id for n in tree.nodes if n.group}
+
+    def node(self, parent: int, key: str, first_ts: float) -> int:
+        found = self.index.get((parent, key))
+        if found is not None:
+            if first_ts < self.nodes[found].first_ts:
+                self.nodes[found] = msgspec.structs.replace(self.nodes[found], first_ts=first_ts)
+            return found
+        above = self.nodes[parent] if parent >= 0 else None
+        path = (above.path if above is not None else ()) + (key,)
+        qualified = f"{above.qualified_name}.{key}" if above is not None and above.qualified_name else key
+        node = len(self.nodes)
+        self.nodes.append(HierarchyNode(node, parent, path, key, "", qualified, first_ts, group=True))
+        self.index[(parent, key)] = node
+        return node
+
+    def is_group(self, nodes: np.ndarray) -> np.ndarray:
+        flags = np.array([n.group for n in self.nodes] + [False], bool)
+        out: np.ndarray = flags[np.where(nodes >= 0, nodes, len(self.nodes))]
+        return out
+
+    def now(self, event_node: np.ndarray) -> Hierarchy:
+        return msgspec.structs.replace(self.tree, nodes=tuple(self.nodes), event_node=event_node)
+
+
+def group_unexplained(trace: Trace, links: Links, tree: Hierarchy, explained: np.ndarray | None) -> Hierarchy:
+    """The tree with group nodes for the compiled regions' and the graph replays' work that has
+    no module information (see the module's doc); ``explained``: per event, whether the
+    compiled-kernel table gave it a module (left alone). The tree unchanged when the trace has
+    no such work."""
+    ev = trace.events
+    if not len(ev):
+        return tree
+    cpu = links.depth >= 0
+    is_forward = ev.named(lambda s: s.startswith(schema.COMPILED_REGION_PREFIX)) & cpu
+    is_backward = ev.named(lambda s: s == schema.COMPILED_BACKWARD_NAME) & cpu
+    is_launch = ev.named(lambda s: s in schema.GRAPH_LAUNCH_NAMES) & cpu
+    if not (is_forward.any() or is_backward.any() or is_launch.any()):
+        return tree
+    grown = _Tree(tree)
+    index = index_dtype(len(ev))
+    event_node = tree.event_node.astype(index) if tree.event_node is not None else np.full(len(ev), -1, index)
+    call_node = np.full(len(ev), -1, index)
+    work = links.gpu_work
+    codes, inverse = np.unique(ev.name[work], return_inverse=True)
+    work_family = _family_codes([ev.names[c] for c in codes.tolist()])[inverse.ravel()]
+    work_family = np.where(work_family >= 0, work_family, _OTHER).astype(np.int16)
+    replayed = (links.launch >= 0) & is_launch[np.maximum(links.launch, 0)]
+    _group_regions(
+        ev,
+        links,
+        tree,
+        explained,
+        (is_forward, is_backward),
+        (work_family, replayed),
+        grown,
+        (event_node, call_node),
+    )
+    work_node = _group_replays(ev, links, grown, event_node, call_node, work_family, replayed)
+    if len(grown.nodes) == len(tree.nodes):
+        return tree
+    return msgspec.structs.replace(grown.now(event_node), work_node=work_node, call_node=call_node)
+
+
+def _group_regions(
+    ev: EventTable,
+    links: Links,
+    tree: Hierarchy,
+    explained: np.ndarray | None,
+    regions_of: tuple[np.ndarray, np.ndarray],
+    work_of: tuple[np.ndarray, np.ndarray],
+    grown: _Tree,
+    out: tuple[np.ndarray, np.ndarray],
+) -> None:
+    """Group nodes for the compiled regions' work (``out``: event_node and call_node, filled):
+    each event inside a region (the innermost), that the table did not explain and that no
+    module scope inside the region holds, goes to the node of its region's graph, or of its
+    kernel family (:func:`_event_families`) under it."""
+    is_forward, is_backward = regions_of
+    event_node, call_node = out
+    is_region = is_forward | is_backward
+    if not is_region.any():
+        return
+    region = links.nearest(is_region)
+    scope_of = links.nearest(tree.scope_mask)
+    inside = (links.depth >= 0) & (region >= 0)
+    if explained is not None:
+        inside &= ~explained
+    if tree.event_node is not None:
+        inside &= tree.event_node < 0
+    depth = links.depth
+    inside &= ~((scope_of >= 0) & (depth[np.maximum(scope_of, 0)] > depth[np.maximum(region, 0)]))
+    events = np.flatnonzero(inside)
+    if not len(events):
+        return
+    regions = np.unique(region[events])
+    parent, _ = classify_events(regions, links, tree, scope_of)
+    backward = links.backward_region[regions] >= 0
+    # the compile id: a forward region's own; a compiled backward's through its forward op
+    forward_region = links.nearest(is_forward)
+    bnode = links.backward_node[regions]
+    fop = np.where(bnode >= 0, links.forward_op[np.maximum(bnode, 0)], -1)
+    named_by = np.where(
+        is_forward[regions], regions, np.where(fop >= 0, forward_region[np.maximum(fop, 0)], -1)
+    )
+    prefix = len(schema.COMPILED_REGION_PREFIX)
+    graph_node = np.full(len(ev), -1, np.int64)
+    for k, r in enumerate(regions.tolist()):
+        by = int(named_by[k])
+        compile_id = ev.names[ev.name[by]][prefix:] if by >= 0 else None
+        key = graph_key(compile_id, bool(backward[k]))
+        graph_node[r] = grown.node(int(parent[k]), key, float(ev.ts[r]))
+    call_node[regions] = graph_node[regions]
+    family = _event_families(ev, links, inside, region, work_of)[events]
+    graphs = graph_node[region[events]]
+    node = graphs.copy()
+    pairs, first, pair_of = np.unique(
+        np.stack([graphs[family >= 0], family[family >= 0]], axis=1),
+        axis=0,
+        return_index=True,
+        return_inverse=True,
+    )
+    at = events[family >= 0]
+    pair_node = np.array(
+        [
+            grown.node(g, family_key(FAMILY_NAMES[f]), float(ev.ts[at[i]]))
+            for (g, f), i in zip(pairs.tolist(), first.tolist())
+        ]
+        or [0],
+        np.int64,
+    )
+    node[family >= 0] = pair_node[pair_of.ravel()]
+    event_node[events] = node
+
+
+def _event_families(
+    ev: EventTable,
+    links: Links,
+    inside: np.ndarray,
+    region: np.ndarray,
+    work_of: tuple[np.ndarray, np.ndarray],
+) -> np.ndarray:
+    """Per event inside a compiled region, the family of its kernel call (-1: none, the graph's
+    wrapper code): the family of the innermost event around it (itself included) in the same
+    region that has one. An op has the family its name says (``triton_poi_...``,
+    ``graph_0_cpp_fused_...``); the CPU event a kernel is attributed through (its launch) has
+    the kernel's, and the op around a launch too when its name says none; on a trace without
+    GPU work, an ATen op (an extern kernel or fallback) is ``GEMM/extern``."""
+    work_family, replayed = work_of
+    is_op = ev.kind == Kind.CPU_OP
+    named = _family_codes(ev.names)
+    family = np.where(is_op & inside, named[ev.name], -1).astype(np.int16)
+    anchor = links.anchor
+    kernel = (anchor >= 0) & ~replayed
+    at = anchor[kernel]
+    mine = inside[at] & (family[at] < 0)
+    family[at[mine]] = work_family[kernel][mine]
+    launches = at[mine & (ev.kind[at] == Kind.RUNTIME)]
+    above = links.parent[launches]
+    ok = (above >= 0) & inside[np.maximum(above, 0)] & is_op[np.maximum(above, 0)]
+    ok &= family[np.maximum(above, 0)] < 0
+    family[above[ok]] = family[launches[ok]]
+    if not len(links.gpu_work):
+        aten = ev.named(lambda s: s.startswith(schema.ATEN_OP_PREFIX)) & is_op & inside
+        family[aten & (family < 0)] = _EXTERN
+    near = links.nearest((family >= 0) & inside)
+    has = (near >= 0) & inside
+    has &= region[np.maximum(near, 0)] == region
+    out: np.ndarray = np.where(has, family[np.maximum(near, 0)], -1).astype(np.int16)
+    return out
+
+
+def _group_replays(
+    ev: EventTable,
+    links: Links,
+    grown: _Tree,
+    event_node: np.ndarray,
+    call_node: np.ndarray,
+    work_family: np.ndarray,
+    replayed: np.ndarray,
+) -> np.ndarray | None:
+    """Group nodes for the kernels of graph replays; per GPU work item of ``links.gpu_work``,
+    its node (-1: not replayed), or None when nothing was replayed. A launch's kernels, in the
+    order they ran, are its graph's; launches whose kernels have the same names in the same
+    order are one graph (``[graph replay N]``, numbered by first launch), under the node of the
+    launch (whose CPU time it takes). A kernel goes to the module of the launch at its position
+    in the graph's capture (:func:`_captures`) when the trace holds one, else to the node of its
+    family under its graph."""
+    items = np.flatnonzero(replayed)
+    if not len(items):
+        return None
+    items = items[np.lexsort((ev.ts[links.gpu_work[items]], links.launch[items]))]
+    launches, start, count = np.unique(links.launch[items], return_index=True, return_counts=True)
+    names = ev.name[links.gpu_work[items]]
+    tree = grown.now(event_node)
+    scope_of = links.nearest(tree.scope_mask)
+    parent, _ = classify_events(launches, links, tree, scope_of)
+    captures = _captures(ev, links, tree, scope_of)
+    graph_of: dict[bytes, int] = {}
+    work_node = np.full(len(links.gpu_work), -1, index_dtype(len(ev)))
+    for k in np.argsort(ev.ts[launches], kind="stable").tolist():
+        launch, lo, n = int(launches[k]), int(start[k]), int(count[k])
+        graph = graph_of.setdefault(names[lo : lo + n].tobytes(), len(graph_of))
+        when = float(ev.ts[launch])
+        holder = grown.node(int(parent[k]), replay_key(graph), when)
+        event_node[launch] = call_node[launch] = holder
+        its = items[lo : lo + n]
+        node = np.full(n, -1, np.int64)
+        captured = [c for end, c in captures if end <= when and len(c) == n]
+        if captured:
+            node = np.where(grown.is_group(captured[-1]), -1, captured[-1])
+        for f in np.unique(work_family[its][node < 0]).tolist():
+            node[(node < 0) & (work_family[its] == f)] = grown.node(holder, family_key(FAMILY_NAMES[f]), when)
+        work_node[its] = node
+    return work_node
+
+
+def _captures(
+    ev: EventTable, links: Links, tree: Hierarchy, scope_of: np.ndarray
+) -> list[tuple[float, np.ndarray]]:
+    """The graph captures in the trace, by end time: the kernel launches between a stream
+    capture's begin and end on one thread (``schema.GRAPH_CAPTURE_BEGIN_NAMES``), in order, as
+    (end time, the node the attribution gives each launch, -1: none)."""
+    cpu = links.depth >= 0
+    begins = np.flatnonzero(ev.named(lambda s: s in schema.GRAPH_CAPTURE_BEGIN_NAMES) & cpu)
+    if not len(begins):
+        return []
+    ends = np.flatnonzero(ev.named(lambda s: s in schema.GRAPH_CAPTURE_END_NAMES) & cpu)
+    is_launch = ev.named(
+        lambda s: schema.LAUNCH_NAME_RE.match(s) is not None and s not in schema.GRAPH_LAUNCH_NAMES
+    )
+    launches = np.flatnonzero(is_launch & (ev.kind == Kind.RUNTIME))
+    launches = launches[np.argsort(ev.ts[launches], kind="stable")]
+    out = []
+    for b in begins.tolist():
+        same = ends[(ev.thread[ends] == ev.thread[b]) & (ev.ts[ends] >= ev.ts[b])]
+        if not len(same):
+            continue
+        end = float(ev.ts[same].min())
+        at = launches[
+            (ev.thread[launches] == ev.thread[b]) & (ev.ts[launches] > ev.ts[b]) & (ev.ts[launches] < end)
+        ]
+        node, _ = classify_events(at, links, tree, scope_of)
+        out.append((end, node.astype(np.int64)))
+    out.sort(key=lambda c: c[0])
     return out

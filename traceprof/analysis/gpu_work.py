@@ -42,7 +42,11 @@ def gpu_work(ctx: Context) -> GpuWork:
     when = np.where(anchor >= 0, ev.ts[np.maximum(anchor, 0)], ev.ts[work])
     keep = ctx.in_selection(when)
     work, anchor = work[keep], anchor[keep]
-    node, _, pass_code = ctx.classify(anchor)
+    node, bwd, pass_code = ctx.classify(anchor)
+    if ctx.tree.work_node is not None:  # kernels of graph replays: their own nodes
+        forced = ctx.tree.work_node[keep]
+        node = np.where(forced >= 0, forced, node).astype(node.dtype, copy=False)
+        pass_code = ctx.pass_codes(anchor, node, bwd)
     busy = shared_busy_time(ev, work)
     # work without a launch in the trace: launched before the trace began when its correlation
     # id is below every launch's in the trace (the profiler's CPU window opened later)

@@ -73,6 +73,9 @@ class HierarchyNode(msgspec.Struct, frozen=True):
     class_name: str
     qualified_name: str
     first_ts: float
+    #: a group of compiled work without module information (analysis.compiled_regions): a
+    #: compiled graph, a graph replay or a kernel family, not a module
+    group: bool = False
 
 
 class Hierarchy(msgspec.Struct, frozen=True):
@@ -88,6 +91,13 @@ class Hierarchy(msgspec.Struct, frozen=True):
     event_node: np.ndarray | None = None
     #: the source asked for, when the trace has none of it (the tree is then empty)
     missing: Source | None = None
+    #: per GPU work item of ``Links.gpu_work`` (trace.index_dtype): the node it goes to, whatever
+    #: its anchor's node (a kernel replayed from a graph launch, analysis.compiled_regions), -1
+    #: elsewhere; None when no item has one
+    work_node: np.ndarray | None = None
+    #: per event (trace.index_dtype): the group node it is one call of (a compiled region's
+    #: run, a graph launch), -1 elsewhere; None when the tree has no group nodes
+    call_node: np.ndarray | None = None
 
     @property
     def description(self) -> str:

@@ -144,6 +144,8 @@ def module_nodes(
             info = table.modules.get(hn.qualified_name) if table else None
             kind, class_name, qual, path = NodeKind.MODULE, hn.class_name, hn.qualified_name, hn.path
             name = _short_name(hn, tree.source)
+            if hn.group:  # compiled work without module information (analysis.compiled_regions)
+                kind, name = NodeKind.COMPILED, hn.key
         elif old == bucket:
             info, kind, class_name = None, NodeKind.UNATTRIBUTED, ""
             name = qual = UNATTRIBUTED_NAME

@@ -81,7 +81,8 @@ def kernel_time(start: np.ndarray, dur: np.ndarray, gpu: GpuWork) -> np.ndarray:
 def calls(ctx: Context, n_nodes: int, compiled: CompiledWork | None = None) -> np.ndarray:
     """Calls of each node: its forward scope events in the selection, per step; for a node made
     from the compiled-kernel table (no scope), the forward graph runs that ran its kernels or
-    its descendants'."""
+    its descendants'; for a group node of a compiled graph or a replayed graph
+    (analysis.compiled_regions), the runs of its regions or its launches (families: none)."""
     tree, ev = ctx.tree, ctx.trace.events
     scope_events = np.flatnonzero(tree.scope_mask & ~tree.recompute_mask)
     scope_events = scope_events[ctx.in_selection(ev.ts[scope_events])]
@@ -89,6 +90,10 @@ def calls(ctx: Context, n_nodes: int, compiled: CompiledWork | None = None) -> n
     if compiled is not None:
         made = compiled.created & ~compiled.container
         out[: len(made)][made] = compiled_calls(ctx, compiled)[made]
+    if tree.call_node is not None:  # group nodes: the runs of their graph (a region, a launch)
+        runs = np.flatnonzero(tree.call_node >= 0)
+        runs = runs[ctx.in_selection(ev.ts[runs])]
+        out += np.bincount(tree.call_node[runs], minlength=n_nodes)[:n_nodes] / ctx.n_steps
     return out
 
 

@@ -123,6 +123,10 @@ class NodeKind(str, enum.Enum):
     UNATTRIBUTED = "unattributed"  # the bucket of work not inside any module
     GROUP = "group"  # inside the bucket: work under one top-level op or annotation
     OTHERS = "others"  # siblings folded together by a transform (--top)
+    #: work of compiled regions or graph replays without module information, grouped under the
+    #: module around them: per compiled graph or replayed graph, then per kernel family
+    #: (``[compiled 0/0 forward]``, ``[graph replay 0]``, ``[pointwise]``; docs/attribution.md)
+    COMPILED = "compiled"
 
 
 UNATTRIBUTED_NAME = "(not in any module)"

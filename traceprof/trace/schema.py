@@ -273,6 +273,23 @@ KERNEL_FAMILIES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("GEMM/extern", re.compile(r"gemm|gemv|matmul|cutlass|cublas|Cijk_|xmma|nvjet|_mma_|wgmma", re.I)),
 )
 OTHER_KERNEL_FAMILY = "other"
+#: the family of an ATen op that a compiled graph calls and that launches no GPU work (an extern
+#: kernel or a fallback on a CPU: ``aten::addmm`` in a run of Inductor's C++ wrapper)
+EXTERN_KERNEL_FAMILY = "GEMM/extern"
+ATEN_OP_PREFIX = "aten::"
+#: the start and the end of a stream capture (``torch.cuda.graph``): the kernel launches between
+#: them on one thread are the graph's kernels, recorded, not run (no kernel event)
+GRAPH_CAPTURE_BEGIN_NAMES = frozenset(
+    {
+        "cudaStreamBeginCapture",
+        "cudaStreamBeginCapture_v2",
+        "cudaStreamBeginCaptureToGraph",
+        "cuStreamBeginCapture",
+        "cuStreamBeginCapture_v2",
+        "hipStreamBeginCapture",
+    }
+)
+GRAPH_CAPTURE_END_NAMES = frozenset({"cudaStreamEndCapture", "cuStreamEndCapture", "hipStreamEndCapture"})
 
 # The compiled-kernel table's join (traces captured by traceprof.capture with the table,
 # COMPILED_TABLE_KEY; docs/attribution.md "Compiled models").
