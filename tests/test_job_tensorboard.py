@@ -91,6 +91,10 @@ def test_tab_shows_the_heat_map_and_a_click_selects_the_ranks_run(job_logdir, tm
         assert driver.find_element(By.CSS_SELECTOR, ".tp-job-straggler").text.startswith(
             f"straggler: rank {SLOW_RANK},"
         )
+        # the run selector stays at the top, above the heat map and within the first screen
+        run_y = driver.find_element(By.ID, "tp-run").location["y"]
+        assert run_y < driver.find_element(By.ID, "traceprof-heatmap").location["y"]
+        assert run_y < driver.execute_script("return window.innerHeight")
         cell = driver.find_element(
             By.CSS_SELECTOR, f'td.tp-heat-cell[data-rank="2"][data-module="{SLOW_MODULE}"]'
         )

@@ -5,7 +5,12 @@ from traceprof.result.names import last_part, short_name_map, short_names
 
 def test_short_names_take_as_many_trailing_parts_as_tell_names_apart():
     names = ["enc.layer.3.attention.self", "enc.layer.4.attention.self", "enc.layer.3.mlp", "enc"]
-    assert short_names(names) == ["3.attention.self", "4.attention.self", "mlp", "enc"]
+    assert short_names(names) == ["layer.3.attention.self", "layer.4.attention.self", "mlp", "enc"]
+
+
+def test_a_short_name_never_starts_with_an_index():
+    names = ["transformer.h.2", "transformer.h.2.mlp", "transformer.h.3.mlp", "0"]
+    assert short_names(names) == ["h.2", "h.2.mlp", "h.3.mlp", "0"]
 
 
 def test_scope_paths_of_with_stack_traces_shorten_to_their_last_part():

@@ -78,14 +78,15 @@ def memory_peak(driver) -> tuple[str, str]:
     return head, on_curve.get_attribute("textContent")
 
 
-def screenshot(driver, element_id: str, image: str, tmp_path: Path):
-    """A screenshot of one panel: docs/images/<image> with the update flag, else a temporary
-    file."""
+def screenshot(driver, element_id: str, image: str, tmp_path: Path, update: bool = False):
+    """A screenshot of one panel: docs/images/<image> with the update flag
+    (TRACEPROF_UPDATE_SCREENSHOTS=1, or ``update``: a test's ``--update-golden``), else a
+    temporary file."""
     from selenium.webdriver.common.by import By
 
     element = driver.find_element(By.ID, element_id)
     driver.execute_script("arguments[0].scrollIntoView({block: 'start'})", element)
-    target = REPO / "docs/images" / image if UPDATE else tmp_path / image
+    target = REPO / "docs/images" / image if UPDATE or update else tmp_path / image
     target.parent.mkdir(parents=True, exist_ok=True)
     assert element.screenshot(str(target))
     assert target.stat().st_size > 5_000

@@ -14,17 +14,22 @@ from traceprof.compare.records import DIFF_JSON_SCHEMA, _clean, diff_document
 from traceprof.render.html import frontend_script, html_page
 
 _DIFF_STYLE = """
-.tp-diff-icicle { position: relative; margin-bottom: 12px; }
+.tp-diff-pair { display: flex; gap: 16px; align-items: flex-start; margin-bottom: 12px; }
+.tp-diff-icicle { position: relative; margin-bottom: 4px; }
 .tp-diff-cell { position: absolute; overflow: hidden; white-space: nowrap; font-size: 11px;
-  line-height: 21px; padding-left: 2px; box-sizing: border-box; cursor: default; }
-.tp-diff-summary div { font-family: monospace; margin: 2px 0; }
-.tp-diff-warning { color: #b00; }
-.tp-diff-table { border-collapse: collapse; font-size: 12px; }
-.tp-diff-table td, .tp-diff-table th { border-bottom: 1px solid #ddd; padding: 2px 6px;
-  text-align: left; }
-.tp-diff-slower td:nth-child(5) { color: #b00; }
-.tp-diff-faster td:nth-child(5) { color: #080; }
-.tp-diff-noise td { color: #888; }
+  line-height: 21px; padding-left: 4px; box-sizing: border-box; cursor: pointer; border-radius: 2px;
+  color: #212121; }
+.tp-diff-cell:hover { filter: brightness(0.92); }
+.tp-diff-change-head { gap: 6px; }
+.tp-diff-key { display: inline-block; width: 12px; height: 10px; border-radius: 2px; margin-left: 8px; }
+.tp-diff-table td { vertical-align: top; }
+.tp-ops td.tp-diff-node { font-weight: 500; white-space: normal; overflow-wrap: anywhere; min-width: 120px; }
+.tp-diff-table-wrap { max-height: none; }
+.tp-ops td.tp-diff-inside { white-space: normal; width: 50%; color: #424242; font-size: 12px; }
+.tp-diff-inside-item { margin-right: 12px; overflow-wrap: anywhere; }
+.tp-diff-inside-item span { white-space: nowrap; }
+.tp-diff-noise td, .tp-diff-noise td span { color: #9e9e9e; }
+.tp-diff-same { color: #757575; }
 """
 
 

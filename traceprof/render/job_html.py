@@ -20,7 +20,7 @@ if TYPE_CHECKING:  # the job module is imported by whoever builds a Job
 def job_script() -> str:
     return frontend_script(
         ("index.js", "job.js"),
-        "useJobHelpers({el, duration, percent, renderReport});\n"
+        "useJobHelpers({el, duration, percent, renderReport, displayNames});\n"
         "window.traceprofJob = renderJob(data('traceprof-job'), "
         "data('traceprof-report'));\n",
     )

@@ -5,7 +5,8 @@ table (``encoder.layer.3.attention.self``) or, on a ``with_stack`` trace, the pa
 names (``BertLMHeadModel_0.BertModel_0.BertEncoder_0.BertLayer_3``). Views that name a module
 outside a tree (a diff's rows, a job's stragglers, a heat map's rows, the ``--ops`` heading) show
 :func:`short_names`: the last part, or as many trailing parts as it takes for no two *different*
-names of the set to look the same (``layer.3.attention.self`` and ``layer.4.attention.self``).
+names of the set to look the same (``layer.3.attention.self`` and ``layer.4.attention.self``),
+never starting at an index (``h.2``, not ``2``).
 Trees show :func:`last_part`, since the indentation already gives the path. The full name stays
 one hover (HTML ``title``) or one column (``qualified_name``) away, and every data format keeps
 it unchanged: short names are for reading only, never a key.
@@ -28,12 +29,21 @@ def _tail(parts: list[str], k: int) -> str:
     return SEPARATOR.join(parts[-k:])
 
 
+def _widened(parts: list[str], k: int) -> int:
+    """``k``, or more parts while the tail would start with an index (``h.2``, not ``2``: the
+    number alone does not say what it counts)."""
+    while k < len(parts) and parts[-k].isdigit():
+        k += 1
+    return k
+
+
 def short_names(qualified_names: Sequence[str]) -> list[str]:
     """For each name, its shortest tail of whole parts that no other distinct name in
-    ``qualified_names`` shares (equal names get equal short names); order kept. A name that is
-    another's tail in full (``self`` beside ``attention.self``) is kept whole."""
+    ``qualified_names`` shares (equal names get equal short names); order kept. A tail never
+    starts with an index (``h.2.mlp``, not ``2.mlp``). A name that is another's tail in full
+    (``self`` beside ``attention.self``) is kept whole."""
     parts = [q.split(SEPARATOR) for q in qualified_names]
-    k = [1] * len(parts)
+    k = [_widened(p, 1) for p in parts]
     pending = list(range(len(parts)))
     while pending:
         owners: dict[str, set[str]] = {}
@@ -41,7 +51,7 @@ def short_names(qualified_names: Sequence[str]) -> list[str]:
             owners.setdefault(_tail(parts[i], k[i]), set()).add(qualified_names[i])
         pending = [i for i in pending if len(owners[_tail(parts[i], k[i])]) > 1 and k[i] < len(parts[i])]
         for i in pending:
-            k[i] += 1
+            k[i] = _widened(parts[i], k[i] + 1)
     return [_tail(p, n) for p, n in zip(parts, k)]
 
 

@@ -2,11 +2,12 @@
 // new), a third icicle coloured by the change (red: slower, green: faster, grey: within the
 // step-to-step spread), and the nodes that changed most with the kernels or ops inside them.
 // Inlined after index.js into the HTML page of `traceprof diff -o diff.html`
-// (traceprof/render/diff_html.py): it uses index.js's helpers (el, duration, percent, count)
+// (traceprof/render/diff_html.py): it uses index.js's helpers (el, duration, percent, displayNames)
 // and loads nothing. The data is the diff's JSON document (docs/diff.md).
 
 const DIFF_ROW = 22;
 const DIFF_LEVELS = 10;
+const DIFF_TABLE_ROWS = 50;
 
 function signedDuration(us) {
   const text = duration(us);
@@ -70,65 +71,113 @@ function icicle(doc, roots, value, color, scale, cls, onPick) {
   return box;
 }
 
+// the class that colours a change: slower is worse, faster better, within the spread neither
+function changeClass(node) {
+  if (node.noise || !node.delta_us) return 'tp-diff-same';
+  return node.delta_us > 0 ? 'tp-worse' : 'tp-better';
+}
+
+function changeText(node) {
+  const pct = signedPercent(node.delta_ratio);
+  return `${signedDuration(node.delta_us)}${pct ? ` (${pct})` : ''}`;
+}
+
 function diffTable(doc) {
-  const rows = doc.nodes.filter((n) => n.delta_us).sort((a, b) => Math.abs(b.delta_us) - Math.abs(a.delta_us));
-  const table = el('table', {class: 'tp-diff-table'},
-      el('thead', {}, el('tr', {}, ...['Node', 'Status', 'Base', 'New', 'Δ', 'Δ %', 'Spread', 'Changed most inside']
-          .map((h) => el('th', {}, h)))));
+  const rows = doc.nodes.filter((n) => n.delta_us).sort((a, b) => Math.abs(b.delta_us) - Math.abs(a.delta_us))
+      .slice(0, DIFF_TABLE_ROWS);
+  const labels = displayNames(rows);
+  const num = (text, cls = '') => el('td', {class: `tp-num ${cls}`}, text);
+  const table = el('table', {class: 'tp-ops tp-diff-table'},
+      el('thead', {}, el('tr', {},
+          ...[['Node'], ['Status'], ['Base', 1], ['New', 1], ['Δ', 1], ['Δ %', 1], ['Spread', 1], ['Changed most inside']]
+              .map(([h, isNum]) => el('th', {class: isNum ? 'tp-num' : null}, h)))));
   const body = el('tbody');
-  for (const n of rows.slice(0, 50)) {
-    const inside = n.inside.map((d) => `${d.name} (${d.pass}${d.status === 'matched' ? '' : ', ' + d.status}) ` +
-        `${signedDuration(d.delta_us)}`).join('; ');
-    body.append(el('tr', {class: n.noise ? 'tp-diff-noise' : (n.delta_us > 0 ? 'tp-diff-slower' : 'tp-diff-faster')},
-        el('td', {}, n.qualified_name || n.class_name || n.name), el('td', {}, n.status),
-        el('td', {}, duration(n.base_us)), el('td', {}, duration(n.new_us)),
-        el('td', {}, signedDuration(n.delta_us)), el('td', {}, signedPercent(n.delta_ratio)),
-        el('td', {}, n.spread_us === null ? '--' : duration(n.spread_us)), el('td', {}, inside)));
-  }
+  rows.forEach((n, i) => {
+    const inside = n.inside.map((d) => el('span', {class: 'tp-diff-inside-item'},
+        `${d.name} (${d.pass}${d.status === 'matched' ? '' : ', ' + d.status}) `,
+        el('span', {class: d.delta_us > 0 ? 'tp-worse' : 'tp-better'}, signedDuration(d.delta_us))));
+    const change = changeClass(n);
+    body.append(el('tr', {class: n.noise ? 'tp-diff-noise' : (n.delta_us > 0 ? 'tp-diff-slower' : 'tp-diff-faster'),
+      'data-key': n.key},
+    el('td', {class: 'tp-diff-node', title: n.qualified_name || n.name}, labels[i] || n.class_name),
+    el('td', {}, n.status),
+    num(duration(n.base_us)), num(duration(n.new_us)),
+    num(signedDuration(n.delta_us), `tp-diff-delta-cell ${change}`), num(signedPercent(n.delta_ratio), change),
+    num(n.spread_us === null ? '--' : duration(n.spread_us)),
+    el('td', {class: 'tp-diff-inside'}, inside)));
+  });
   table.append(body);
-  return table;
+  return el('div', {class: 'tp-ops-wrap tp-diff-table-wrap'}, table);
+}
+
+function diffCards(doc) {
+  const step = doc.step;
+  const side = (s) => el('span', {title: s.path}, `${s.path.split('/').pop()} · ${s.device}`);
+  const wall = `${signedDuration(step.wall_delta_us)} (${signedPercent(step.wall_delta_ratio)})`;
+  const cards = [
+    ['Base', side(doc.base)],
+    ['New', side(doc.new)],
+    ['Step wall', `${duration(doc.base.wall_us)} → ${duration(doc.new.wall_us)}`],
+    ['Change', el('span', {id: 'tp-diff-step', class: changeClass({delta_us: step.wall_delta_us,
+      noise: step.wall_spread_us !== null && Math.abs(step.wall_delta_us) <= step.wall_spread_us})}, wall)],
+    ['Step-to-step spread', step.wall_spread_us === null ? '--' : duration(step.wall_spread_us)],
+    ['Where', Object.entries(step.where).map(([k, v]) => `${k} ${signedDuration(v)}`).join(' · ')],
+  ];
+  return el('section', {class: 'tp-summary'},
+      el('div', {class: 'tp-cards'}, cards.map(([k, v]) =>
+        el('div', {class: 'tp-card'}, el('div', {class: 'tp-card-key'}, k),
+            el('div', {class: 'tp-card-value', title: typeof v === 'string' ? v : v.title}, v)))),
+      doc.warnings.map((w) => el('div', {class: 'tp-warning tp-diff-warning'}, `⚠ warning: ${w}`)));
 }
 
 export function renderDiff(doc, {title = null, footer = null} = {}) {
-  const root = document.body;
-  const width = Math.max(320, Math.min(window.innerWidth - 48, 1400));
-  const half = Math.floor((width - 16) / 2);
+  document.body.classList.add('tp-body');
   const what = doc.metric === 'gpu_busy_us' ? 'GPU busy time' : 'CPU time';
-  const step = doc.step;
-  const summary = el('div', {class: 'tp-diff-summary'},
-      el('h1', {}, title || 'traceprof diff'),
-      el('div', {}, `base: ${doc.base.path} (${doc.base.device})`),
-      el('div', {}, `new: ${doc.new.path} (${doc.new.device})`),
-      el('div', {id: 'tp-diff-step'}, `step wall ${duration(doc.base.wall_us)} -> ${duration(doc.new.wall_us)} ` +
-          `(${signedDuration(step.wall_delta_us)} ${signedPercent(step.wall_delta_ratio)})` +
-          (step.wall_spread_us !== null ? `, spread ${duration(step.wall_spread_us)}` : '')),
-      el('div', {}, 'where: ' + Object.entries(step.where).map(([k, v]) => `${k} ${signedDuration(v)}`).join(', ')),
-      ...doc.warnings.map((w) => el('div', {class: 'tp-diff-warning'}, `warning: ${w}`)));
   const charts = el('div', {class: 'tp-diff-charts'});
+  const panel = (heading, hint, ...content) => el('section', {class: 'tp-panel'},
+      el('div', {class: 'tp-panel-head'}, el('h2', {}, heading), hint ? el('span', {class: 'tp-hint'}, hint) : null),
+      ...content);
+  const app = el('div', {class: 'tp-app', id: 'traceprof-diff-page'},
+      el('header', {class: 'tp-toolbar'}, el('span', {class: 'tp-brand'}, 'traceprof diff'),
+          el('span', {class: 'tp-title', title: title || ''}, title || '')),
+      diffCards(doc),
+      panel('Module time', `${what} per step, base and new on one scale; click a box to zoom in, again to zoom out`,
+          charts),
+      panel('Largest changes', `the ${DIFF_TABLE_ROWS} nodes whose ${what} changed most; grey: within the ` +
+          'step-to-step spread', diffTable(doc)),
+      footer ? el('footer', {class: 'tp-footer'}, footer) : null);
+  document.body.append(app);
   const byId = new Map(doc.nodes.map((n) => [n.id, n]));
   const draw = (focus) => {
+    const width = Math.max(320, charts.clientWidth - 2);
+    const half = Math.floor((width - 16) / 2);
     const roots = focus === null ? doc.roots : [focus];
     const sum = (f) => roots.reduce((s, r) => s + f(byId.get(r)), 0);
     const scale = half / Math.max(sum((n) => n.base_us), sum((n) => n.new_us), 1e-9);
     const deltaScale = width / Math.max(sum((n) => Math.max(n.base_us, n.new_us)), 1e-9);
     const pick = (node) => draw(node.id === focus ? null : node.id);
-    const zoom = focus === null ? 'the whole step' : (byId.get(focus).qualified_name || byId.get(focus).name);
+    const node = focus === null ? null : byId.get(focus);
+    const zoom = node === null ? 'the whole step' : (node.qualified_name || node.name);
+    const head = (label, total) => el('div', {class: 'tp-pass-head'}, el('span', {class: 'tp-pass-name'}, label),
+        el('span', {class: 'tp-pass-time'}, duration(total)));
     charts.replaceChildren(
-        el('div', {class: 'tp-diff-zoom'}, `Showing ${zoom} (click a box to zoom in, again to zoom out) `,
-            focus === null ? null : el('button', {id: 'tp-diff-reset', onclick: () => draw(null)}, 'Whole step')),
-        el('div', {class: 'tp-diff-pair', style: 'display:flex;gap:16px'},
-            el('div', {style: `width:${half}px`}, el('h2', {}, `Base (${what})`),
+        el('div', {class: 'tp-crumbs tp-diff-zoom'}, `Showing ${zoom} `,
+            focus === null ? null : el('button', {class: 'tp-button', id: 'tp-diff-reset', onclick: () => draw(null)},
+                'Whole step')),
+        el('div', {class: 'tp-diff-pair'},
+            el('div', {class: 'tp-pass tp-pass-forward', style: `width:${half}px`}, head('Base', sum((n) => n.base_us)),
                 icicle(doc, roots, (n) => n.base_us, () => '#8fb9e0', scale, 'tp-diff-base', pick)),
-            el('div', {style: `width:${half}px`}, el('h2', {}, `New (${what})`),
+            el('div', {class: 'tp-pass tp-pass-backward', style: `width:${half}px`}, head('New', sum((n) => n.new_us)),
                 icicle(doc, roots, (n) => n.new_us, () => '#f2b880', scale, 'tp-diff-new', pick))),
-        el('h2', {}, 'Change (width: the larger of base and new; red slower, green faster, ' +
-            'grey within the spread)'),
+        el('div', {class: 'tp-pass-head tp-diff-change-head'}, el('span', {class: 'tp-pass-name'}, 'Change'),
+            el('span', {class: 'tp-pass-time'}, 'width: the larger of base and new;'),
+            el('span', {class: 'tp-diff-key', style: 'background: hsl(0, 70%, 55%)'}), 'slower',
+            el('span', {class: 'tp-diff-key', style: 'background: hsl(120, 45%, 55%)'}), 'faster',
+            el('span', {class: 'tp-diff-key', style: 'background: #d0d0d0'}), 'within the spread'),
         icicle(doc, roots, (n) => Math.max(n.base_us, n.new_us), deltaColor, deltaScale,
             'tp-diff-delta', pick));
   };
   draw(null);
-  root.append(summary, charts, el('h2', {}, 'Largest changes'), diffTable(doc),
-      footer ? el('div', {class: 'tp-footer'}, footer) : null);
   document.title = title ? `traceprof diff · ${title}` : 'traceprof diff';
   window.traceprofDiff = doc;
 }

@@ -58,6 +58,41 @@ export function bigNumber(value, unit = '') {
   return `${Math.round(value)}${unit ? ' ' + unit : ''}`;
 }
 
+// Short display names (the rule of traceprof/result/names.py, short_names): for each qualified
+// name, its shortest tail of whole dot-separated parts that no other distinct name of `names`
+// shares; a view shows it and keeps the qualified name in a title (hover).
+export function shortNames(names) {
+  const parts = names.map((q) => String(q).split('.'));
+  // a tail never starts with an index: h.2, not 2 (as traceprof/result/names.py)
+  const widened = (p, n) => { while (n < p.length && /^\d+$/.test(p[p.length - n])) n += 1; return n; };
+  const k = parts.map((p) => widened(p, 1));
+  const tail = (i) => parts[i].slice(-k[i]).join('.');
+  let pending = parts.map((_, i) => i);
+  while (pending.length) {
+    const owners = new Map();
+    parts.forEach((_, i) => {
+      const t = tail(i);
+      if (!owners.has(t)) owners.set(t, new Set());
+      owners.get(t).add(names[i]);
+    });
+    pending = pending.filter((i) => owners.get(tail(i)).size > 1 && k[i] < parts[i].length);
+    for (const i of pending) k[i] = widened(parts[i], k[i] + 1);
+  }
+  return parts.map((_, i) => tail(i));
+}
+
+// The names to show for tree nodes named outside a tree (a diff's rows, a heat map's rows):
+// modules by shortNames over the modules given, a root of no qualified name by its name, other
+// nodes (time in no module, annotations) by their own name, which holds no module path.
+export function displayNames(nodes) {
+  const full = nodes.map((n) => (n.kind === 'module' ? n.qualified_name : '') || n.name || n.class_name || '');
+  const modules = nodes.map((n, i) => i).filter((i) => nodes[i].kind === 'module' && nodes[i].qualified_name);
+  const shorts = shortNames(modules.map((i) => full[i]));
+  const out = [...full];
+  modules.forEach((i, k) => { out[i] = shorts[k]; });
+  return out;
+}
+
 export function shape(spec) {
   if (spec === null || spec === undefined) return '--';
   if (Array.isArray(spec)) {
@@ -565,7 +600,7 @@ class TraceprofView {
         text.textContent = label.length > chars ? label.slice(0, chars - 1) + '…' : label;
         g.append(text);
       }
-      g.addEventListener('click', () => this.onCellClick(c.node, c.level));
+      g.addEventListener('click', () => this.onCellClick(c.node, c.level, phase));
       chart.append(g);
     }
     return el('div', {class: 'tp-icicle-inner'}, chart);
@@ -593,14 +628,29 @@ class TraceprofView {
         `${percent(node.share_of_step)} of the step${node.calls !== 1 ? `, ${count(node.calls)} calls` : ''}`;
   }
 
-  onCellClick(node, level) {
-    if (level === 0 && this.focus !== null) {
+  // a click zooms the icicle to the module (its top bar: out to the parent) and the timeline to
+  // the module's time span in the pass clicked
+  onCellClick(node, level, phase = 'both') {
+    const out = level === 0 && this.focus !== null;
+    if (out) {
       this.focus = node.parent >= 0 && this.byId.has(node.parent) ? node.parent : null;
     } else if (node.children.length) {
       this.focus = node.id;
     }
     this.reveal(node.id);
     this.renderIcicle();
+    this.zoomTimelineTo(out ? this.focus : node.id, phase);
+  }
+
+  // the timeline of the step shows the span of node `id` (the whole step for null)
+  zoomTimelineTo(id, phase = 'both') {
+    if (!this.timelineView) return;
+    if (id === null) {
+      this.timelineView.reset();
+      return;
+    }
+    const span = this.timelineView.spanOf(id, phase);
+    if (span) this.timelineView.setView(span[0], span[1]);
   }
 
   reveal(id) {
@@ -904,7 +954,7 @@ class TraceprofView {
       });
       const row = el('tr', {class: `tp-row tp-kind-${n.kind}${this.selected === n.id ? ' tp-selected' : ''}`,
         'data-id': n.id, 'data-depth': n.depth,
-        onclick: () => { this.selected = n.id; this.focus = n.children.length ? n.id : (n.parent >= 0 ? n.parent : null); this.renderIcicle(); this.markSelected(); this.selectionChanged(); }},
+        onclick: () => { this.selected = n.id; this.focus = n.children.length ? n.id : (n.parent >= 0 ? n.parent : null); this.renderIcicle(); this.markSelected(); this.selectionChanged(); this.zoomTimelineTo(n.id); }},
       nameCell, cells);
       body.append(row);
     }
@@ -1074,6 +1124,31 @@ class StepTimelineView {
           (best < 0 || this.tl.events.dur[i] < this.tl.events.dur[best])) best = i;
     }
     return best;
+  }
+
+  // [first start, last end] of the events of `nodeId`'s subtree in `phase` (a pass name; all
+  // passes when the module has no event in it, or for 'both' and 'split'), or null: the module's
+  // time span in the step.
+  spanOf(nodeId, phase = 'both') {
+    const e = this.tl.events;
+    const inside = this.tl.modules.map((_, m) => {
+      for (let n = this.view.byId.get(this.nodeOfModule(m)); n; n = n.parent >= 0 ? this.view.byId.get(n.parent) : null) {
+        if (n.id === nodeId) return true;
+      }
+      return false;
+    });
+    const wanted = PASSES.findIndex(([p]) => p === phase);
+    const span = (anyPhase) => {
+      let a = Infinity;
+      let b = -Infinity;
+      for (let i = 0; i < this.n; i++) {
+        if (e.module[i] < 0 || !inside[e.module[i]] || (!anyPhase && e.phase[i] !== wanted)) continue;
+        a = Math.min(a, e.start[i]);
+        b = Math.max(b, this.end[i]);
+      }
+      return a <= b ? [a, b] : null;
+    };
+    return (wanted >= 0 && span(false)) || span(true);
   }
 
   // Zooms to the first event on a GPU lane (else any lane) of `nodeId`'s subtree and returns
@@ -1268,7 +1343,7 @@ export async function render() {
   const view = await mount(tensorboardSource());
   // a run that is a rank of a job: the job's heat map above its tree (job.js, docs/jobs.md)
   const job = await import('./job.js');
-  await job.mountTensorBoardJob(view, {el, duration, percent, fetchJson});
+  await job.mountTensorBoardJob(view, {el, duration, percent, fetchJson, displayNames});
 }
 
 // The HTML report's entry point: one profile, given inline (style.css inlined by the page); the
