@@ -424,3 +424,13 @@ def test_real_compiled_and_replayed_traces_group_their_work(path, graph, familie
     roots = sum(p.nodes[r].total.gpu_busy_us for r in p.roots)
     assert roots == pytest.approx(p.selection.gpu_busy_us, rel=1e-6)
 
+
+def test_a_diff_side_has_the_per_step_times_of_the_group_nodes():
+    """A diff's per-step detail (the spread of each node) is built on the same tree as the
+    profile, group nodes of compiled work included, so their changes get a spread too."""
+    from traceprof.compare.side import side_of
+
+    side = side_of(SHARED_TRACES / "compiled/rtx4090d_mlp_graph_breaks_compiled_train.json.gz")
+    grouped = {path for path, _ in side.node_steps if any(part.startswith("[compiled") for part in path)}
+    in_profile = {n.path for n in side.profile.nodes if n.kind.value == "compiled"}
+    assert in_profile and grouped == in_profile

@@ -17,20 +17,25 @@ from traceprof.cli.common import (
     Size,
     chosen_renderer,
     close,
+    depth_option,
     emit,
     fail,
+    ignore_option,
     job_progress,
     no_cache_option,
     print_warnings,
     progress_reporter,
     reported_errors,
+    sort_option,
+    step_option,
+    top_option,
     write_tensorboard,
 )
 from traceprof.errors import OptionError
 from traceprof.render.table import COLUMNS as TABLE_COLUMNS
 from traceprof.render.table import DEFAULT_COLUMNS as DEFAULT_TABLE_COLUMNS
 from traceprof.render.table import parse_columns
-from traceprof.result.transforms import SortKey, ignore_modules
+from traceprof.result.transforms import ignore_modules
 
 
 @click.command("analyze")
@@ -52,24 +57,13 @@ from traceprof.result.transforms import SortKey, ignore_modules
     "output) instead of standard output; the format follows its extension "
     "(.txt, .table, .json, .csv, .html, .parquet). Never the input trace.",
 )
-@click.option(
-    "--depth", type=Number(int, min=0), default=None, help="Show nodes down to this depth (0 = roots)."
+@depth_option()
+@top_option(
+    "Keep the N largest children of each node (by --sort's key); in the tree report also the "
+    "modules per depth of the aggregated profile [default there: 3]; with --ops the N largest "
+    "rows of each section; for a job, the N largest modules under each module."
 )
-@click.option(
-    "--top",
-    type=Number(int, min=1),
-    default=None,
-    help="Keep the N largest children of each node; in the tree report also the "
-    "modules per depth of the aggregated profile [default there: 3].",
-)
-@click.option(
-    "--ignore",
-    "ignore",
-    multiple=True,
-    metavar="PATTERN",
-    help="Hide modules whose class or qualified name matches PATTERN (fnmatch, "
-    "repeatable); their time stays in their parent.",
-)
+@ignore_option()
 @click.option(
     "--batch-size",
     type=Number(int, min=1),
@@ -77,19 +71,11 @@ from traceprof.result.transforms import SortKey, ignore_modules
     help="Samples per step per rank, for samples/second in the tree report "
     "[default: dim 0 of the root module's first input, when recorded].",
 )
-@click.option(
-    "--sort",
-    type=click.Choice([k.value for k in SortKey]),
-    default="order",
-    show_default=True,
-    help="Order of siblings.",
+@sort_option(
+    "Order of siblings (a job's modules: by their median across the ranks); with --ops the "
+    "order of the rows (gpu, cpu, calls, flops, name) [default there: largest time first]."
 )
-@click.option(
-    "--step",
-    type=Number(int, min=0),
-    default=None,
-    help="Analyze this ProfilerStep alone [default: mean of the complete steps].",
-)
+@step_option("Analyze this ProfilerStep alone [default: mean of the complete steps].")
 @click.option(
     "--hierarchy",
     type=click.Choice(SOURCES),
@@ -126,7 +112,8 @@ from traceprof.result.transforms import SortKey, ignore_modules
     "--all",
     "all_rows",
     is_flag=True,
-    help="With --ops as text: also the rows without time (Python frames of with_stack traces).",
+    help="As text, also the rows without time: with --ops, the Python frames of with_stack "
+    "traces; for a job, the modules without time on every rank.",
 )
 @click.option(
     "--tensorboard",
@@ -237,6 +224,10 @@ def analyze(
             fmt=fmt,
             output=output,
             depth=depth,
+            top=top,
+            sort=sort,
+            ignore=ignore,
+            all_rows=all_rows,
             step=step,
             hierarchy=hierarchy,
             raw=raw,
@@ -260,8 +251,8 @@ def analyze(
                 step=step,
                 hierarchy=hierarchy,
                 depth=depth,
-                top=top,
-                sort=sort,
+                top=None if ops_module else top,  # --ops: its rows' (render_ops)
+                sort="order" if ops_module else sort,
                 progress=reporter,
                 peak_tflops=peak_tflops,
                 max_memory=max_memory,
@@ -281,11 +272,11 @@ def analyze(
             **({"top_modules": top} if top is not None else {}),
         )
         if all_rows and not ops_module:
-            raise OptionError("--all applies to --ops (the rows without time of its text)")
+            raise OptionError("--all applies to --ops and to a job (the rows without time of their text)")
         if ops_module:
             from traceprof.render.ops import render_ops
 
-            text = render_ops(profile, ops_module, fmt, raw, all_rows)
+            text = render_ops(profile, ops_module, fmt, raw, all_rows, top=top, sort=sort)
         else:
             text = render.render(profile, fmt, options)
         if not renderer.shows_warnings:  # rows only (CSV, Parquet): warnings on stderr
@@ -299,15 +290,11 @@ def analyze(
 
 #: options of one trace's report, and of a job's: the others apply to both
 SINGLE_TRACE_OPTIONS = (
-    "top",
-    "ignore",
     "batch_size",
-    "sort",
     "unsupported_ops",
     "columns",
     "tensorboard_logdir",
     "ops_module",
-    "all_rows",
 )
 JOB_OPTIONS = ("engine", "scheduler", "scheduler_timeout", "ranks_columns", "straggler_threshold")
 
@@ -335,6 +322,10 @@ def _analyze_job(
     fmt,
     output,
     depth,
+    top,
+    sort,
+    ignore,
+    all_rows,
     step,
     hierarchy,
     raw,
@@ -373,7 +364,11 @@ def _analyze_job(
             )
         finally:
             close(reporter)
-        options = render.RenderOptions(raw_numbers=raw, ranks=ranks, depth=depth)
+        # the rows' shape: every format; modules without time left out of the text only
+        job = job.shaped(
+            depth=depth, top=top, sort=sort, ignore=ignore, all_rows=all_rows or fmt not in ("tree", "table")
+        )
+        options = render.RenderOptions(raw_numbers=raw, ranks=ranks)
         text = render.render_job(job, fmt, options)
         # rows only (CSV, Parquet): every warning on stderr; else a partial job's and the runs
         # left out of a directory's there too, where a pipe reader sees them

@@ -23,6 +23,7 @@ from traceprof.read import cache
 from traceprof.read.limits import ENV_VAR as MAX_MEMORY_ENV
 from traceprof.read.limits import parse_size
 from traceprof.render.registry import Registry, Renderer
+from traceprof.result.transforms import SortKey
 
 #: values of --hierarchy
 SOURCES = ["auto"] + [s.value for s in Source if s is not Source.NONE]
@@ -307,6 +308,44 @@ def chosen_renderer(registry: Registry, fmt: str | None, output: str | None, inp
     if renderer.binary:
         check_binary_output(fmt, output)
     return renderer
+
+
+# --- the shaping options: one declaration for analyze (a trace, a job, --ops) and diff, so that
+# names, defaults, validation and errors are the same everywhere (docs/diff.md, docs/jobs.md)
+
+
+def depth_option(help: str = "Show nodes down to this depth (0 = roots).") -> Callable[[Any], Any]:
+    """``--depth N``: an integer, 0 or more."""
+    return click.option("--depth", type=Number(int, min=0), default=None, help=help)
+
+
+def top_option(help: str) -> Callable[[Any], Any]:
+    """``--top N``: an integer, 1 or more."""
+    return click.option("--top", type=Number(int, min=1), default=None, help=help)
+
+
+def sort_option(help: str = "Order of siblings.", default: str = "order") -> Callable[[Any], Any]:
+    """``--sort KEY``: one of :class:`~traceprof.result.transforms.SortKey`."""
+    return click.option(
+        "--sort",
+        type=click.Choice([k.value for k in SortKey]),
+        default=default,
+        show_default=True,
+        help=help,
+    )
+
+
+def step_option(help: str) -> Callable[[Any], Any]:
+    """``--step N``: a ProfilerStep number, 0 or more."""
+    return click.option("--step", type=Number(int, min=0), default=None, help=help)
+
+
+def ignore_option(
+    help: str = "Hide modules whose class or qualified name matches PATTERN (fnmatch, "
+    "repeatable); their time stays in their parent.",
+) -> Callable[[Any], Any]:
+    """``--ignore PATTERN``, repeatable."""
+    return click.option("--ignore", "ignore", multiple=True, metavar="PATTERN", help=help)
 
 
 def _no_cache(ctx: click.Context, param: click.Parameter, value: bool) -> None:

@@ -13,10 +13,15 @@ from traceprof.cli.common import (
     Number,
     Size,
     chosen_renderer,
+    depth_option,
     emit,
+    ignore_option,
     no_cache_option,
     print_warnings,
     reported_errors,
+    sort_option,
+    step_option,
+    top_option,
 )
 from traceprof.errors import OptionError
 
@@ -65,6 +70,24 @@ _FORMATS = ["csv", "html", "json", "parquet", "tree"]
     show_default=True,
     help="Where the module trees come from.",
 )
+@depth_option()
+@top_option(
+    "Keep the N children of each node that changed most (by --sort's key); fold the rest into one '(k more)' node."
+)
+@sort_option(
+    "Order of siblings: the size of the change (|Δ|, largest first) of the key's quantity "
+    "(gpu: the diff's time, GPU busy or CPU; fwd, bwd, other: that pass's; kernels, calls, "
+    "flops), or name, or order (as the modules first ran).",
+    default="gpu",
+)
+@step_option(
+    "Compare this ProfilerStep of each trace (the same number in both; of every rank for job "
+    "directories) [default: the mean of each trace's complete steps]."
+)
+@ignore_option(
+    "Hide modules whose class or qualified name matches PATTERN (fnmatch, repeatable); their "
+    "change stays in their parent's."
+)
 @click.option("--raw", is_flag=True, help="Times as plain microseconds.")
 @click.option(
     "--tensorboard",
@@ -82,7 +105,23 @@ _FORMATS = ["csv", "html", "json", "parquet", "tree"]
     help="Memory limit of loading each trace (e.g. 8G) [default: as analyze].",
 )
 @no_cache_option
-def diff_command(base, new, fmt, output, fail_pct, module, hierarchy, raw, tensorboard_logdir, max_memory):
+def diff_command(
+    base,
+    new,
+    fmt,
+    output,
+    fail_pct,
+    module,
+    hierarchy,
+    depth,
+    top,
+    sort,
+    step,
+    ignore,
+    raw,
+    tensorboard_logdir,
+    max_memory,
+):
     """Which module got slower between BASE and NEW (trace files, or two job directories), and
     what changed inside it. Exit 10 with --fail-if-slower when NEW is slower than allowed."""
     from traceprof.render.diff import DIFF_REGISTRY
@@ -93,12 +132,13 @@ def diff_command(base, new, fmt, output, fail_pct, module, hierarchy, raw, tenso
         if module is not None and fail_pct is None:
             raise OptionError("--module applies to --fail-if-slower")
         renderer = chosen_renderer(DIFF_REGISTRY, fmt, output, inputs)
-        result = _diff(base, new, hierarchy, max_memory)
+        result = _diff(base, new, hierarchy, max_memory, step)
         if module is not None:
             result.slower(fail_pct, module)  # an unknown module: the error before any output
-        text = renderer.render(result, RenderOptions(raw_numbers=raw))
+        shown = result.shaped(depth=depth, top=top, sort=sort, ignore=ignore)
+        text = renderer.render(shown, RenderOptions(raw_numbers=raw))
         if not renderer.shows_warnings:
-            print_warnings(result.warnings)
+            print_warnings(shown.warnings)
         emit(text, output, inputs, _styled if renderer.name == "tree" else None)
         if tensorboard_logdir:
             from traceprof.tensorboard import write_logdir
@@ -128,18 +168,20 @@ def diff_command(base, new, fmt, output, fail_pct, module, hierarchy, raw, tenso
                 sys.exit(SLOWER_EXIT_CODE)
 
 
-def _diff(base: str, new: str, hierarchy, max_memory):
+def _diff(base: str, new: str, hierarchy, max_memory, step):
     from traceprof.compare.diff import diff, diff_jobs
 
     dirs = [os.path.isdir(p) for p in (base, new)]
     if all(dirs):
-        return diff_jobs(base, new, hierarchy=hierarchy, max_memory=max_memory)
+        return diff_jobs(base, new, hierarchy=hierarchy, max_memory=max_memory, step=step)
     if any(dirs):
         raise OptionError(
             f"{base if dirs[0] else new}: a directory compared with a file; give "
             "two trace files or two job directories"
         )
-    return diff(base, new, hierarchy=None if hierarchy == "auto" else hierarchy, max_memory=max_memory)
+    return diff(
+        base, new, hierarchy=None if hierarchy == "auto" else hierarchy, max_memory=max_memory, step=step
+    )
 
 
 def _styled(text: str) -> object:

@@ -138,6 +138,8 @@ class DiffNode(_Change, msgspec.Struct, frozen=True):
     inside: tuple[InsideDelta, ...]  # largest |Δ| first, at most TOP_INSIDE
     #: step-to-step standard deviation of the node's time over all passes (larger side)
     spread_us: float | None = None
+    #: the node's place in the order the modules first ran (base trace first): ``--sort order``
+    order: int = 0
 
     def phase(self, p: Pass | str) -> PassDelta:
         return self.passes[PASSES.index(Pass(p))]
@@ -181,6 +183,35 @@ class DiffProfile(msgspec.Struct, frozen=True):
     nodes: tuple[DiffNode, ...]
     roots: tuple[int, ...]
     warnings: tuple[str, ...]
+    #: the diff before :meth:`shaped` (None: this is it): what "most changed" ranks
+    full: DiffProfile | None = None
+    #: shaped by a depth or a top-N: the text tree is an overview (docs/diff.md "Shaping")
+    overview: bool = False
+
+    def shaped(
+        self,
+        *,
+        depth: int | None = None,
+        top: int | None = None,
+        sort: str = "gpu",
+        ignore: tuple[str, ...] | list[str] = (),
+    ) -> DiffProfile:
+        """The diff shaped as ``traceprof analyze`` shapes a profile (docs/diff.md "Shaping"):
+        siblings ordered by ``sort`` (the size of the change of a
+        :class:`~traceprof.result.transforms.SortKey`'s quantity, largest first; ``"order"``:
+        as the modules first ran), the ``top`` largest children of each node kept and the rest
+        folded into one ``(k more)`` node, nodes down to ``depth`` (0: the roots), modules
+        matching an ``ignore`` pattern (fnmatch on class or qualified name) hidden. Every
+        number shown stays as it is: a hidden node's change stays in its parent's."""
+        from traceprof.compare.shape import shape_diff
+
+        return shape_diff(self, depth=depth, top=top, sort=sort, ignore=ignore)
+
+    def most_changed(self) -> list[tuple[DiffNode, float]]:
+        """The modules by |Δ of their own time| and that Δ (:meth:`ranked`), over every module of
+        the diff, also those a :meth:`shaped` diff does not show."""
+        whole = self.full or self
+        return [(n, whole.own_delta_us(n)) for n in whole.ranked()]
 
     @property
     def wall_delta_us(self) -> float:
@@ -303,25 +334,39 @@ def diff(
     max_memory=None,
     parallel: bool = True,
     cache: bool | None = None,
+    step: int | None = None,
+    depth: int | None = None,
+    top: int | None = None,
+    sort: str | None = None,
+    ignore: tuple[str, ...] | list[str] = (),
 ) -> DiffProfile:
     """Compare two traces (paths, :class:`Trace` objects or sides from
     :func:`traceprof.compare.side.side_of`): per module and pass, base -> new.
 
     Two paths are analyzed in two processes at once when ``parallel`` (each returns only its
     small tables). ``cache``: read the paths' decoded traces from the cache, and write them there
-    (default: unless ``$TRACEPROF_CACHE`` is ``off``; see :mod:`traceprof.read.cache`)."""
-    sides = _sides([base, new], hierarchy, max_memory, parallel, cache)
-    return compare(*sides)
+    (default: unless ``$TRACEPROF_CACHE`` is ``off``; see :mod:`traceprof.read.cache`).
+    ``step``: compare that ProfilerStep of each trace (the same number in both) instead of the
+    mean of their complete steps. ``depth``, ``top``, ``sort``, ``ignore``: the result
+    :meth:`DiffProfile.shaped`."""
+    sides = _sides([base, new], hierarchy, max_memory, parallel, cache, step)
+    return _shaped(compare(*sides), depth, top, sort, ignore)
 
 
-def _sides(items, hierarchy, max_memory, parallel, cache=None) -> list[Side]:
+def _shaped(result: DiffProfile, depth, top, sort, ignore) -> DiffProfile:
+    if depth is None and top is None and sort is None and not ignore:
+        return result
+    return result.shaped(depth=depth, top=top, sort=sort or "gpu", ignore=ignore)
+
+
+def _sides(items, hierarchy, max_memory, parallel, cache=None, step=None) -> list[Side]:
     """Each item as a :class:`Side`; the paths among them analyzed by the local engine's process
     pool (one worker per trace, at most the CPUs) when ``parallel``."""
     out = list(items)
     contents: dict[int, str | None] = {}  # content hashes, computed once
     for i, x in enumerate(items):  # sides in the cache (a CI baseline): the rest has the cores
         if not isinstance(x, (Side, Trace)):
-            hit, contents[i] = cached_side(x, hierarchy=hierarchy, cache=cache)
+            hit, contents[i] = cached_side(x, hierarchy=hierarchy, cache=cache, step=step)
             out[i] = hit or x
     paths = [i for i, x in enumerate(out) if not isinstance(x, (Side, Trace))]
     if parallel and len(paths) > 1 and _size(items[i] for i in paths) > PARALLEL_FROM_BYTES:
@@ -329,14 +374,20 @@ def _sides(items, hierarchy, max_memory, parallel, cache=None) -> list[Side]:
 
         engine = LocalEngine(min(len(paths), default_jobs()))
         got = engine.map(
-            _side_task, [(str(items[i]), hierarchy, max_memory, cache, contents.get(i)) for i in paths]
+            _side_task,
+            [(str(items[i]), hierarchy, max_memory, cache, contents.get(i), step) for i in paths],
         )
         for i, side in zip(paths, got):
             out[i] = side
     for i, x in enumerate(out):
         if not isinstance(x, Side):
             out[i] = side_of(
-                x, hierarchy=hierarchy, max_memory=max_memory, cache=cache, content=contents.get(i)
+                x,
+                hierarchy=hierarchy,
+                max_memory=max_memory,
+                cache=cache,
+                content=contents.get(i),
+                step=step,
             )
     return out
 
@@ -352,8 +403,8 @@ def _size(paths) -> int:
 
 
 def _side_task(task) -> Side:
-    path, hierarchy, max_memory, cache, content = task
-    return side_of(path, hierarchy=hierarchy, max_memory=max_memory, cache=cache, content=content)
+    path, hierarchy, max_memory, cache, content, step = task
+    return side_of(path, hierarchy=hierarchy, max_memory=max_memory, cache=cache, content=content, step=step)
 
 
 def _summary(side: Side) -> SideSummary:
@@ -500,6 +551,7 @@ def compare(base: Side, new: Side) -> DiffProfile:
         children[key] = kids
         stack.extend(reversed(kids))
     depth: dict[str, int] = {}
+    position = {key: i for i, key in enumerate(order)}
     nodes = []
     for key in flat:
         b, n, status, passes, inside, parent, spread = built[key]
@@ -520,6 +572,7 @@ def compare(base: Side, new: Side) -> DiffProfile:
                 passes=passes,
                 inside=inside,
                 spread_us=spread,
+                order=position[key],
             )
         )
     bs, ns = _summary(base), _summary(new)
@@ -626,18 +679,28 @@ def _inside(
 
 
 def diff_jobs(
-    base_dir: str | os.PathLike, new_dir: str | os.PathLike, *, hierarchy=None, max_memory=None
+    base_dir: str | os.PathLike,
+    new_dir: str | os.PathLike,
+    *,
+    hierarchy=None,
+    max_memory=None,
+    step: int | None = None,
+    depth: int | None = None,
+    top: int | None = None,
+    sort: str | None = None,
+    ignore: tuple[str, ...] | list[str] = (),
 ) -> DiffProfile:
     """Compare two jobs (directories of one trace per rank, found as ``traceprof analyze`` finds
     them: :func:`traceprof.read.discovery.find_traces`): rank by rank; the result is the diff of the rank
-    whose step changed most, with every rank's step change in its warnings."""
+    whose step changed most, with every rank's step change in its warnings. ``step``, ``depth``,
+    ``top``, ``sort``, ``ignore``: as :func:`diff`'s."""
     from traceprof.read.discovery import find_traces
 
     hierarchy = None if hierarchy == "auto" else hierarchy
     sides = []
     for d in (base_dir, new_dir):
         paths = find_traces([str(d)])
-        got = _sides(paths, hierarchy, max_memory, parallel=True)
+        got = _sides(paths, hierarchy, max_memory, parallel=True, step=step)
         by_rank = {}
         for s in got:
             rank = s.profile.metadata.rank
@@ -662,4 +725,4 @@ def diff_jobs(
         notes.append("ranks in one job only: " + ", ".join(map(str, only)))
     shown = diffs[worst]
 
-    return replace(shown, warnings=tuple(notes) + shown.warnings)
+    return _shaped(replace(shown, warnings=tuple(notes) + shown.warnings), depth, top, sort, ignore)

@@ -21,7 +21,6 @@ import os
 import msgspec
 import numpy as np
 
-from traceprof.analysis.hierarchy import build_hierarchy
 from traceprof.analysis.link import link
 from traceprof.read import cache as trace_cache
 from traceprof.read.build import cache_store, load_trace
@@ -57,44 +56,59 @@ class Side(msgspec.Struct, frozen=True):
 
 
 def side_of(
-    source: Trace | str | os.PathLike, *, hierarchy=None, max_memory=None, cache=None, content=None
+    source: Trace | str | os.PathLike,
+    *,
+    hierarchy=None,
+    max_memory=None,
+    cache=None,
+    content=None,
+    step: int | None = None,
 ) -> Side:
     """Analyze ``source`` (a :class:`Trace` or a path) for a diff. A path's side comes from the
     cache when it is there, else it is computed and written there (``cache``: see
     :func:`traceprof.load_trace`): a CI baseline is analyzed once. ``content``: the file's
-    content hash, when the caller has it."""
+    content hash, when the caller has it. ``step``: that ProfilerStep alone (default: the mean
+    of the complete steps, as ``traceprof analyze``)."""
     if isinstance(source, Trace):
-        return _side_of_trace(source, hierarchy)
+        return _side_of_trace(source, hierarchy, step)
     store = cache_store(cache)
     if store is not None and content is None:
         content = trace_cache.content_hash(source)
 
     def computed() -> Side:
         trace = load_trace(source, max_memory=max_memory, cache=cache, content=content)
-        return _side_of_trace(trace, hierarchy)
+        return _side_of_trace(trace, hierarchy, step, str(source))
 
     if store is None or content is None:
         return computed()
-    key = trace_cache.entry_name(content, "side", str(getattr(hierarchy, "value", hierarchy)))
+    key = _entry(content, hierarchy, step)
     return trace_cache.cached(store, key, "side", Side, computed, lambda hit: _named(hit, str(source)))
 
 
-def cached_side(source: str | os.PathLike, *, hierarchy=None, cache=None) -> tuple[Side | None, str | None]:
+def _entry(content: str, hierarchy, step: int | None) -> str:
+    """The cache entry of a side: the trace's content, the hierarchy and the step asked for."""
+    source = str(getattr(hierarchy, "value", hierarchy))
+    # the entries of the mean of the steps keep their name
+    return trace_cache.entry_name(content, "side", source if step is None else (source, step))
+
+
+def cached_side(
+    source: str | os.PathLike, *, hierarchy=None, cache=None, step: int | None = None
+) -> tuple[Side | None, str | None]:
     """The side of ``source`` in the cache (None: not there; nothing is computed), and the
     file's content hash (None: no cache) for :func:`side_of` to reuse."""
     store = cache_store(cache)
     content = trace_cache.content_hash(source) if store is not None else None
     if store is None or content is None:
         return None, content
-    key = trace_cache.entry_name(content, "side", str(getattr(hierarchy, "value", hierarchy)))
-    hit = store.get(key, "side", Side)
+    hit = store.get(_entry(content, hierarchy, step), "side", Side)
     return (_named(hit, str(source)) if hit is not None else None), content
 
 
-def _side_of_trace(trace: Trace, hierarchy) -> Side:
+def _side_of_trace(trace: Trace, hierarchy, step: int | None = None, path: str = "") -> Side:
     from traceprof.api import analyze
 
-    return _side(trace, analyze(trace, hierarchy=hierarchy))
+    return _side(trace, analyze(trace, hierarchy=hierarchy, step=step), step, path)
 
 
 def _named(side: Side, path: str) -> Side:
@@ -104,16 +118,17 @@ def _named(side: Side, path: str) -> Side:
     return msgspec.structs.replace(side, path=path, profile=side.profile.with_path(path))
 
 
-def _side(trace: Trace, profile: ModuleProfile) -> Side:
+def _side(trace: Trace, profile: ModuleProfile, step: int | None = None, path: str = "") -> Side:
     from traceprof.analysis import classify  # the attribution's helpers, looked up when used
+    from traceprof.analysis.attribution import module_hierarchy
     from traceprof.analysis.gpu_work import shared_busy_time
     from traceprof.analysis.steps import find_steps, select_steps
 
     ev = trace.events
     links = link(trace)
-    tree = build_hierarchy(trace, links, profile.source)
+    tree, _ = module_hierarchy(trace, links, profile.source)  # as the profile's, group nodes too
     steps = find_steps(trace, links)
-    selected, _ = select_steps(steps, None)
+    selected, _ = select_steps(steps, step, path)
     scope_of = links.nearest(tree.scope_mask)
     has_gpu = profile.has_gpu
     if has_gpu:

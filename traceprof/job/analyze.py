@@ -23,10 +23,20 @@ from msgspec.structs import replace
 
 from traceprof.analysis.job_timeline import StepTimeline, step_timelines
 from traceprof.analysis.unattributed import BETWEEN_OPS
-from traceprof.errors import JobError, MemoryLimitError
+from traceprof.errors import JobError, MemoryLimitError, OptionError
 from traceprof.read.discovery import find_traces
 from traceprof.read.limits import job_memory_share, shared_limit_error
-from traceprof.result.model import ModuleNode, ModuleProfile, NodeKind, OpKind, Pass, find_named
+from traceprof.result.model import (
+    ZERO,
+    ModuleNode,
+    ModuleProfile,
+    NodeKind,
+    OpKind,
+    Pass,
+    PhaseTimes,
+    find_named,
+)
+from traceprof.result.transforms import SortKey
 from traceprof.trace import schema
 
 #: a rank is a straggler when its step time is above the median by more than this fraction
@@ -257,6 +267,25 @@ class Job(msgspec.Struct, frozen=True):
     step_metric: str
     warnings: tuple[str, ...] = ()
     engine: str = "local"
+    #: modules without time on any rank left out by :meth:`shaped` (``all_rows=False``)
+    hidden_modules: int = 0
+
+    def shaped(
+        self,
+        *,
+        depth: int | None = None,
+        top: int | None = None,
+        sort: SortKey | str = SortKey.ORDER,
+        ignore: tuple[str, ...] | list[str] = (),
+        all_rows: bool = True,
+    ) -> Job:
+        """The job with its modules shaped as ``traceprof analyze`` shapes a profile: siblings
+        ordered by ``sort`` (by the median across the ranks, largest first), the ``top``
+        largest children of each module kept and the rest folded into one ``(k more)`` module,
+        modules down to ``depth``, modules matching an ``ignore`` pattern hidden; with
+        ``all_rows=False`` also the modules without time on any rank, counted in
+        :attr:`hidden_modules`. The ranks, step times and stragglers stay as they are."""
+        return shape_job(self, depth=depth, top=top, sort=sort, ignore=ignore, all_rows=all_rows)
 
     @property
     def rank_numbers(self) -> tuple[int, ...]:
@@ -763,6 +792,10 @@ def analyze_job(
     progress=None,
     cache: bool | None = None,
     newest_run: bool | None = None,
+    depth: int | None = None,
+    top: int | None = None,
+    sort: SortKey | str = SortKey.ORDER,
+    ignore: tuple[str, ...] | list[str] = (),
 ) -> Job:
     """Analyze the traces of a distributed job (files, directories, glob patterns) and reduce
     them into a :class:`Job`. ``engine``: ``"local"`` (a process pool of ``jobs`` workers,
@@ -774,7 +807,9 @@ def analyze_job(
     ``newest_run``: traces of several runs give the newest run's report, with a warning naming
     the others, instead of an error (default: when ``paths`` is one directory). ``max_memory``
     (default: ``$TRACEPROF_MAX_MEMORY``, else 80% of the available memory) is the job's: divided
-    among the traces loaded at once on this machine (docs/jobs.md).
+    among the traces loaded at once on this machine (docs/jobs.md). ``depth``, ``top``,
+    ``sort``, ``ignore``: the modules shaped as ``traceprof analyze`` shapes them
+    (:meth:`Job.shaped`).
 
     >>> job = analyze_job("runs/exp1/")  # doctest: +SKIP
     >>> df = job.to_dataframe()  # doctest: +SKIP
@@ -798,13 +833,18 @@ def analyze_job(
         cache=cache,
         sharing=at_once or 1,
     )
+    if depth is not None or top is not None or sort != SortKey.ORDER or ignore:
+        _check_shape(depth, top, sort)  # before any trace is read
     results = _ranks(engine, paths, options, progress)
-    return reduce_job(
+    job = reduce_job(
         results,
         straggler_threshold=straggler_threshold,
         engine=getattr(engine, "name", "local"),
         newest_run=newest_run,
     )
+    if depth is None and top is None and sort == SortKey.ORDER and not ignore:
+        return job
+    return job.shaped(depth=depth, top=top, sort=sort, ignore=ignore)
 
 
 def _traces_at_once(engine: Any, traces: int) -> int | None:
@@ -816,3 +856,149 @@ def _traces_at_once(engine: Any, traces: int) -> int | None:
     from traceprof.engine import default_jobs
 
     return max(min(getattr(engine, "jobs", None) or default_jobs(), traces), 1)
+
+
+# ---- shaping: the modules shown, in the order shown --------------------------------------------
+
+
+def _sort_key(key: SortKey | str) -> SortKey:
+    try:
+        return SortKey(key)
+    except ValueError:
+        raise OptionError(
+            f"unknown sort key {key!r} (known: {', '.join(k.value for k in SortKey)})"
+        ) from None
+
+
+def _median(values: dict[int, float]) -> float:
+    s = spread_of(values)
+    return s.median if s is not None else 0.0
+
+
+def job_sort_value(job: Job, key: SortKey) -> Any:
+    """The sort key of a module for ``key``: its median across the ranks, negated (largest
+    first), or its name."""
+    if key is SortKey.NAME:
+        return lambda m: m.name
+    if key is SortKey.CALLS:
+        return lambda m: -_median({r: float(n.calls) for r, n in m.nodes.items()})
+    if key in (SortKey.FORWARD, SortKey.BACKWARD, SortKey.OTHER):
+        p = {SortKey.FORWARD: Pass.FORWARD, SortKey.BACKWARD: Pass.BACKWARD, SortKey.OTHER: Pass.OTHER}[key]
+        return lambda m: -m.spread(job.metric, p).median
+    metric = {SortKey.CPU: "cpu_us", SortKey.KERNELS: "kernels", SortKey.FLOPS: "flops"}.get(key, job.metric)
+    return lambda m: -m.spread(metric).median
+
+
+def _ignored(m: JobModule, patterns: tuple[str, ...]) -> bool:
+    import fnmatch
+
+    if m.kind is not NodeKind.MODULE:
+        return False
+    return any(
+        fnmatch.fnmatchcase(n, p) for n in (m.class_name, m.qualified_name, m.name) if n for p in patterns
+    )
+
+
+def _folded(job: Job, parent: JobModule | None, group: list[JobModule], depth: int) -> JobModule:
+    """One ``(k more)`` module holding ``group``'s time on every rank."""
+    nodes = {}
+    for rank in sorted({r for m in group for r in m.nodes}):
+        phases: list[PhaseTimes] = []
+        for p in (Pass.FORWARD, Pass.BACKWARD, Pass.OTHER):
+            total = ZERO
+            for m in group:
+                if rank in m.nodes:
+                    total = total + m.nodes[rank].phase(p).total
+            phases.append(PhaseTimes(own=total, total=total))
+        first = next(m.nodes[rank] for m in group if rank in m.nodes)
+        nodes[rank] = ModuleNode(
+            id=-1,
+            parent=-1,
+            children=(),
+            depth=depth,
+            kind=NodeKind.OTHERS,
+            name=f"({len(group)} more)",
+            class_name="",
+            qualified_name=(parent.qualified_name + "/(more)") if parent is not None else "(more)",
+            path=first.path[:-1] + ("(more)",),
+            calls=0.0,
+            forward=phases[0],
+            backward=phases[1],
+            other=phases[2],
+        )
+    parent_key = parent.key if parent is not None else None
+    return JobModule(
+        key=(parent_key or ()) + ("(more)",),
+        parent=parent_key,
+        depth=depth,
+        kind=NodeKind.OTHERS,
+        name=f"({len(group)} more)",
+        class_name="",
+        qualified_name=(parent.qualified_name + "/(more)") if parent is not None else "(more)",
+        nodes=nodes,
+    )
+
+
+def _check_shape(depth: int | None, top: int | None, sort: SortKey | str) -> None:
+    """The shaping options' one-line errors, before any work."""
+    if depth is not None and depth < 0:
+        raise OptionError(f"--depth must be 0 or more, not {depth}")
+    if top is not None and top < 1:
+        raise OptionError(f"--top must be 1 or more, not {top}")
+    _sort_key(sort)
+
+
+def shape_job(
+    job: Job,
+    *,
+    depth: int | None = None,
+    top: int | None = None,
+    sort: SortKey | str = SortKey.ORDER,
+    ignore: tuple[str, ...] | list[str] = (),
+    all_rows: bool = True,
+) -> Job:
+    """:meth:`Job.shaped`."""
+    _check_shape(depth, top, sort)
+    key = _sort_key(sort)
+    patterns = tuple(p for p in ignore if p)
+    order_fn = job_sort_value(job, key) if key is not SortKey.ORDER else None
+    top_fn = job_sort_value(job, SortKey.GPU if key in (SortKey.ORDER, SortKey.NAME) else key)
+    known = {m.key for m in job.modules}
+    children: dict[tuple[str, ...] | None, list[JobModule]] = {}
+    for m in job.modules:
+        children.setdefault(m.parent if m.parent in known else None, []).append(m)
+
+    def subtree(m: JobModule) -> int:
+        return 1 + sum(subtree(c) for c in children.get(m.key, ()))
+
+    out: list[JobModule] = []
+    hidden = 0
+
+    def visit(parent: JobModule | None, level: int) -> None:
+        nonlocal hidden
+        kids = children.get(parent.key if parent is not None else None, [])
+        if parent is not None:
+            kids = [c for c in kids if not _ignored(c, patterns)]
+        if not all_rows:
+            empty = [c for c in kids if c.spread(job.metric).max <= 0]
+            hidden += sum(subtree(c) if depth is None else _within(c, depth) for c in empty)
+            kids = [c for c in kids if c.spread(job.metric).max > 0]
+        fixed = [c for c in kids if c.kind is NodeKind.UNATTRIBUTED]  # the bucket: last
+        movable = [c for c in kids if c.kind is not NodeKind.UNATTRIBUTED]
+        if order_fn is not None:
+            movable = sorted(movable, key=order_fn)
+        folded: list[JobModule] = []
+        if top is not None and len(movable) > top:
+            keep = {c.key for c in sorted(movable, key=top_fn)[:top]}
+            folded = [c for c in movable if c.key not in keep]
+            movable = [c for c in movable if c.key in keep]
+        for c in movable + ([_folded(job, parent, folded, level)] if folded else []) + fixed:
+            out.append(c)
+            if depth is None or level < depth:
+                visit(c, level + 1)
+
+    def _within(m: JobModule, limit: int) -> int:
+        return (1 if m.depth <= limit else 0) + sum(_within(c, limit) for c in children.get(m.key, ()))
+
+    visit(None, 0)
+    return replace(job, modules=tuple(out), hidden_modules=job.hidden_modules + hidden)

@@ -8,6 +8,7 @@ from traceprof.compare.records import diff_json, diff_parquet, diff_rows
 from traceprof.render import diff_html
 from traceprof.render.csv_format import write_csv
 from traceprof.render.registry import Registry, Renderer, RenderOptions
+from traceprof.result.names import last_part, short_name_map
 
 # --- text tree
 
@@ -48,26 +49,33 @@ def render_tree(diff, opts: RenderOptions) -> str:
         f"matched:   by {diff.matched_by}; times are {what} per step, all passes unless named"
         + ("; ± is the step-to-step spread" if diff.wall_spread_us is not None else ""),
     ]
-    ranked = [m for m in diff.ranked() if abs(diff.own_delta_us(m)) >= 0.05][:3]
+    short = _short_names(diff)
+    ranked = [(m, d) for m, d in diff.most_changed() if abs(d) >= 0.05][:3]
     if ranked:
         lines.append(
             "most changed (own time): "
-            + ", ".join(
-                f"{m.qualified_name or m.class_name} {units.signed_duration(diff.own_delta_us(m), raw)}"
-                for m in ranked
-            )
+            + ", ".join(f"{_label(m, short)} {units.signed_duration(d, raw)}" for m, d in ranked)
         )
     for w in diff.warnings:
         lines.append(f"warning: {w}")
     lines.append("")
     for node in diff.walk():
         ind = "  " * node.depth
-        label = (node.qualified_name or node.class_name) if node.kind.value == "module" else node.name
+        # a tree: the last part of the name (the indentation gives the path; names.py)
+        label = (
+            (last_part(node.qualified_name) or node.class_name) if node.kind.value == "module" else node.name
+        )
         cls = f" ({node.class_name})" if node.class_name and node.qualified_name else ""
         mark = f" {MARKS[node.status.value]}" if node.status.value in MARKS else ""
         noise = f" {NOISE}" if node.noise else ""
         change = _change(node.base_us, node.new_us, node.delta_ratio, raw)
-        lines.append(f"{ind}{label}{cls}{mark}: {change}{_spread(node.spread_us, raw)}{noise}")
+        line = f"{ind}{label}{cls}{mark}: {change}{_spread(node.spread_us, raw)}{noise}"
+        if diff.overview:  # one line per node; what changed inside under the shown leaves
+            lines.append(line + _passes_inline(node, raw))
+            if not node.children and not node.noise:
+                lines += _inside_lines(node, ind, raw)
+            continue
+        lines.append(line)
         for p in node.passes:
             if p.base_us == 0 and p.new_us == 0:
                 continue
@@ -89,15 +97,51 @@ def render_tree(diff, opts: RenderOptions) -> str:
                 f"{ind}  {p.phase.short}: {change}{_spread(p.spread_us, raw)}{pnoise}"
                 + (f"; {', '.join(extra)}" if extra else "")
             )
-        if node.delta_us != 0 and node.inside and node.status.value == "matched":
-            for d in node.inside:
-                mark = f" [{d.status.value}]" if d.status.value in MARKS else ""
-                lines.append(
-                    f"{ind}  > {d.kind} {units.label(d.name)} ({d.phase.short}){mark}: "
-                    f"{units.duration(d.base_us, raw)} -> {units.duration(d.new_us, raw)} "
-                    f"({units.signed_duration(d.delta_us, raw)})"
-                )
+        lines += _inside_lines(node, ind, raw)
     return "\n".join(lines) + "\n"
+
+
+def _short_names(diff) -> dict[str, str]:
+    """Short display names of the diff's modules by qualified name (for the lines that name a
+    module outside the tree), told apart among every module of the whole diff (also those a
+    shaped diff does not show)."""
+    whole = diff.full or diff
+    return short_name_map(
+        [n.qualified_name for n in whole.nodes if n.kind.value == "module" and n.qualified_name]
+    )
+
+
+def _label(node, short: dict[str, str]) -> str:
+    """A module's name in the text: its short name (the full one is in JSON and CSV), or the
+    root's class."""
+    return short.get(node.qualified_name, node.qualified_name) or node.class_name
+
+
+def _passes_inline(node, raw: bool) -> str:
+    """The overview's passes: each pass with time, its Δ (and noise mark), on the node's line;
+    nothing when one pass holds all the time (the line's Δ is its)."""
+    shown = [p for p in node.passes if p.base_us or p.new_us]
+    if len(shown) < 2:
+        return ""
+    return "; " + ", ".join(
+        f"{p.phase.short} {units.signed_duration(p.delta_us, raw)}" + (f" {NOISE}" if p.noise else "")
+        for p in shown
+    )
+
+
+def _inside_lines(node, ind: str, raw: bool) -> list[str]:
+    """The kernels or ops whose time changed most inside a changed, matched node."""
+    if node.delta_us == 0 or not node.inside or node.status.value != "matched":
+        return []
+    lines = []
+    for d in node.inside:
+        mark = f" [{d.status.value}]" if d.status.value in MARKS else ""
+        lines.append(
+            f"{ind}  > {d.kind} {units.label(d.name)} ({d.phase.short}){mark}: "
+            f"{units.duration(d.base_us, raw)} -> {units.duration(d.new_us, raw)} "
+            f"({units.signed_duration(d.delta_us, raw)})"
+        )
+    return lines
 
 
 def _ratio(base: float, new: float):

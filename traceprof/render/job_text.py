@@ -13,6 +13,7 @@ from traceprof import units
 from traceprof.job.records import step_spreads
 from traceprof.render.registry import RenderOptions
 from traceprof.result.model import NodeKind, Pass
+from traceprof.result.names import short_name_map
 
 if TYPE_CHECKING:  # the job module is imported by whoever builds a Job
     from traceprof.job.analyze import Job, JobModule, Straggler
@@ -134,11 +135,20 @@ def _stragglers_section(job: Job, raw: bool) -> list[str]:
             f"{units.duration(s.median_us, raw)}"
         )
         if s.modules:
-            lines.append("    " + straggler_explanation(s, job.metric == "gpu_busy_us", raw))
+            lines.append("    " + straggler_explanation(s, job.metric == "gpu_busy_us", raw, _short(job)))
     return lines
 
 
-def straggler_explanation(s: Straggler, gpu: bool, raw: bool = False) -> str:
+def _short(job: Job) -> dict[str, str]:
+    """Short display names of the job's modules (and of the stragglers' ones), by label:
+    the fewest trailing parts of each qualified name that tell it from the others."""
+    labels = [_label(m) for m in job.modules] + [_label(m) for s in job.stragglers for m, _ in s.modules]
+    return short_name_map(labels)
+
+
+def straggler_explanation(
+    s: Straggler, gpu: bool, raw: bool = False, short: dict[str, str] | None = None
+) -> str:
     """What makes up a straggler's excess, adding up to it: the modules over the median rank(s),
     the other modules together, and what the modules' own times do not hold."""
     own = "own GPU work outside collectives" if gpu else "own CPU time outside collectives"
@@ -146,7 +156,8 @@ def straggler_explanation(s: Straggler, gpu: bool, raw: bool = False) -> str:
     ref = (
         f"the median rank ({ref})" if len(s.reference_ranks) == 1 else f"the median ranks ({ref}, their mean)"
     )
-    parts = [f"{_label(m)} {units.signed_duration(e, raw)}" for m, e in s.modules]
+    name = (lambda m: short.get(_label(m), _label(m))) if short is not None else _label
+    parts = [f"{name(m)} {units.signed_duration(e, raw)}" for m, e in s.modules]
     parts.append(f"the other modules {units.signed_duration(s.other_modules_us, raw)}")
     rest = (
         "kernels running at once (summed per module, counted once in the step time)"
@@ -185,6 +196,7 @@ def _modules_section(job: Job, opts: RenderOptions, tree: bool) -> list[str]:
     if opts.ranks == "all":
         header += [f"r{r}" for r in ranks]
     rows = []
+    short = _short(job)
     for m in job.modules:
         if opts.depth is not None and m.depth > opts.depth:
             continue
@@ -197,7 +209,7 @@ def _modules_section(job: Job, opts: RenderOptions, tree: bool) -> list[str]:
                 else f"{m.name} ({m.class_name})"
             )
         else:
-            name = m.qualified_name or m.name
+            name = short.get(_label(m), _label(m))
         row = [
             name,
             units.duration(s.median, raw),
@@ -214,7 +226,13 @@ def _modules_section(job: Job, opts: RenderOptions, tree: bool) -> list[str]:
             times = m.times(job.metric)
             row += [units.duration(times[r], raw) if r in times else "--" for r in ranks]
         rows.append(row)
-    return lines + _grid(header, rows)
+    notes = []
+    if job.hidden_modules:
+        notes.append(
+            f"{job.hidden_modules} module{'s' if job.hidden_modules != 1 else ''} without time on any "
+            "rank not shown (--all shows them)"
+        )
+    return lines + _grid(header, rows) + notes
 
 
 def job_report(job: Job, opts: RenderOptions, tree: bool = True) -> str:

@@ -16,8 +16,10 @@ import json
 from traceprof import units
 from traceprof.errors import ModuleLookupError, OptionError
 from traceprof.render.csv_format import write_csv
-from traceprof.result.model import ModuleNode, ModuleProfile, OpKind, did_you_mean
+from traceprof.result.model import ModuleNode, ModuleProfile, NodeKind, OpKind, did_you_mean
+from traceprof.result.names import short_name_map
 from traceprof.result.records import OP_FIELDS, OP_MODULES_FIELD, op_records
+from traceprof.result.transforms import SortKey
 
 EVERY_NODE = "*"
 FORMATS = ("tree", "table", "csv", "json", "parquet")
@@ -40,16 +42,76 @@ def find_node(profile: ModuleProfile, module: str) -> ModuleNode:
         raise ModuleLookupError(f"--ops: {message}", e.matches, e.suggestions) from None
 
 
+#: ``--sort`` keys of the ops rows and the field each orders by (largest first; name: A-Z);
+#: ``order`` and ``gpu``: the view's time, the rows' own order. The pass keys do not apply: the
+#: rows are per pass already.
+OPS_SORT_FIELDS = {
+    SortKey.ORDER: None,
+    SortKey.GPU: None,
+    SortKey.CPU: "cpu_us",
+    SortKey.KERNELS: "kernels",
+    SortKey.CALLS: "calls",
+    SortKey.FLOPS: "flops",
+    SortKey.NAME: "name",
+}
+
+
+def _ops_sort(sort: SortKey | str) -> str | None:
+    """The row field ``--sort`` orders the ops rows by (None: their own order, largest time
+    first); a one-line OptionError for a key that does not apply."""
+    try:
+        key = SortKey(sort)
+    except ValueError:
+        key = None
+    if key not in OPS_SORT_FIELDS:
+        raise OptionError(
+            f"--sort {sort} does not apply to --ops (its rows are per op, kernel and pass; "
+            f"sort keys there: {', '.join(k.value for k in OPS_SORT_FIELDS)})"
+        )
+    return OPS_SORT_FIELDS[key]
+
+
+def shaped_rows(rows: list[dict], sort: SortKey | str = SortKey.ORDER, top: int | None = None) -> list[dict]:
+    """``rows`` ordered by ``sort`` and, with ``top``, the first ``top`` of each kind (ops,
+    kernels) kept."""
+    if top is not None and top < 1:
+        raise OptionError(f"--top must be 1 or more, not {top}")
+    field = _ops_sort(sort)
+    if field == "name":
+        rows = sorted(rows, key=lambda r: r["name"])
+    elif field is not None:
+        rows = sorted(rows, key=lambda r: -(r[field] or 0))
+    if top is None:
+        return rows
+    seen: dict[str, int] = {}
+    kept = []
+    for r in rows:
+        seen[r["kind"]] = seen.get(r["kind"], 0) + 1
+        if seen[r["kind"]] <= top:
+            kept.append(r)
+    return kept
+
+
 def render_ops(
-    profile: ModuleProfile, module: str, fmt: str, raw: bool = False, all_rows: bool = False
+    profile: ModuleProfile,
+    module: str,
+    fmt: str,
+    raw: bool = False,
+    all_rows: bool = False,
+    *,
+    top: int | None = None,
+    sort: SortKey | str = SortKey.ORDER,
 ) -> str | bytes:
     """The ops table of ``module`` in ``fmt``. Text (tree, table): ops and kernels in two
     sections, rows without time left out unless ``all_rows``; CSV, JSON and Parquet: every row,
-    ops and kernels told apart by ``kind``."""
+    ops and kernels told apart by ``kind``. ``sort``: the rows' order (default: largest time
+    first); ``top``: the first N rows of each section (every format), how many were left out
+    said in the text."""
     if fmt not in FORMATS:
         raise OptionError(f"--ops writes {', '.join(FORMATS)}, not {fmt}")
     node = None if module == EVERY_NODE else find_node(profile, module)
-    rows = op_records(profile, node)
+    every = op_records(profile, node)
+    rows = shaped_rows(every, sort, top)
     if fmt == "json":
         return json.dumps({"schema": OPS_SCHEMA, "module": module, "rows": rows}, indent=1) + "\n"
     if fmt == "csv":
@@ -67,7 +129,8 @@ def render_ops(
         )
     if fmt == "parquet":
         return _parquet(profile, rows, module)
-    return units.printable(_text(profile, node, rows, raw, all_rows))
+    order = "largest first" if _ops_sort(sort) is None else f"by {SortKey(sort).value}"
+    return units.printable(_text(profile, node, rows, raw, all_rows, len(every) - len(rows), order))
 
 
 def _parquet(profile: ModuleProfile, rows: list[dict], module: str) -> bytes:
@@ -102,14 +165,20 @@ def _fields(profile: ModuleProfile) -> list[str]:
 
 
 def _text(
-    profile: ModuleProfile, node: ModuleNode | None, rows: list[dict], raw: bool, all_rows: bool
+    profile: ModuleProfile,
+    node: ModuleNode | None,
+    rows: list[dict],
+    raw: bool,
+    all_rows: bool,
+    beyond_top: int = 0,
+    order: str = "largest first",
 ) -> str:
     """The title, a table per section (SECTIONS) and, when rows were left out, how many."""
     time_key, time_name = ("gpu_busy_us", "GPU time") if profile.has_gpu else ("cpu_us", "CPU time")
     shown = rows if all_rows else [r for r in rows if r[time_key] > 0]
     title = (
-        f"ops and kernels of {node.qualified_name or node.name} (with its submodules), per "
-        f"step, largest first; shares of its {time_name}"
+        f"ops and kernels of {_heading_name(profile, node)} (with its submodules), per "
+        f"step, {order}; shares of its {time_name}"
         if node is not None
         else f"ops and kernels of every node (its own work), per step; shares of the node's {time_name}"
     )
@@ -121,6 +190,8 @@ def _text(
     hidden = len(rows) - len(shown)
     rows_word = "row" if hidden == 1 else "rows"
     notes = [f"{hidden} {rows_word} without {time_name} not shown (--all shows them)"] if hidden else []
+    if beyond_top:
+        notes.append(f"{beyond_top} more row{'s' if beyond_top != 1 else ''} past --top not shown")
     return title + "\n" + "\n\n".join(tables + notes) + "\n"
 
 
@@ -136,8 +207,11 @@ def _table(
     if fused:  # compiled kernels fused across modules: the modules of their ops
         header.append("fused across modules")
     lines = []
+    short = _short_names(profile) if every_node else {}
     for r in rows:
-        cells = [r["qualified_name"] or profile.nodes[r["node"]].name] * every_node + [
+        cells = [
+            short.get(r["qualified_name"]) or r["qualified_name"] or profile.nodes[r["node"]].name
+        ] * every_node + [
             r["pass"],
             r["kind"],
             _short(r["name"], 80),
@@ -157,6 +231,22 @@ def _table(
     widths = [max([len(h)] + [len(c[i]) for c in lines]) for i, h in enumerate(header)]
     fmt = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
     return "\n".join([fmt(header), fmt(["-" * w for w in widths])] + [fmt(c) for c in lines])
+
+
+def _heading_name(profile: ModuleProfile, node: ModuleNode) -> str:
+    """The module in the heading: its short name among the profile's modules, with its class
+    (the qualified name is in every row of the data formats)."""
+    if not node.qualified_name:
+        return node.class_name or node.name
+    short = _short_names(profile).get(node.qualified_name, node.qualified_name)
+    return f"{short} ({node.class_name})" if node.class_name else short
+
+
+def _short_names(profile: ModuleProfile) -> dict[str, str]:
+    """Short display names of the profile's modules by qualified name."""
+    return short_name_map(
+        [n.qualified_name for n in profile.nodes if n.kind is NodeKind.MODULE and n.qualified_name]
+    )
 
 
 def _short(text: str, width: int) -> str:
