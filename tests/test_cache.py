@@ -399,3 +399,34 @@ def test_cli_cache_warning_is_one_line(tmp_path):
     lines = run.stderr.splitlines()
     assert lines and all(line.startswith("traceprof: warning: ") for line in lines), run.stderr
     assert "cannot write to the cache" in lines[0]
+
+
+def test_a_look_served_by_the_cache_imports_no_analysis_stage(cache_dir):
+    """The second look runs none of the analysis: its modules (and the FLOP formulas and the
+    capture helper) are not even imported, which is most of what start-up would cost."""
+    trace = str(SAMPLE_TRACES / "gpt_train_cpu.pt.trace.json.gz")
+    code = (
+        "import sys, traceprof; traceprof.analyze(sys.argv[1]);"
+        "print(sorted(m for m in sys.modules if m.startswith("
+        "('traceprof.analysis.attribution', 'traceprof.flops', 'traceprof.capture'))))"
+    )
+    env = {**os.environ, cache.DIR_ENV: str(cache_dir)}
+    first = subprocess.run([sys.executable, "-c", code, trace], env=env, capture_output=True, text=True)
+    assert "traceprof.analysis.attribution" in first.stdout, first.stderr  # the first look ran it
+    second = subprocess.run([sys.executable, "-c", code, trace], env=env, capture_output=True, text=True)
+    assert second.returncode == 0, second.stderr
+    assert second.stdout.strip() == "[]"
+
+
+def test_decoded_results_are_not_tracked_by_the_cycle_collector(cache_dir):
+    """A profile's nodes, times and op rows hold no cycles: they are left out of the cyclic
+    garbage collector, whose passes over the many objects a job's ranks decode to cost more
+    than the decoding."""
+    import gc
+
+    path = SAMPLE_TRACES / "gpt_train_cpu.pt.trace.json.gz"
+    traceprof.analyze(path)
+    profile = traceprof.analyze(path)
+    node = next(n for n in profile.nodes if n.ops)
+    for obj in (node, node.forward, node.forward.total, node.ops[0]):
+        assert not gc.is_tracked(obj), type(obj).__name__

@@ -4,7 +4,6 @@ import traceprof.startup  # noqa: F401 - first: Ctrl-C while the command loads i
 from traceprof import render  # noqa: F401 - traceprof.render.render(profile, fmt)
 from traceprof.analysis.hierarchy import Source
 from traceprof.api import analyze
-from traceprof.capture import profile, profile_once  # torch is imported only when a session starts
 from traceprof.errors import TraceprofError, TraceReadError
 from traceprof.read.build import load_trace
 from traceprof.result.model import (
@@ -21,8 +20,11 @@ from traceprof.result.transforms import SortKey, limit_depth, sort_children, top
 from traceprof.trace.model import Trace
 from traceprof.version import __version__
 
-#: names imported on first use: a single-trace analysis never needs the job or diff code
+#: names imported on first use: a single-trace analysis never needs the job, diff or capture
+#: code (and the capture's imports torch only when a session starts)
 _LAZY = {
+    "profile": "capture",
+    "profile_once": "capture",
     "Job": "job.analyze",
     "analyze_job": "job.analyze",
     "DiffProfile": "compare.diff",

@@ -3,17 +3,27 @@
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING, Any
 
-from traceprof.analysis.attribution import analyze as _analyze
-from traceprof.analysis.attribution import analyze_steps  # noqa: F401 - one profile per step, shared work
 from traceprof.analysis.hierarchy import Source
-from traceprof.flops import Registry
 from traceprof.read import cache as trace_cache
 from traceprof.read.build import cache_store, load_trace
 from traceprof.read.load import Progress
 from traceprof.result import transforms
 from traceprof.result.model import ModuleProfile
 from traceprof.trace.model import Trace
+
+if TYPE_CHECKING:
+    from traceprof.flops import Registry
+
+
+def __getattr__(name: str) -> Any:
+    # the analysis stages are imported on first use: a look served by the cache never runs them
+    if name == "analyze_steps":  # one profile per step, shared work
+        from traceprof.analysis.attribution import analyze_steps
+
+        return analyze_steps
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def analyze(
@@ -51,6 +61,8 @@ def analyze(
     def profile_of(trace: Trace) -> ModuleProfile:
         if progress:
             progress("attributing")
+        from traceprof.analysis.attribution import analyze as _analyze
+
         return _analyze(trace, step=step, hierarchy=hierarchy, formulas=formulas, peak_flops=peak_flops)
 
     if isinstance(trace, Trace):

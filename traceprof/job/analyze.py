@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 from msgspec.structs import replace
@@ -38,6 +38,9 @@ from traceprof.result.model import (
 )
 from traceprof.result.transforms import SortKey
 from traceprof.trace import schema
+
+if TYPE_CHECKING:
+    from traceprof.read.cache import Store
 
 #: a rank is a straggler when its step time is above the median by more than this fraction
 DEFAULT_STRAGGLER_THRESHOLD = 0.05
@@ -93,15 +96,23 @@ def analyze_rank(task: tuple[str, RankOptions]) -> RankResult:
     )
 
 
-def cached_rank(path: str, options: RankOptions) -> RankResult | None:
-    """The result of ``path`` in this machine's cache, or None: a job whose ranks are all
+def cached_ranks(paths: list[str], options: RankOptions) -> list[RankResult | None]:
+    """The result of each path in this machine's cache, or None: a job whose ranks are all
     there starts no worker."""
     from traceprof.read import cache as trace_cache
     from traceprof.read.build import cache_store
 
     store = cache_store(options.cache)
-    content = trace_cache.content_hash(path) if store is not None else None
-    if store is None or content is None:
+    if store is None:
+        return [None] * len(paths)
+    return [
+        _cached_rank(store, path, options, content)
+        for path, content in zip(paths, trace_cache.content_hashes(paths))
+    ]
+
+
+def _cached_rank(store: Store, path: str, options: RankOptions, content: str | None) -> RankResult | None:
+    if content is None:
         return None
     hit = store.get(_rank_entry(content, options), "rank", RankResult)
     return _rank_named(hit, path) if hit is not None else None
@@ -744,8 +755,7 @@ def _ranks(engine: Any, paths: list[str], options: RankOptions, progress: Any) -
     """Every path's result: from this machine's cache where it is there, the others from the
     engine's workers (none started when every rank is cached)."""
     found: dict[int, RankResult] = {}
-    for i, p in enumerate(paths):
-        hit = cached_rank(p, options)
+    for i, (p, hit) in enumerate(zip(paths, cached_ranks(paths, options))):
         if hit is not None:
             found[i] = hit
             if progress:

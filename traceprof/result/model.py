@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
 
-class Times(msgspec.Struct, frozen=True):
+class Times(msgspec.Struct, frozen=True, gc=False):
     """Additive per-step quantities of a node: times, counts, FLOPs and bytes."""
 
     gpu_busy_us: float = 0.0
@@ -61,14 +61,14 @@ class Times(msgspec.Struct, frozen=True):
 ZERO = Times()
 
 
-class PhaseTimes(msgspec.Struct, frozen=True):
+class PhaseTimes(msgspec.Struct, frozen=True, gc=False):
     """One pass (forward, backward or other) of one node: its own work and its subtree's."""
 
     own: Times = ZERO
     total: Times = ZERO
 
 
-class Fused(msgspec.Struct, frozen=True):
+class Fused(msgspec.Struct, frozen=True, gc=False):
     """A node's share of the work of compiled kernels that fuse ops of several modules
     (docs/attribution.md "Compiled models"). Such a kernel is one timed unit: its time goes to
     the lowest common ancestor of the modules it works for, and is *part of* that node's times,
@@ -140,7 +140,7 @@ class OpKind(str, enum.Enum):
 _OP_SUMMED = ("calls", "kernels", "gpu_busy_us", "gpu_work_us", "cpu_us", "flops")
 
 
-class OpStat(msgspec.Struct, frozen=True):
+class OpStat(msgspec.Struct, frozen=True, gc=False):
     """One row of a node's ops table (traceprof.analysis.module_ops): the ops (or kernels) of one name,
     input shapes and pass inside the node itself, per step."""
 
@@ -176,7 +176,7 @@ def _joined(a: str | None, b: str | None) -> str | None:
     return ", ".join(dict.fromkeys(a.split(", ") + b.split(", ")))
 
 
-class ModuleNode(msgspec.Struct, frozen=True):
+class ModuleNode(msgspec.Struct, frozen=True, gc=False):
     id: int
     parent: int  # -1 for a root
     children: tuple[int, ...]

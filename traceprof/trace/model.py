@@ -32,7 +32,7 @@ class DeviceInfo(msgspec.Struct, frozen=True):
     compute_capability: str | None = None
 
 
-class ModuleInfo(msgspec.Struct, frozen=True):
+class ModuleInfo(msgspec.Struct, frozen=True, gc=False):
     """One row of the module table that traceprof.capture embeds (docs/trace-conventions.md)."""
 
     name: str
