@@ -402,13 +402,14 @@ def test_cli_cache_warning_is_one_line(tmp_path):
 
 
 def test_a_look_served_by_the_cache_imports_no_analysis_stage(cache_dir):
-    """The second look runs none of the analysis: its modules (and the FLOP formulas and the
-    capture helper) are not even imported, which is most of what start-up would cost."""
+    """The second look runs none of the analysis and decodes no JSON: their modules (and the FLOP
+    formulas and the capture helper) are not even imported, a good part of start-up."""
     trace = str(SAMPLE_TRACES / "gpt_train_cpu.pt.trace.json.gz")
     code = (
         "import sys, traceprof; traceprof.analyze(sys.argv[1]);"
         "print(sorted(m for m in sys.modules if m.startswith("
-        "('traceprof.analysis.attribution', 'traceprof.flops', 'traceprof.capture'))))"
+        "('traceprof.analysis.attribution', 'traceprof.flops', 'traceprof.capture',"
+        " 'traceprof.read.build', 'traceprof.read.document'))))"
     )
     env = {**os.environ, cache.DIR_ENV: str(cache_dir)}
     first = subprocess.run([sys.executable, "-c", code, trace], env=env, capture_output=True, text=True)

@@ -5,7 +5,6 @@ from traceprof import render  # noqa: F401 - traceprof.render.render(profile, fm
 from traceprof.analysis.hierarchy import Source
 from traceprof.api import analyze
 from traceprof.errors import TraceprofError, TraceReadError
-from traceprof.read.build import load_trace
 from traceprof.result.model import (
     PASSES,
     ModuleNode,
@@ -24,6 +23,7 @@ from traceprof.version import __version__
 #: code (and the capture's imports torch only when a session starts)
 _LAZY = {
     "profile": "capture",
+    "load_trace": "read.build",
     "profile_once": "capture",
     "Job": "job.analyze",
     "analyze_job": "job.analyze",

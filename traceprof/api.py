@@ -7,14 +7,14 @@ from typing import TYPE_CHECKING, Any
 
 from traceprof.analysis.hierarchy import Source
 from traceprof.read import cache as trace_cache
-from traceprof.read.build import cache_store, load_trace
-from traceprof.read.load import Progress
+from traceprof.read.cache import cache_store
 from traceprof.result import transforms
 from traceprof.result.model import ModuleProfile
 from traceprof.trace.model import Trace
 
 if TYPE_CHECKING:
     from traceprof.flops import Registry
+    from traceprof.read.load import Progress
 
 
 def __getattr__(name: str) -> Any:
@@ -65,6 +65,11 @@ def analyze(
 
         return _analyze(trace, step=step, hierarchy=hierarchy, formulas=formulas, peak_flops=peak_flops)
 
+    def loaded(path: str | os.PathLike, content: str | None) -> Trace:
+        from traceprof.read.build import load_trace  # the decoder: a cached look needs none of it
+
+        return load_trace(path, progress, max_memory, jobs=jobs, cache=cache, content=content)
+
     if isinstance(trace, Trace):
         profile = profile_of(trace)
     else:
@@ -72,9 +77,7 @@ def analyze(
         store = cache_store(cache)
         content = trace_cache.content_hash(path) if store is not None else None
         if store is None or content is None or formulas is not None:
-            profile = profile_of(
-                load_trace(path, progress, max_memory, jobs=jobs, cache=cache, content=content)
-            )
+            profile = profile_of(loaded(path, content))
         else:
             options = (step, str(getattr(hierarchy, "value", hierarchy)), peak_flops)
             profile = trace_cache.cached(
@@ -82,9 +85,7 @@ def analyze(
                 trace_cache.entry_name(content, "profile", options),
                 "profile",
                 ModuleProfile,
-                lambda: profile_of(
-                    load_trace(path, progress, max_memory, jobs=jobs, cache=cache, content=content)
-                ),
+                lambda: profile_of(loaded(path, content)),
                 lambda hit: hit.with_path(str(path)),
             )
     if sort != transforms.SortKey.ORDER:

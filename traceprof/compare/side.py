@@ -23,7 +23,8 @@ import numpy as np
 
 from traceprof.analysis.link import link
 from traceprof.read import cache as trace_cache
-from traceprof.read.build import cache_store, load_trace
+from traceprof.read.build import load_trace
+from traceprof.read.cache import cache_store
 from traceprof.result.model import UNATTRIBUTED_NAME, ModuleProfile
 from traceprof.trace import schema
 from traceprof.trace.model import Trace

@@ -79,7 +79,7 @@ def analyze_rank(task: tuple[str, RankOptions]) -> RankResult:
     """Load and analyze one trace (run by an engine's worker), through the cache of the machine
     it runs on: a second look at a rank reads its result from there."""
     from traceprof.read import cache as trace_cache
-    from traceprof.read.build import cache_store
+    from traceprof.read.cache import cache_store
 
     path, options = task
     store = cache_store(options.cache)
@@ -100,7 +100,7 @@ def cached_ranks(paths: list[str], options: RankOptions) -> list[RankResult | No
     """The result of each path in this machine's cache, or None: a job whose ranks are all
     there starts no worker."""
     from traceprof.read import cache as trace_cache
-    from traceprof.read.build import cache_store
+    from traceprof.read.cache import cache_store
 
     store = cache_store(options.cache)
     if store is None:

@@ -60,7 +60,7 @@ def load_trace(
     ``cache``: read the decoded trace from the cache, or write it there after decoding (default:
     unless ``$TRACEPROF_CACHE`` is ``off``; see :mod:`traceprof.read.cache`); a cached trace's
     columns are memory-mapped. ``content``: the file's content hash, when the caller has it."""
-    store = cache_store(cache)
+    store = trace_cache.cache_store(cache)
     if store is not None and content is None:
         content = trace_cache.content_hash(path)
     if store is None or content is None:
@@ -75,13 +75,6 @@ def load_trace(
         lambda: _decoded(path, progress, max_memory, memory_scale, jobs, chunk_bytes),
         lambda trace: trace.with_path(str(path)),
     )
-
-
-def cache_store(cache: bool | None) -> trace_cache.Store | None:
-    """The cache to use (None: none), as ``cache`` asks (None: unless turned off)."""
-    if cache is False:
-        return None
-    return trace_cache.Store.default()
 
 
 def _decoded(

@@ -143,6 +143,13 @@ def content_hashes(paths: list[str]) -> list[str | None]:
         return list(pool.map(content_hash, paths))
 
 
+def cache_store(cache: bool | None) -> Store | None:
+    """The cache to use (None: none), as ``cache`` asks (None: unless turned off)."""
+    if cache is False:
+        return None
+    return Store.default()
+
+
 @functools.cache
 def code_fingerprint() -> str:
     """traceprof's version and the size and modification time of each of its modules: an entry
