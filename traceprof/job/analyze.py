@@ -232,7 +232,18 @@ class JobModule(msgspec.Struct, frozen=True):
         )
 
     def times(self, metric: str, p: Pass | None = None, own: bool = False) -> dict[int, float]:
-        return {r: self.time(r, metric, p, own) for r in sorted(self.nodes)}
+        # as time() for each rank, the lookups hoisted: a job report asks this for every module,
+        # metric and pass
+        part, nodes = ("own" if own else "total"), self.nodes
+        if p is not None:
+            phase = Pass(p).value
+            return {r: 0.0 + getattr(getattr(getattr(nodes[r], phase), part), metric) for r in sorted(nodes)}
+        return {
+            r: getattr(getattr(n.forward, part), metric)
+            + getattr(getattr(n.backward, part), metric)
+            + getattr(getattr(n.other, part), metric)
+            for r, n in sorted(nodes.items())
+        }
 
     def spread(self, metric: str, p: Pass | None = None) -> Spread:
         s = spread_of(self.times(metric, p))

@@ -132,15 +132,17 @@ def content_hash(path: str | os.PathLike) -> str | None:
 _HASH_THREADS = 4
 
 
-def content_hashes(paths: list[str]) -> list[str | None]:
-    """:func:`content_hash` of each path, several files at a time: a job's second look hashes
-    all its ranks before it reads their entries."""
+def content_hashes(paths: list[str]) -> Iterator[str | None]:
+    """:func:`content_hash` of each path, in order, computed a few files ahead in threads (the
+    hash runs without the GIL) while the caller uses the ones before: a job's second look
+    decodes a rank's entry while the next ranks' files are hashed."""
     if len(paths) < 2:
-        return [content_hash(p) for p in paths]
+        yield from map(content_hash, paths)
+        return
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(min(_HASH_THREADS, os.cpu_count() or 1, len(paths))) as pool:
-        return list(pool.map(content_hash, paths))
+        yield from pool.map(content_hash, paths)
 
 
 def cache_store(cache: bool | None) -> Store | None:

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
 
-class Times(msgspec.Struct, frozen=True, gc=False):
+class Times(msgspec.Struct, frozen=True, gc=False, array_like=True):
     """Additive per-step quantities of a node: times, counts, FLOPs and bytes."""
 
     gpu_busy_us: float = 0.0
@@ -61,7 +61,7 @@ class Times(msgspec.Struct, frozen=True, gc=False):
 ZERO = Times()
 
 
-class PhaseTimes(msgspec.Struct, frozen=True, gc=False):
+class PhaseTimes(msgspec.Struct, frozen=True, gc=False, array_like=True):
     """One pass (forward, backward or other) of one node: its own work and its subtree's."""
 
     own: Times = ZERO
@@ -140,7 +140,7 @@ class OpKind(str, enum.Enum):
 _OP_SUMMED = ("calls", "kernels", "gpu_busy_us", "gpu_work_us", "cpu_us", "flops")
 
 
-class OpStat(msgspec.Struct, frozen=True, gc=False):
+class OpStat(msgspec.Struct, frozen=True, gc=False, array_like=True):
     """One row of a node's ops table (traceprof.analysis.module_ops): the ops (or kernels) of one name,
     input shapes and pass inside the node itself, per step."""
 
