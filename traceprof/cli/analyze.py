@@ -10,19 +10,19 @@ import click
 from traceprof import render
 from traceprof.api import analyze as analyze_api
 from traceprof.cli.common import (
-    MAX_MEMORY_HELP,
-    SOURCES,
     USAGE_EXIT_CODE,
     Number,
-    Size,
     chosen_renderer,
     close,
     depth_option,
     emit,
     fail,
+    hierarchy_option,
     ignore_option,
     job_progress,
+    max_memory_option,
     no_cache_option,
+    peak_tflops_option,
     print_warnings,
     progress_reporter,
     reported_errors,
@@ -76,13 +76,7 @@ from traceprof.result.transforms import ignore_modules
     "order of the rows (gpu, cpu, calls, flops, name) [default there: largest time first]."
 )
 @step_option("Analyze this ProfilerStep alone [default: mean of the complete steps].")
-@click.option(
-    "--hierarchy",
-    type=click.Choice(SOURCES),
-    default="auto",
-    show_default=True,
-    help="Where the module tree comes from.",
-)
+@hierarchy_option()
 @click.option("--raw", is_flag=True, help="Times as plain microseconds, FLOPs and bytes as plain numbers.")
 @click.option(
     "--unsupported-ops",
@@ -123,14 +117,10 @@ from traceprof.result.transforms import ignore_modules
     type=click.Path(file_okay=False, path_type=str),
     help="Also write TRACE as a new run into this TensorBoard log directory.",
 )
-@click.option(
-    "--peak-tflops",
-    type=Number(float, min=0, min_open=True),
-    default=None,
-    help="Peak TFLOP/s of one device, for MFU [default: the peaks table's; none for "
-    "CPUs and devices not in it].",
+@peak_tflops_option(
+    "Peak TFLOP/s of one device, for MFU [default: the peaks table's; none for CPUs and devices not in it]."
 )
-@click.option("--max-memory", type=Size(), default=None, metavar="SIZE", help=MAX_MEMORY_HELP)
+@max_memory_option()
 @no_cache_option
 @click.option(
     "--jobs",

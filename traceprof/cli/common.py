@@ -348,6 +348,26 @@ def ignore_option(
     return click.option("--ignore", "ignore", multiple=True, metavar="PATTERN", help=help)
 
 
+# --- the loading options: the same in every command that reads traces
+
+
+def hierarchy_option(help: str = "Where the module tree comes from.") -> Callable[[Any], Any]:
+    """``--hierarchy SOURCE``: auto or a :class:`~traceprof.analysis.hierarchy.Source`."""
+    return click.option(
+        "--hierarchy", type=click.Choice(SOURCES), default="auto", show_default=True, help=help
+    )
+
+
+def peak_tflops_option(help: str) -> Callable[[Any], Any]:
+    """``--peak-tflops X``: a number above 0."""
+    return click.option("--peak-tflops", type=Number(float, min=0, min_open=True), default=None, help=help)
+
+
+def max_memory_option(help: str = MAX_MEMORY_HELP) -> Callable[[Any], Any]:
+    """``--max-memory SIZE``: bytes or a size such as 8G."""
+    return click.option("--max-memory", type=Size(), default=None, metavar="SIZE", help=help)
+
+
 def _no_cache(ctx: click.Context, param: click.Parameter, value: bool) -> None:
     if value:
         os.environ[cache.DIR_ENV] = "off"  # also for the workers this command starts

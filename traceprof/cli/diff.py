@@ -9,13 +9,13 @@ import click
 
 from traceprof import units
 from traceprof.cli.common import (
-    SOURCES,
     Number,
-    Size,
     chosen_renderer,
     depth_option,
     emit,
+    hierarchy_option,
     ignore_option,
+    max_memory_option,
     no_cache_option,
     print_warnings,
     reported_errors,
@@ -63,13 +63,7 @@ _FORMATS = ["csv", "html", "json", "parquet", "tree"]
     metavar="NAME",
     help="With --fail-if-slower: compare this module (qualified name) instead of the step.",
 )
-@click.option(
-    "--hierarchy",
-    type=click.Choice(SOURCES),
-    default="auto",
-    show_default=True,
-    help="Where the module trees come from.",
-)
+@hierarchy_option("Where the module trees come from.")
 @depth_option()
 @top_option(
     "Keep the N children of each node that changed most (by --sort's key); fold the rest into one '(k more)' node."
@@ -97,13 +91,7 @@ _FORMATS = ["csv", "html", "json", "parquet", "tree"]
     type=click.Path(file_okay=False, path_type=str),
     help="Also write BASE and NEW as a pair of TensorBoard runs (LOGDIR/base, LOGDIR/new).",
 )
-@click.option(
-    "--max-memory",
-    type=Size(),
-    default=None,
-    metavar="SIZE",
-    help="Memory limit of loading each trace (e.g. 8G) [default: as analyze].",
-)
+@max_memory_option("Memory limit of loading each trace (e.g. 8G) [default: as analyze].")
 @no_cache_option
 def diff_command(
     base,

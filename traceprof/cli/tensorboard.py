@@ -9,11 +9,11 @@ import sys
 import click
 
 from traceprof.cli.common import (
-    MAX_MEMORY_HELP,
-    SOURCES,
     Number,
-    Size,
+    hierarchy_option,
+    max_memory_option,
     no_cache_option,
+    peak_tflops_option,
     reported_errors,
     write_tensorboard,
 )
@@ -39,19 +39,8 @@ OFFLINE_NOTE = (
     default=None,
     help="Run name for one trace; parent of the runs for several [default: file names].",
 )
-@click.option(
-    "--hierarchy",
-    type=click.Choice(SOURCES),
-    default="auto",
-    show_default=True,
-    help="Where the module tree comes from.",
-)
-@click.option(
-    "--peak-tflops",
-    type=Number(float, min=0, min_open=True),
-    default=None,
-    help="Peak TFLOP/s of one device, for the MFU scalar (when the profile has FLOPs).",
-)
+@hierarchy_option()
+@peak_tflops_option("Peak TFLOP/s of one device, for the MFU scalar (when the profile has FLOPs).")
 @click.option("--serve", is_flag=True, help="Then start TensorBoard on 127.0.0.1 for LOGDIR.")
 @click.option(
     "--port",
@@ -67,7 +56,7 @@ OFFLINE_NOTE = (
     help="Which runs get a trace copy for the PyTorch Profiler tab: auto stops once the logdir "
     "holds 16 (TensorBoard loads each in a process of its own; docs/tensorboard.md).",
 )
-@click.option("--max-memory", type=Size(), default=None, metavar="SIZE", help=MAX_MEMORY_HELP)
+@max_memory_option()
 @no_cache_option
 def tensorboard_command(traces, logdir, name, hierarchy, peak_tflops, serve, port, tb_profiler, max_memory):
     """Write TRACES (files or directories) as runs of a TensorBoard log directory.
