@@ -189,6 +189,11 @@ def test_straggler_rank_and_module_are_named_first(straggler_job_dir):
     assert lines[1].startswith(f"  rank {SLOW_RANK}: ")
     # by its short name (the qualified one is in JSON and CSV): the tail that tells it apart
     assert lines[2].split(": ", 1)[1].startswith("h.1.mlp.c_fc +")
+    # told apart from every module, also those a --depth leaves out (h.0.mlp.c_fc): not "c_fc"
+    shallow = traceprof_cli("analyze", straggler_job_dir, "--jobs", "2", "--depth", "1")
+    assert shallow.returncode == 0, shallow.stderr
+    line = shallow.stdout.split("Stragglers:")[1].splitlines()[2]
+    assert line.split(": ", 1)[1].startswith("h.1.mlp.c_fc +"), line
 
 
 def test_glob_and_several_files_make_the_same_job(straggler_job_dir):

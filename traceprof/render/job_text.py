@@ -141,8 +141,11 @@ def _stragglers_section(job: Job, raw: bool) -> list[str]:
 
 def _short(job: Job) -> dict[str, str]:
     """Short display names of the job's modules (and of the stragglers' ones), by label:
-    the fewest trailing parts of each qualified name that tell it from the others."""
+    the fewest trailing parts of each qualified name that tell it from every other module."""
     labels = [_label(m) for m in job.modules] + [_label(m) for s in job.stragglers for m, _ in s.modules]
+    # told apart from every module of every rank, not only from those a shaped job still shows
+    # (at --depth 1 a straggler's h.1.mlp.c_fc is not "c_fc": h.0.mlp.c_fc exists too)
+    labels += [n.qualified_name for r in job.ranks for n in r.profile.nodes if n.qualified_name]
     return short_name_map(labels)
 
 
