@@ -225,3 +225,16 @@ def test_qwen_gpu_work_launched_before_the_trace_is_named_and_warned():
     # counted in the step's GPU time: the header's GPU busy time is the tree's total
     roots = sum(p.nodes[r].total.gpu_busy_us for r in p.roots)
     assert roots == pytest.approx(p.selection.gpu_busy_us)
+
+
+@pytest.mark.parametrize("path", ALL_TRACES, ids=lambda p: f"{p.parent.name}/{p.name[:40]}")
+def test_a_trace_that_ran_gpu_work_is_never_called_cpu_only(path):
+    """The header names the GPUs; a trace whose devices have no name (ROCm's deviceProperties
+    may leave it empty) still ran on a GPU, and says so."""
+    from traceprof import render
+
+    profile = profile_of(path)
+    header = render.render(profile, "tree").splitlines()[1]
+    assert ("CPU only" in header) == (not profile.has_gpu and not profile.metadata.devices), header
+    if profile.has_gpu and not any(d.name for d in profile.metadata.devices):
+        assert "GPU (not named in the trace)" in header

@@ -138,8 +138,7 @@ def with_peak(profile: ModuleProfile, peak_flops: float) -> ModuleProfile:
     if not summary.has_shapes:
         return profile
     known = summary.peak
-    names = sorted({d.name for d in profile.metadata.devices if d.name})
-    device = known.device if known else (", ".join(names) if profile.has_gpu and names else "CPU")
+    device = known.device if known else (", ".join(profile.device_names) if profile.has_gpu else "CPU")
     peak = Peak(
         device=device,
         precision=summary.precision or "fp32",

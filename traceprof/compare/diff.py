@@ -409,7 +409,6 @@ def _side_task(task) -> Side:
 
 def _summary(side: Side) -> SideSummary:
     p = side.profile
-    names = sorted({d.name for d in p.metadata.devices if d.name})
     module_us = sum(
         p.nodes[r].total.__getattribute__(side.metric) for r in p.roots if p.nodes[r].kind is NodeKind.MODULE
     )
@@ -430,7 +429,7 @@ def _summary(side: Side) -> SideSummary:
     time_us = p.selection.gpu_busy_us if p.has_gpu else p.selection.cpu_us
     return SideSummary(
         path=side.path,
-        device=", ".join(names) if p.has_gpu and names else "CPU",
+        device=", ".join(p.device_names) if p.has_gpu else "CPU",
         has_gpu=p.has_gpu,
         source=p.source,
         steps=side.step_numbers,

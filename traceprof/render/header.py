@@ -11,7 +11,7 @@ def header_lines(profile: ModuleProfile, opts: RenderOptions | None = None) -> l
     opts = opts or RenderOptions()
     md = profile.metadata
     sel = profile.selection
-    device = ", ".join(sorted({d.name for d in md.devices if d.name})) or "CPU only"
+    device = ", ".join(profile.device_names) or "CPU only"
     dist = f", rank {md.rank} of {md.world_size}" if md.rank is not None and md.world_size else ""
     lines = [f"trace:     {md.path} ({units.file_size(md.size_bytes)} JSON), {device}{dist}"]
     lines.append(f"modules:   {modules_text(profile.module_nodes, profile.source_description)}")

@@ -102,7 +102,7 @@ def profile_html(profile: ModuleProfile) -> str:
 def profile_cards(profile: ModuleProfile) -> list[tuple[str, str]]:
     """The headline numbers of the HTML report's header, as (name, value) pairs."""
     md, sel = profile.metadata, profile.selection
-    device = ", ".join(sorted({d.name for d in md.devices if d.name})) or "CPU only"
+    device = ", ".join(profile.device_names) or "CPU only"
     if md.rank is not None and md.world_size:
         device += f" · rank {md.rank} of {md.world_size}"
     cards = [

@@ -130,6 +130,8 @@ class NodeKind(str, enum.Enum):
 
 
 UNATTRIBUTED_NAME = "(not in any module)"
+#: what names a GPU that the trace does not name
+UNNAMED_GPU = "GPU (not named in the trace)"
 
 
 class OpKind(str, enum.Enum):
@@ -401,6 +403,14 @@ class ModuleProfile(msgspec.Struct, frozen=True):
     @property
     def has_gpu(self) -> bool:
         return self.stats.kernels + self.stats.memcpys + self.stats.memsets > 0
+
+    @property
+    def device_names(self) -> tuple[str, ...]:
+        """The names of the trace's GPUs, sorted; :data:`UNNAMED_GPU` for a trace that ran GPU
+        work or lists devices without naming them (ROCm traces may leave ``name`` empty); ()
+        for a trace that ran on the CPU alone."""
+        names = tuple(sorted({d.name for d in self.metadata.devices if d.name}))
+        return names or ((UNNAMED_GPU,) if self.has_gpu or self.metadata.devices else ())
 
     @property
     def module_count(self) -> int:
