@@ -17,6 +17,9 @@ Tags (all values per step, x axis = ProfilerStep number; 0 for a trace without s
   on CPU-only traces) and that over the device's peak (the profile's, or ``peak_flops``), when
   the profile has FLOPs and, for MFU, a peak;
 - text ``module_tree``: the DeepSpeed-style module tree.
+
+The same points go into ``run.json`` as numbers per step (:func:`per_step_table`) for the traceprof
+tab, since TensorBoard's charts draw two points as a bare line without markers.
 """
 
 from __future__ import annotations
@@ -51,6 +54,18 @@ class Scalar(msgspec.Struct, frozen=True):
     step: int
     value: float
     description: str
+    module: str | None = None  # the module's qualified name (tag label) of a module's scalar
+
+
+#: the unit of each metric (the tag's first part), for the traceprof tab's per-step table
+UNITS = {
+    "gpu_busy_us": "us",
+    "cpu_us": "us",
+    "wall_us": "us",
+    "kernels": "count",
+    "tflops": "TFLOP/s",
+    "mfu": "fraction",
+}
 
 
 def has_gpu(doc: dict) -> bool:
@@ -134,7 +149,13 @@ def scalars(mean_doc: dict, step_docs: list[tuple[int, dict]], peak_flops: float
             node = by_path.get(path)
             value = node_time(node, metric) if node else 0.0
             out.append(
-                Scalar(f"{metric}/{label}", step, value, f"{unit} of the module, all passes, microseconds")
+                Scalar(
+                    f"{metric}/{label}",
+                    step,
+                    value,
+                    f"{unit} of the module, all passes, microseconds",
+                    module=label,
+                )
             )
         achieved, mfu = _achieved(doc, metric)
         if achieved:
@@ -158,6 +179,31 @@ def scalars(mean_doc: dict, step_docs: list[tuple[int, dict]], peak_flops: float
                     )
                 )
     return out
+
+
+def per_step_table(points: list[Scalar]) -> dict:
+    """The scalars as numbers per step, for the traceprof tab's per-step table (``run.json``
+    ``per_step``): TensorBoard's line charts draw no marker on a line of two points, so a run of
+    one to a few steps looks empty there. ``steps``: the x values, ascending; ``series``: per tag
+    (the step's metrics first, then the modules, each in the order written) its ``tag``,
+    ``module`` (qualified name, None for a step metric), ``unit`` (:data:`UNITS`) and ``values``
+    (one per step, None where the tag has no point at that step)."""
+    steps = sorted({p.step for p in points})
+    column = {s: i for i, s in enumerate(steps)}
+    series: dict[str, dict] = {}
+    for p in points:
+        entry = series.setdefault(
+            p.tag,
+            {
+                "tag": p.tag,
+                "module": p.module,
+                "unit": UNITS.get(p.tag.split("/", 1)[0], ""),
+                "values": [None] * len(steps),
+            },
+        )
+        entry["values"][column[p.step]] = p.value
+    ordered = sorted(series.values(), key=lambda e: e["module"] is not None)
+    return {"steps": steps, "series": ordered}
 
 
 def _achieved(doc: dict, metric: str) -> tuple[float | None, float | None]:

@@ -360,6 +360,7 @@ def write_run(
         "steps": [{"step": n, "profile": layout.step_profile_name(n)} for n, _ in step_texts],
         "steps_without_profile": list(numbers[len(step_texts) :]) if step_texts else [],
         "scalars": sorted({p.tag for p in points}),
+        "per_step": events.per_step_table(points),
         "peak_flops": peak_flops,
         "tb_profiler": {"trace_copy": copy_name, "worker": worker, **asdict(copy[1])} if copy else None,
     }

@@ -197,6 +197,20 @@ export function inlineSource(doc, name = 'profile') {
   };
 }
 
+// The per-step table (run.json per_step, traceprof/tensorboard/events.py per_step_table): the
+// labels of the step's metrics (tag "<metric>/step"), and a value in its unit
+const STEP_METRICS = {gpu_busy_us: 'GPU busy', cpu_us: 'CPU', wall_us: 'Wall', kernels: 'Kernels',
+  tflops: 'Achieved', mfu: 'MFU'};
+
+function perStepValue(unit, value) {
+  if (typeof value !== 'number') return '--';
+  if (unit === 'us') return duration(value);
+  if (unit === 'count') return count(value);
+  if (unit === 'TFLOP/s') return bigNumber(value * 1e12, 'FLOP/s');
+  if (unit === 'fraction') return percent(value);
+  return String(value);
+}
+
 // the class name, unless the display name already says it (nn.Module sources: "Linear_3")
 function classSuffix(node) {
   const cls = node.class_name || '';
@@ -392,6 +406,7 @@ class TraceprofView {
     const timeName = METRICS[this.metric];
     this.root.replaceChildren(el('div', {class: 'tp-app'},
         toolbar, summary,
+        this.renderPerStepPanel(),
         el('section', {class: 'tp-panel'},
             el('div', {class: 'tp-panel-head'},
                 el('h2', {}, 'Module time'),
@@ -447,6 +462,39 @@ class TraceprofView {
         runSelectors ? el('label', {}, 'Step', stepSelect) : null,
         el('label', {class: title ? 'tp-push' : null}, 'Time', metricSelect),
         el('label', {}, 'Icicle', phaseSelect));
+  }
+
+  // The run's scalars as numbers, one row per step (run.json per_step; none in the HTML report):
+  // TensorBoard's charts draw a line of two points with no marker, so a run of a few steps looks
+  // empty in its Scalars tab. Module columns have short names, the tag (qualified name) on hover;
+  // a click on a step with a profile of its own shows that step.
+  renderPerStepPanel() {
+    const table = this.run.per_step;
+    if (!table || !Array.isArray(table.steps) || !table.steps.length || !Array.isArray(table.series)) return null;
+    const series = table.series.filter((s) => s && typeof s.tag === 'string' && Array.isArray(s.values));
+    const modules = series.filter((s) => typeof s.module === 'string');
+    const shorts = new Map(shortNames(modules.map((s) => s.module)).map((name, i) => [modules[i].tag, name]));
+    const moduleTime = modules.length ? METRICS[modules[0].tag.split('/')[0]] : null;
+    const ownProfile = new Set((this.run.steps || []).map((s) => String(s.step)));
+    const named = new Set(this.run.mean_of_steps || []);
+    const head = el('tr', {}, el('th', {}, 'Step'), series.map((s) => el('th', {
+      class: shorts.has(s.tag) ? 'tp-num tp-step-module' : 'tp-num', title: s.tag},
+    shorts.has(s.tag) ? shorts.get(s.tag) : STEP_METRICS[s.tag.split('/')[0]] || s.tag)));
+    const rows = table.steps.map((step, i) => {
+      const own = ownProfile.has(String(step));
+      return el('tr', {class: `tp-step-row${own ? ' tp-step-own' : ''}${String(step) === this.step ? ' tp-selected' : ''}`,
+        'data-step': step, title: own ? `show ProfilerStep#${step}` : null,
+        onclick: own ? () => { this.step = String(step); this.load(); } : null},
+      el('td', {}, named.has(step) ? `ProfilerStep#${step}` : 'whole trace'),
+      series.map((s) => el('td', {class: 'tp-num'}, perStepValue(s.unit, s.values[i]))));
+    });
+    return el('section', {class: 'tp-panel', id: 'tp-per-step'},
+        el('div', {class: 'tp-panel-head'}, el('h2', {}, 'Per step'),
+            el('span', {class: 'tp-hint'}, 'the values of the Scalars tab' +
+              (moduleTime ? `; modules: ${moduleTime}, all passes` : '') +
+              '; hover a column for its tag')),
+        el('div', {class: 'tp-per-step-wrap'},
+            el('table', {class: 'tp-per-step'}, el('thead', {}, head), el('tbody', {}, rows))));
   }
 
   renderSummary() {
@@ -585,7 +633,9 @@ class TraceprofView {
     const chart = svg('svg', {class: 'tp-icicle-svg', width, height, viewBox: `0 0 ${width} ${height}`,
       'data-phase': phase});
     for (const c of cells) {
-      const g = svg('g', {class: 'tp-cell', 'data-id': c.node.id});
+      // a node that is no module (compiled work, a group, time in no module) is styled apart
+      const kind = c.node.kind === 'module' ? '' : ` tp-cell-nonmodule tp-cell-${c.node.kind}`;
+      const g = svg('g', {class: `tp-cell${kind}`, 'data-id': c.node.id});
       const rect = svg('rect', {x: c.x + 0.5, y: c.level * ROW_HEIGHT + 0.5,
         width: Math.max(c.w - 1, 0.5), height: ROW_HEIGHT - 1, rx: 2, fill: colorOf(c.node)});
       if (this.selected === c.node.id) rect.setAttribute('class', 'tp-cell-selected');
