@@ -49,12 +49,16 @@ def scope_names(trace) -> collections.Counter:
 
 
 def inductor_state() -> dict:
-    """Every Inductor config value, plus the patched class attribute."""
+    """Every Inductor config value, plus the patched class attributes."""
     import torch._inductor.config as inductor_config
     from torch._inductor.output_code import CompiledFxGraph
+    from torch._inductor.pattern_matcher import ReplacementPatternEntry
 
     state = dict(inductor_config.get_config_copy())
     state["CompiledFxGraph.post_compile"] = CompiledFxGraph.__dict__["post_compile"]
+    state["ReplacementPatternEntry.replace_with_graph"] = ReplacementPatternEntry.__dict__[
+        "replace_with_graph"
+    ]
     return state
 
 
@@ -224,6 +228,69 @@ def this_session(table):
         "graphs": {k: g for k, g in table["graphs"].items() if not g.get("earlier_session")},
         "compiles": [c for c in table["compiles"] if not c.get("earlier_session")],
     }
+
+
+MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm")
+
+
+def test_a_pattern_replacement_takes_the_module_of_the_heaviest_node_it_replaced(compiled_traces):
+    """The tiny GPT ties lm_head's weight to wte's: Inductor's post-grad pattern mm + add -> addmm
+    replaces lm_head's weight-gradient mm and the add summing the tied weight's two gradients
+    (no module stack) by one addmm. It belongs to lm_head, the module of the mm it replaced (not
+    the root, the common module of its inputs' modules, wte and lm_head)."""
+    path = compiled_traces["gpt"][1]
+    graphs = this_session(compiled_table(load_trace(path)))["graphs"].values()
+    rows = [row for g in graphs if g["direction"] == "backward" for row in g["nodes"].values()]
+    matmuls = [row for row in rows if row["op"] in ("aten.mm.default", "aten.addmm.default")]
+    assert matmuls and all(row["module"] != "" for row in matmuls), [
+        (row["op"], row["module_from"]) for row in matmuls if row["module"] == ""
+    ]
+    replaced = [
+        (row["op"], row["module"], row["module_class"]) for row in rows if row["module_from"] == "replaced"
+    ]
+    assert ("aten.addmm.default", "lm_head", "Linear") in replaced
+    # the analysis: no matmul on the root's own time; lm_head has its weight gradient's FLOPs
+    profile = traceprof_analyze(path)
+    root = profile.nodes[profile.roots[0]]
+    assert [(o.name, o.phase) for o in root.ops if o.name in MATMUL_OPS] == []
+    lm_head = profile.find("lm_head")
+    assert any(o.name == "aten::addmm" and o.phase == "backward" and o.flops > 0 for o in lm_head.ops)
+
+
+def test_replaced_nodes_take_the_stack_of_the_heaviest_matched_node():
+    from types import SimpleNamespace
+
+    aten = torch.ops.aten
+
+    def fx_node(target, **meta):
+        return SimpleNamespace(op="call_function", target=target, meta=dict(meta))
+
+    add_a = fx_node(aten.add.Tensor, nn_module_stack={"1": ("L['self'].a", nn.Linear)})
+    mm_b = fx_node(aten.mm.default, fwd_nn_module_stack={"2": ("L['self'].b", nn.Linear)})
+    mm_c = fx_node(aten.mm.default, fwd_nn_module_stack={"3": ("L['self'].c", nn.Linear)})
+    bare = fx_node(aten.add.Tensor)  # no stack: never chosen
+    new, own = (
+        fx_node(aten.addmm.default),
+        fx_node(aten.relu.default, nn_module_stack={"4": ("L['self'].d", nn.ReLU)}),
+    )
+    compiled_mod._tag_replaced([bare, add_a, mm_b, mm_c], [new, own])
+    assert (
+        new.meta[compiled_mod._REPLACED_KEY] == mm_b.meta["fwd_nn_module_stack"]
+    )  # a matmul; ties: the first
+    assert compiled_mod._REPLACED_KEY not in own.meta  # a node with a stack of its own keeps it
+    row = compiled_mod._describe_node(SimpleNamespace(**vars(new), args=(), kwargs={}))
+    assert (row["module"], row["module_class"], row["module_from"]) == ("b", "Linear", "replaced")
+    pointwise = fx_node(aten.addmm.default)
+    compiled_mod._tag_replaced([bare, add_a], [pointwise])  # only pointwise nodes: the first with a stack
+    assert pointwise.meta[compiled_mod._REPLACED_KEY] == add_a.meta["nn_module_stack"]
+
+
+def traceprof_analyze(path):
+    import traceprof
+
+    profile = traceprof.analyze(path)
+    profile.self_check()
+    return profile
 
 
 def test_each_way_of_compiling_gets_its_scopes_and_roots(compiled_traces):

@@ -32,6 +32,11 @@ What the recorder changes while active, all undone on exit (also when the block 
 - ``torch.fx.experimental.proxy_tensor.proxy_call`` wrapped: when an op is traced as its
   decomposition, its arguments (described) are kept on the node of its first output, so that
   the table can cost the decomposed nodes as the op (``original_inputs``);
+- ``ReplacementPatternEntry.replace_with_graph`` wrapped (the one place through which Inductor's
+  pattern replacements insert their nodes: ``Match.replace_by_example``,
+  ``Match.replace_with_graph`` and registered replacements): a node the replacement creates
+  without a module stack of its own is tagged with the stack of the heaviest node it replaced
+  (``module_from: "replaced"``; runs only at pattern replacements);
 - ``CompiledFxGraph.post_compile`` wrapped: the one place every compiled graph passes through,
   compiled or loaded from a cache. Nothing the recorder does can fail a compile: its errors are
   collected in ``warnings``.
@@ -98,12 +103,17 @@ _PREFIX_RE = re.compile(r"(graph_\d+_)")
 _SAFE_KEY_RE = re.compile(r"[A-Za-z0-9_-]{1,200}")
 #: goes into every FX graph cache key through the recorder's pass (``uuid()``); change it when the
 #: recorder changes what it records, so that graphs cached by an older version compile again
-_SALT = "5"
+_SALT = "6"
 #: the format of the files that keep a graph's row next to Inductor's cache
 _PERSIST_FORMAT = "traceprof.compiled.graph/1"
 _OP_NAMESPACES = ("aten", "prims", "quantized", "mkldnn", "onednn")
 #: nesting depth past which a described value is written as ``null``
 _MAX_DEPTH = 6
+#: ``node.meta`` key of the module stack a pattern replacement gave a node it created
+_REPLACED_KEY = "traceprof_replaced"
+#: op names (without namespace and overload) of matmul, convolution and attention ops: a
+#: replacement's nodes take the module of the matched node of this family over pointwise ones
+_HEAVY_OP_RE = re.compile(r"\w*(mm|matmul|linear|conv\w*|attention\w*|scaled_dot_product\w*)")
 
 
 class RecorderUnavailable(RuntimeError):
@@ -378,9 +388,15 @@ def _op_name(target: Any) -> str:
     return str(name) if name else str(target)
 
 
-def _module_stack(node: Any) -> list[tuple[str, str, str]]:
-    """``[(key, source_name, class_name), ...]``, outermost first; backward nodes use the forward's."""
+def _module_stack(node: Any, replaced: bool = False) -> list[tuple[str, str, str]]:
+    """``[(key, source_name, class_name), ...]``, outermost first; backward nodes use the forward's.
+
+    ``replaced``: without a stack of its own, the one a pattern replacement gave the node
+    (:func:`_wrap_replace_with_graph`).
+    """
     stack = node.meta.get("fwd_nn_module_stack") or node.meta.get("nn_module_stack") or {}
+    if not stack and replaced:
+        stack = node.meta.get(_REPLACED_KEY) or {}
     out = []
     for key, value in stack.items():
         try:
@@ -398,17 +414,22 @@ def _describe_node(node: Any) -> dict[str, Any]:
     ``module`` is the qualified name of the innermost module of the node's module stack,
     relative to the compiled frame's root local (``root_local``, usually ``L['self']``); ``""``
     when the node has no stack (code of the compiled function itself, autograd's gradient sums
-    in a backward graph). A ``copy_`` that writes a mutated input back (BatchNorm's running
-    statistics) takes the module of the value it copies. A node that a post-grad pattern
-    created (``mm + add -> addmm_default``: no stack and no ``seq_nr``, which every node traced
-    from the model's code has) takes the module its inputs give it (:func:`_module_of_inputs`).
-    ``module_from`` says which of these applied (``None``: no stack).
+    in a backward graph). A node that a pattern replacement created takes the module of the
+    heaviest node it replaced (``mm + add -> addmm_default``: the ``mm``'s;
+    :func:`_wrap_replace_with_graph`). A ``copy_`` that writes a mutated input back (BatchNorm's
+    running statistics) takes the module of the value it copies. Another node without a stack
+    and without ``seq_nr`` (which every node traced from the model's code has: a node some other
+    pass made) takes the module its inputs give it (:func:`_module_of_inputs`). ``module_from``
+    says which of these applied (``None``: no stack).
     """
     stack = _module_stack(node)
     module_from: str | None = None
     derived: tuple[str, str | None, str | None] | None = None
     if stack:
         module_from = "fwd_nn_module_stack" if "fwd_nn_module_stack" in node.meta else "nn_module_stack"
+    elif node.meta.get(_REPLACED_KEY):
+        stack = _module_stack(node, replaced=True)
+        module_from = "replaced" if stack else None
     elif (
         _op_name(node.target) == "aten.copy_.default"
         and len(node.args) >= 2
@@ -450,8 +471,8 @@ def _describe_node(node: Any) -> dict[str, Any]:
 
 
 def _pattern_made(node: Any) -> bool:
-    """A node that a post-grad pattern made (``addmm_default`` from ``mm + add``): not traced
-    from the model's code (no ``seq_nr``) and without a module stack of its own."""
+    """A node that a pass made (one that no pattern replacement tagged): not traced from the
+    model's code (no ``seq_nr``) and without a module stack of its own."""
     return (
         node.op == "call_function"
         and "seq_nr" not in node.meta
@@ -463,8 +484,9 @@ def _pattern_made(node: Any) -> bool:
 def _module_of_inputs(
     node: Any, memo: dict[str, tuple[str, str | None, str | None] | None], depth: int = 0
 ) -> tuple[str, str | None, str | None] | None:
-    """``(module, class, root_local)`` of a pattern-made node: the deepest module common to its
-    input nodes that have one (their own stack, or derived the same way for pattern-made inputs;
+    """``(module, class, root_local)`` of a pass-made node: the deepest module common to its
+    input nodes that have one (their own stack, one a pattern replacement gave them, or derived
+    the same way for pass-made inputs;
     inputs of the compiled code itself, placeholders and root ops, do not pull it up); ``None``
     when no input has a module. The class is that of an input in exactly that module (else
     ``None``)."""
@@ -473,7 +495,7 @@ def _module_of_inputs(
     memo[node.name] = None  # cycles cannot occur in a graph; this bounds odd metadata
     found: list[tuple[str, str | None, str | None]] = []
     for arg in node.all_input_nodes:
-        stack = _module_stack(arg)
+        stack = _module_stack(arg, replaced=True)
         if stack:
             _, source, cls_name = stack[-1]
             root, qualified = module_path(source)
@@ -631,6 +653,8 @@ class CompiledGraphRecorder:
         self._original: Any = None
         self._proxy_patched: Any = None  # our proxy_call wrapper while installed
         self._proxy_original: Any = None
+        self._replace_patched: Any = None  # our replace_with_graph wrapper while installed
+        self._replace_original: Any = None
         self._active_flag = False
         self._torch_version = ""
         self._module_names: dict[int, tuple[str, str]] | None = None  # id -> (name, class)
@@ -682,6 +706,7 @@ class CompiledGraphRecorder:
                 self._proxy_original = proxy_tensor.proxy_call
                 self._proxy_patched = _wrap_proxy_call(self._proxy_original)
                 proxy_tensor.proxy_call = self._proxy_patched
+            self._install_replace_hook()
             self._active_flag = True
         except BaseException:
             self._restore()
@@ -690,6 +715,30 @@ class CompiledGraphRecorder:
 
     def __exit__(self, *exc: object) -> None:
         self._restore()
+
+    def _install_replace_hook(self) -> None:
+        """Wrap ``ReplacementPatternEntry.replace_with_graph`` (a static method) when this torch
+        has it; else pattern-made nodes keep the module of their inputs (``"inputs"``)."""
+        try:
+            from torch._inductor.pattern_matcher import ReplacementPatternEntry
+        except Exception:
+            return
+        original = ReplacementPatternEntry.__dict__.get("replace_with_graph")
+        if not isinstance(original, staticmethod):
+            return
+        self._replace_original = original
+        self._replace_patched = staticmethod(_wrap_replace_with_graph(original.__func__))
+        ReplacementPatternEntry.replace_with_graph = self._replace_patched  # type: ignore[method-assign]
+
+    def _restore_replace_hook(self) -> None:
+        if self._replace_patched is None:
+            return
+        from torch._inductor.pattern_matcher import ReplacementPatternEntry
+
+        if ReplacementPatternEntry.__dict__.get("replace_with_graph") is self._replace_patched:
+            ReplacementPatternEntry.replace_with_graph = self._replace_original  # type: ignore[method-assign]
+        # else someone patched it after us: our wrapper stays below theirs (it only tags nodes)
+        self._replace_patched = self._replace_original = None
 
     @property
     def active(self) -> bool:
@@ -714,6 +763,10 @@ class CompiledGraphRecorder:
             if proxy_tensor.proxy_call is self._proxy_patched:
                 proxy_tensor.proxy_call = self._proxy_original
             self._proxy_patched = self._proxy_original = None
+        try:
+            self._restore_replace_hook()
+        except Exception as e:
+            errors.append(e)
         if self._saved:
             import torch._inductor.config as inductor_config
 
@@ -1110,6 +1163,53 @@ def _tag_original(mode: Any, func: Any, args: Any, out: Any) -> None:
     # a node of another op (``to`` returning its input) keeps the first op's description
     if node is not None and node.target is not func and "traceprof_original" not in node.meta:
         node.meta["traceprof_original"] = (_op_name(func), [_describe_val(a) for a in args])
+
+
+def _wrap_replace_with_graph(original: Any) -> Any:
+    """Inductor's ``ReplacementPatternEntry.replace_with_graph(match, graph, replacement, args,
+    ...)`` (a static method) that tags every node it creates without a module stack of its own
+    with the stack of the heaviest node of ``match.nodes`` that has one: ``meta[_REPLACED_KEY]``
+    (``module_from: "replaced"``). Runs only when a pattern replaces nodes; never fails one."""
+
+    def replace_with_graph(*args: Any, **kwargs: Any) -> Any:
+        added = original(*args, **kwargs)
+        try:
+            match = args[0] if args else kwargs.get("match")
+            _tag_replaced(getattr(match, "nodes", None) or (), added or ())
+        except Exception:  # only a module is lost: the node keeps the inputs' rule
+            pass
+        return added
+
+    replace_with_graph.__wrapped__ = original  # type: ignore[attr-defined]
+    return replace_with_graph
+
+
+def _op_weight(target: Any) -> int:
+    """1 for a matmul, convolution or attention op, 0 for any other (pointwise, views)."""
+    parts = _op_name(target).split(".")
+    base = parts[1] if len(parts) >= 2 and parts[0] in _OP_NAMESPACES else parts[0]
+    return 1 if _HEAVY_OP_RE.fullmatch(base) else 0
+
+
+def _tag_replaced(matched: Iterable[Any], added: Iterable[Any]) -> None:
+    """Give each node of ``added`` without a module stack the stack of the heaviest node of
+    ``matched`` that has one (by :func:`_op_weight`; ties: the first)."""
+    best: dict[str, Any] | None = None
+    best_weight = -1
+    for node in matched:
+        meta = getattr(node, "meta", None) or {}
+        stack = meta.get("fwd_nn_module_stack") or meta.get("nn_module_stack") or meta.get(_REPLACED_KEY)
+        weight = _op_weight(getattr(node, "target", None))
+        if stack and weight > best_weight:
+            best, best_weight = stack, weight
+    if best is None:
+        return
+    for node in added:
+        meta = getattr(node, "meta", None)
+        if meta is None or getattr(node, "op", None) != "call_function":
+            continue
+        if not (meta.get("fwd_nn_module_stack") or meta.get("nn_module_stack") or meta.get(_REPLACED_KEY)):
+            meta[_REPLACED_KEY] = dict(best)
 
 
 def iter_call_sites(table: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
