@@ -327,9 +327,12 @@ def test_graph_replays_are_grouped_per_graph_and_kernel_family(analyze_built):
     assert "[graph replay <n>]" in next(w for w in p.warnings if m.group(0) in w)
 
 
-def capture(b: TraceBuilder, ts: float, modules: list[str], tid: int = 1) -> None:
+def capture(
+    b: TraceBuilder, ts: float, modules: list[str], tid: int = 1, kernels: list[str] | None = None
+) -> None:
     """A graph capture at ``ts``: one launch per module scope (qualified names under the
-    root), no kernel runs."""
+    root); with ``kernels``, the i-th launch's kernel is in the trace (joined by correlation),
+    else no kernel runs."""
     runtime = {"ph": "X", "cat": "cuda_runtime", "pid": b.pid, "tid": tid, "dur": 1}
     b.events.append({**runtime, "name": "cudaStreamBeginCapture", "ts": ts, "args": {"correlation": 1}})
     b.scope("", "Model", ts + 5, 100 * len(modules) + 10, tid=tid)
@@ -337,6 +340,9 @@ def capture(b: TraceBuilder, ts: float, modules: list[str], tid: int = 1) -> Non
         at = ts + 10 + 100 * k
         b.scope(module, "Linear" if "proj" in module else "Attention", at, 90, tid=tid)
         b.op("aten::mm", at + 5, 50, tid=tid)
+        if kernels:
+            b.launch(at + 10, at + 20, 5, tid=tid, name=kernels[k])
+            continue
         b._corr += 1
         b.events.append(
             {**runtime, "name": "cudaLaunchKernel", "ts": at + 10, "args": {"correlation": b._corr}}
@@ -345,12 +351,20 @@ def capture(b: TraceBuilder, ts: float, modules: list[str], tid: int = 1) -> Non
     b.events.append({**runtime, "name": "cudaStreamEndCapture", "ts": end, "args": {"correlation": 2}})
 
 
-def test_replayed_kernels_go_to_the_modules_of_their_captured_launches(analyze_built):
-    b = TraceBuilder()
-    capture(b, 0, ["q_proj", "attn", "o_proj"])  # before the profiled step
+DECODE_KERNELS = [name for name, _, _ in DECODE]
+
+
+def replay_decode(b: TraceBuilder) -> None:
+    """A profiled step that replays the decode graph (the kernels of DECODE) once."""
     b.step(1, 1000, 3000)
     b.op("decode", 1010, 2900)
     graph_launch(b, 1100, [(n, 1200 + s, d) for n, s, d in DECODE])
+
+
+def test_replayed_kernels_go_to_the_modules_of_their_captured_launches(analyze_built):
+    b = TraceBuilder()
+    capture(b, 0, ["q_proj", "attn", "o_proj"], kernels=DECODE_KERNELS)  # before the profiled step
+    replay_decode(b)
     p = analyze_built(b)
     # the i-th kernel of the replay goes to the module of the i-th launch of the capture
     for path, gpu in ((("", "q_proj"), 60), (("", "attn"), 30), (("", "o_proj"), 40)):
@@ -369,6 +383,51 @@ def test_a_capture_of_another_length_is_not_used(analyze_built):
     p = analyze_built(b)
     assert node_at(p, "", "q_proj").total.gpu_busy_us == 0
     assert set(children_of(p, node_at(p, "[graph replay 0]"))) == {"[GEMM/extern]", "[attention]"}
+
+
+UNMATCHED = re.compile(r"\((\d+) replayed kernels matched no capture in the trace")
+
+
+def test_a_replay_goes_to_the_capture_with_its_kernels_not_to_the_latest_of_its_length(analyze_built):
+    b = TraceBuilder()
+    capture(b, 0, ["q_proj", "attn", "o_proj"], kernels=DECODE_KERNELS)  # the decode graph
+    mlp = ["sm90_xmma_gemm_bf16", "triton_poi_fused_gelu_0", "sm90_xmma_gemm_bf16"]
+    capture(b, 500, ["up_proj", "act", "down_proj"], kernels=mlp)  # another graph, as many kernels
+    replay_decode(b)
+    p = analyze_built(b)
+    for path, gpu in ((("", "q_proj"), 60), (("", "attn"), 30), (("", "o_proj"), 40)):
+        assert node_at(p, *path).forward.total.gpu_busy_us == pytest.approx(gpu)
+    for module in ("up_proj", "act", "down_proj"):
+        assert node_at(p, "", module).total.gpu_busy_us == 0
+    assert warning(p, REPLAYED) is None
+
+
+@pytest.mark.parametrize("kernels", [None, ["sm90_xmma_gemm_bf16", "triton_poi_fused_gelu_0", "gemv"]])
+def test_a_replay_whose_kernels_no_capture_has_stays_in_its_family_nodes(analyze_built, kernels):
+    b = TraceBuilder()
+    capture(b, 0, ["q_proj", "attn", "o_proj"])  # the captured launches' kernels are not in the trace
+    capture(b, 500, ["up_proj", "act", "down_proj"], kernels=kernels)
+    replay_decode(b)
+    p = analyze_built(b)
+    for module in ("q_proj", "attn", "o_proj", "up_proj", "act", "down_proj"):
+        assert node_at(p, "", module).total.gpu_busy_us == 0
+    families = children_of(p, node_at(p, "[graph replay 0]"))
+    assert families["[GEMM/extern]"].total.gpu_busy_us == pytest.approx(100)
+    assert families["[attention]"].total.gpu_busy_us == pytest.approx(30)
+    m = warning(p, REPLAYED)
+    assert m is not None and m.group(2) == "3"
+    assert any((u := UNMATCHED.search(w)) and u.group(1) == "3" for w in p.warnings)
+
+
+def test_captures_of_one_graph_with_different_modules_are_not_guessed_between(analyze_built):
+    b = TraceBuilder()
+    capture(b, 0, ["q_proj", "attn", "o_proj"], kernels=DECODE_KERNELS)
+    capture(b, 500, ["up_proj", "act", "down_proj"], kernels=DECODE_KERNELS)  # same kernels
+    replay_decode(b)
+    p = analyze_built(b)
+    assert node_at(p, "", "q_proj").total.gpu_busy_us == 0
+    assert node_at(p, "", "up_proj").total.gpu_busy_us == 0
+    assert any((u := UNMATCHED.search(w)) and u.group(1) == "3" for w in p.warnings)
 
 
 def test_group_nodes_are_records_of_kind_compiled_and_match_in_a_diff(tmp_path):

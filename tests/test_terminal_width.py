@@ -48,8 +48,21 @@ def _header(text: str) -> str:
     return next(line for line in text.splitlines() if line.startswith("Layer (type:depth-idx)"))
 
 
+def _note_lines(text: str) -> list[str]:
+    """The columns note: its line and the lines under it indented under its text."""
+    lines = text.splitlines()
+    first = next((i for i, line in enumerate(lines) if line.startswith("columns:")), None)
+    if first is None:
+        return []
+    more = 1
+    while first + more < len(lines) and lines[first + more].startswith(" " * len("columns:   ")):
+        more += 1
+    return lines[first : first + more]
+
+
 def _note(text: str) -> str:
-    return next((line for line in text.splitlines() if line.startswith("columns:")), "")
+    """The columns note as one line."""
+    return " ".join(line.strip() for line in _note_lines(text))
 
 
 # -- the width ------------------------------------------------------------------------------------
@@ -76,7 +89,7 @@ def test_columns_are_narrowed_before_any_is_left_out(training):
     assert any("…" in r for r in _table_rows(narrower))
 
 
-def test_left_out_columns_are_named_in_one_line(training):
+def test_left_out_columns_are_named_in_the_note(training):
     text = render_table(training, RenderOptions(), 80)
     note = _note(text)
     assert note.endswith("left out to fit 80 characters (COLUMNS sets the width)")
@@ -85,6 +98,19 @@ def test_left_out_columns_are_named_in_one_line(training):
     assert left_out and all(title not in header for title in left_out)
     # the least important go first: the measured times stay
     assert "Kernel Shape" in left_out and "Fwd CPU" in header and "CPU %" in header
+
+
+@pytest.mark.parametrize("width", [60, 80, 100])
+def test_the_columns_note_is_wrapped_to_the_table_and_cuts_no_column_name(training, width):
+    text = render_table(training, RenderOptions(), width)
+    lines = _note_lines(text)
+    table = len(_table_rows(text)[0])  # the rule
+    assert len(lines) > 1 and max(len(line) for line in lines) <= table <= width
+    assert all(line.startswith(" " * len("columns:   ")) for line in lines[1:])
+    left_out = re.match(r"columns:\s+(?:.* not shown: .*?; )?(.*) left out", _note(text)).group(1).split(", ")
+    assert "Kernel Shape" in left_out
+    for title in left_out:  # every name whole on one line
+        assert any(title in line for line in lines), title
 
 
 def test_the_width_is_columns_else_the_terminal_else_the_default(monkeypatch):

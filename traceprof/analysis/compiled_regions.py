@@ -19,13 +19,15 @@ region (through its forward for ``CompiledFunctionBackward``), one node per comp
 (``[pointwise]``, ``[GEMM/extern]``, ...); under the module around each graph launch, one node
 per replayed graph (``[graph replay 0]``: launches whose kernels have the same names in the
 same order are one graph) and under it one per kernel family, except for the kernels that the
-graph's capture in the trace attributes to modules (:func:`_captures`). Brackets and spaces are
+graph's capture in the trace attributes to modules (a capture whose kernels are the replay's,
+:func:`_capture_of`). Brackets and spaces are
 in no qualified module name, so a group node never takes a module's place.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import msgspec
 import numpy as np
@@ -146,6 +148,8 @@ def compiled_work_warnings(
         no_module = np.array([hn.group for hn in ctx.tree.nodes] + [True], bool)
         on_module = replayed & ~no_module[np.where(forced >= 0, forced, len(ctx.tree.nodes))]
         replayed &= ~on_module
+        all_replayed = (links.launch >= 0) & from_graph[np.maximum(links.launch, 0)]
+        unmatched = _unmatched_replays(ev, links, ctx.tree, all_replayed)[position] & replayed
         weight = gpu.busy_us[replayed]
         share = float(weight.sum()) / (selection.gpu_busy_us * n)
         if share >= WARN_SHARE:
@@ -158,6 +162,12 @@ def compiled_work_warnings(
                 if captured
                 else ""
             )
+            if unmatched.any():
+                by_capture += (
+                    f" ({units.count(int(unmatched.sum()))} replayed kernels matched no capture in the "
+                    "trace: none has the replay's kernels in the same order, or several that do "
+                    "give them different modules)"
+                )
             out.append(
                 f"{units.percent(share)} of the step's GPU busy time is "
                 f"{units.count(int(replayed.sum()))} kernels replayed from "
@@ -407,14 +417,11 @@ def _group_replays(
     order they ran, are its graph's; launches whose kernels have the same names in the same
     order are one graph (``[graph replay N]``, numbered by first launch), under the node of the
     launch (whose CPU time it takes). A kernel goes to the module of the launch at its position
-    in the graph's capture (:func:`_captures`) when the trace holds one, else to the node of its
-    family under its graph."""
-    items = np.flatnonzero(replayed)
-    if not len(items):
+    in the graph's capture when the trace holds one whose kernels are the replay's
+    (:func:`_capture_of`), else to the node of its family under its graph."""
+    if not replayed.any():
         return None
-    items = items[np.lexsort((ev.ts[links.gpu_work[items]], links.launch[items]))]
-    launches, start, count = np.unique(links.launch[items], return_index=True, return_counts=True)
-    names = ev.name[links.gpu_work[items]]
+    items, launches, start, count, names = _replay_launches(ev, links, replayed)
     tree = grown.now(event_node)
     scope_of = links.nearest(tree.scope_mask)
     parent, _ = classify_events(launches, links, tree, scope_of)
@@ -429,21 +436,55 @@ def _group_replays(
         event_node[launch] = call_node[launch] = holder
         its = items[lo : lo + n]
         node = np.full(n, -1, np.int64)
-        captured = [c for end, c in captures if end <= when and len(c) == n]
-        if captured:
-            node = np.where(grown.is_group(captured[-1]), -1, captured[-1])
+        captured = _capture_of(captures, names[lo : lo + n], when)
+        if captured is not None:
+            node = np.where(grown.is_group(captured), -1, captured)
         for f in np.unique(work_family[its][node < 0]).tolist():
             node[(node < 0) & (work_family[its] == f)] = grown.node(holder, family_key(FAMILY_NAMES[f]), when)
         work_node[its] = node
     return work_node
 
 
-def _captures(
-    ev: EventTable, links: Links, tree: Hierarchy, scope_of: np.ndarray
-) -> list[tuple[float, np.ndarray]]:
+def _replay_launches(
+    ev: EventTable, links: Links, replayed: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The ``replayed`` GPU work items (positions in ``links.gpu_work``) by launch, in the order
+    they ran; the launches, where each one's items start and how many; the items' name codes."""
+    items = np.flatnonzero(replayed)
+    items = items[np.lexsort((ev.ts[links.gpu_work[items]], links.launch[items]))]
+    launches, start, count = np.unique(links.launch[items], return_index=True, return_counts=True)
+    return items, launches, start, count, ev.name[links.gpu_work[items]]
+
+
+def _unmatched_replays(ev: EventTable, links: Links, tree: Hierarchy, replayed: np.ndarray) -> np.ndarray:
+    """Per GPU work item of ``links.gpu_work``, whether it is a ``replayed`` kernel that no
+    capture in the trace gives modules (:func:`_capture_of`); none when the trace holds no
+    capture."""
+    out = np.zeros(len(links.gpu_work), bool)
+    captures = _captures(ev, links, tree, links.nearest(tree.scope_mask)) if replayed.any() else []
+    if not captures:
+        return out
+    items, launches, start, count, names = _replay_launches(ev, links, replayed)
+    for k, launch in enumerate(launches.tolist()):
+        lo, n = int(start[k]), int(count[k])
+        out[items[lo : lo + n]] = _capture_of(captures, names[lo : lo + n], float(ev.ts[launch])) is None
+    return out
+
+
+class _Capture(NamedTuple):
+    """A graph capture in the trace: when it ended, the names (codes) of its launches' kernels in
+    order (None when a launch has no kernel in the trace), the node each launch is given."""
+
+    end: float
+    kernels: bytes | None
+    node: np.ndarray
+
+
+def _captures(ev: EventTable, links: Links, tree: Hierarchy, scope_of: np.ndarray) -> list[_Capture]:
     """The graph captures in the trace, by end time: the kernel launches between a stream
-    capture's begin and end on one thread (``schema.GRAPH_CAPTURE_BEGIN_NAMES``), in order, as
-    (end time, the node the attribution gives each launch, -1: none)."""
+    capture's begin and end on one thread (``schema.GRAPH_CAPTURE_BEGIN_NAMES``), in order, with
+    the names of the kernels the trace joins to them (by correlation) and the node the
+    attribution gives each launch (-1: none)."""
     cpu = links.depth >= 0
     begins = np.flatnonzero(ev.named(lambda s: s in schema.GRAPH_CAPTURE_BEGIN_NAMES) & cpu)
     if not len(begins):
@@ -454,6 +495,9 @@ def _captures(
     )
     launches = np.flatnonzero(is_launch & (ev.kind == Kind.RUNTIME))
     launches = launches[np.argsort(ev.ts[launches], kind="stable")]
+    joined = links.launch >= 0
+    kernel_name = np.full(len(ev), -1, ev.name.dtype)  # per launch, its kernel's name
+    kernel_name[links.launch[joined]] = ev.name[links.gpu_work[joined]]
     out = []
     for b in begins.tolist():
         same = ends[(ev.thread[ends] == ev.thread[b]) & (ev.ts[ends] >= ev.ts[b])]
@@ -464,6 +508,18 @@ def _captures(
             (ev.thread[launches] == ev.thread[b]) & (ev.ts[launches] > ev.ts[b]) & (ev.ts[launches] < end)
         ]
         node, _ = classify_events(at, links, tree, scope_of)
-        out.append((end, node.astype(np.int64)))
-    out.sort(key=lambda c: c[0])
+        kernels = kernel_name[at]
+        known = kernels.tobytes() if len(at) and (kernels >= 0).all() else None
+        out.append(_Capture(end, known, node.astype(np.int64)))
+    out.sort(key=lambda c: c.end)
     return out
+
+
+def _capture_of(captures: list[_Capture], kernels: np.ndarray, when: float) -> np.ndarray | None:
+    """The node of each launch of the capture of the graph that a launch at ``when`` with
+    ``kernels`` (name codes, in order) replays: of the captures that ended before it, those
+    whose kernels are ``kernels`` (same names, same order). None when there is none, or when
+    such captures give the launches different nodes (no guess is made)."""
+    key = kernels.tobytes()
+    fits = {c.node.tobytes(): c.node for c in captures if c.end <= when and c.kernels == key}
+    return next(iter(fits.values())) if len(fits) == 1 else None

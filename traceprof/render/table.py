@@ -14,6 +14,7 @@ import math
 import os
 import re
 import sys
+import textwrap
 from collections.abc import Callable
 from typing import Any
 
@@ -675,14 +676,31 @@ def _fit(
     return _Fit(label_width, kept, widths, [i for i in range(len(cols)) if i not in kept])
 
 
-def _columns_note(empty: list[str], left_out: list[str], width: int) -> list[str]:
-    """One line naming the columns not shown, and why."""
+def _columns_note(empty: list[str], left_out: list[str], width: int, wrap: int) -> list[str]:
+    """The note naming the columns not shown, and why, wrapped to ``wrap`` characters (the
+    table's width) under its label as the header's lines; a column name is never cut (its
+    spaces do not break a line; a name longer than the line overflows it)."""
+
+    def names(titles: list[str]) -> str:
+        return ", ".join(t.replace(" ", "\N{NO-BREAK SPACE}") for t in titles)
+
     parts = []
     if empty:
-        parts.append(f"{', '.join(empty)} not shown: nothing in them for this trace (--columns shows them)")
+        parts.append(f"{names(empty)} not shown: nothing in them for this trace (--columns shows them)")
     if left_out:
-        parts.append(f"{', '.join(left_out)} left out to fit {width} characters (COLUMNS sets the width)")
-    return [f"columns:   {'; '.join(parts)}"] if parts else []
+        parts.append(f"{names(left_out)} left out to fit {width} characters (COLUMNS sets the width)")
+    if not parts:
+        return []
+    label = "columns:   "
+    lines = textwrap.wrap(
+        "; ".join(parts),
+        width=max(wrap, len(label) + 1),
+        initial_indent=label,
+        subsequent_indent=" " * len(label),
+        break_long_words=False,
+        break_on_hyphens=False,
+    )
+    return [line.replace("\N{NO-BREAK SPACE}", " ") for line in lines]
 
 
 def render_table(profile: ModuleProfile, opts: RenderOptions, width: int | None = None) -> str:
@@ -731,7 +749,8 @@ def render_table(profile: ModuleProfile, opts: RenderOptions, width: int | None 
         return line.rstrip()
 
     rule = "=" * (fit.label_width + sum(w + 1 for w in fit.widths))
-    out = header_lines(profile, opts) + _columns_note(empty, [headers[i] for i in fit.left_out], width)
+    left_out = [headers[i] for i in fit.left_out]
+    out = header_lines(profile, opts) + _columns_note(empty, left_out, width, len(rule))
     out += [rule, row("Layer (type:depth-idx)", headers), rule]
     for node, values in zip(nodes, cells):
         if node.kind is NodeKind.UNATTRIBUTED:
