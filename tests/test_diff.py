@@ -164,6 +164,21 @@ def test_noise_a_change_within_the_step_to_step_spread(built):
     assert "act (ReLU): 20.0 us -> 21.0 us (+1.0 us +5.0%) ±14.1 us (noise)" in text
 
 
+def test_one_step_asked_for_is_named_in_the_header_and_the_warning_says_why_no_spread(built):
+    d = built(model(steps=(1, 2, 3)), model(steps=(1, 2, 3), fc_us=(50.0,)), step=3)
+    assert d.base.steps == (3,) and d.base.complete_steps == (1, 2, 3)
+    text = render_diff(d, "tree")
+    assert "(Test GPU, step 3 of 3 complete steps, modules" in text
+    alone = [w for w in d.warnings if "step-to-step spread" in w]
+    assert alone == [
+        "step 3 of both traces is compared alone, not the mean of the complete steps: "
+        "no step-to-step spread, changes cannot be told from noise"
+    ]
+    one = built(model(steps=(1,)), model(steps=(1,)))  # a trace of one step: said as before
+    assert "(Test GPU, 1 step, modules" in render_diff(one, "tree")
+    assert any(w.startswith("the base trace has 1 complete step:") for w in one.warnings)
+
+
 def test_a_trace_against_itself_is_all_zero_and_exit_0(tmp_path):
     d = traceprof.diff(BASE_SAMPLE, BASE_SAMPLE)
     assert all(p.delta_us == 0 for n in d.nodes for p in n.passes)

@@ -202,13 +202,84 @@ def test_the_job_heat_map_has_one_colour_scale_and_numbers(job_page, browser, tm
     first = browser.find_element(By.CSS_SELECTOR, ".tp-job-excess .tp-name")
     assert first.get_attribute("title") == SLOW_MODULE
     names = list(times)
-    assert first.text == dict(zip(names, short_names(names)))[SLOW_MODULE] != SLOW_MODULE
+    shorts = short_names([tuple(q.split(".")) for q in names])
+    assert first.text == dict(zip(names, shorts))[SLOW_MODULE] != SLOW_MODULE
     browser.set_window_size(1500, 1700)
     try:
         viewer_checks.screenshot(browser, "traceprof-job-map", "job-heatmap.png", tmp_path, update_golden)
     finally:
         browser.set_window_size(1500, 1000)
     assert_clean(browser)
+
+
+# ---- short names: one label per node, told apart among every node -----------------------------------
+
+DLRM = SHARED_TRACES / "multi_rank"
+
+
+def row_labels(driver, selector: str) -> dict[str, set[str]]:
+    """{visible label: the titles (full names) of the rows that show it}."""
+    from selenium.webdriver.common.by import By
+
+    seen: dict[str, set[str]] = {}
+    for cell in driver.find_elements(By.CSS_SELECTOR, selector):
+        seen.setdefault(cell.text, set()).add(cell.get_attribute("title"))
+    return seen
+
+
+def test_diff_rows_at_top_1_are_named_among_the_whole_diff(browser, tmp_path):  # noqa: F811
+    page = tmp_path / "diff.html"
+    proc = traceprof_cli("diff", BASE, WIDE, "--top", "1", "-o", page)
+    assert proc.returncode == 0, proc.stderr
+    open_page(browser, page, ".tp-diff-table tbody tr")
+    labels = row_labels(browser, ".tp-diff-table td.tp-diff-node")
+    assert {k: v for k, v in labels.items() if len(v) > 1} == {}  # the (k more) rows too
+    # h.0.mlp.c_fc exists though --top 1 shows only block 2's
+    assert labels["h.2.mlp.c_fc"] == {"transformer.h.2.mlp.c_fc"}
+    assert "c_fc" not in labels and "mlp" not in labels
+    assert_clean(browser)
+
+
+@pytest.mark.skipif(not DLRM.is_dir(), reason="the shared DLRM traces are not here")
+def test_job_rows_of_different_nodes_have_different_labels(browser, tmp_path):  # noqa: F811
+    from selenium.webdriver.common.by import By
+
+    page = tmp_path / "job.html"
+    proc = traceprof_cli("analyze", DLRM, "-j", "1", "--format", "html", "-o", page)
+    assert proc.returncode == 0, proc.stderr
+    open_page(browser, page, "#traceprof-heatmap td.tp-heat-cell")
+    labels = row_labels(browser, "#traceprof-heatmap td.tp-heat-module")
+    assert {k: v for k, v in labels.items() if len(v) > 1} == {}
+    # a name with dots is one part: never cut inside it
+    assert "step" not in labels and "zero_grad" not in labels and "__next__" not in labels
+    assert labels["Optimizer.step#Adagrad.step"] == {"## optimizer ##.Optimizer.step#Adagrad.step"}
+    excess = [e.text for e in browser.find_elements(By.CSS_SELECTOR, ".tp-job-excess .tp-name")]
+    assert "forward.DistributedDataParallel.forward" not in excess and excess
+    assert_clean(browser)
+
+
+def test_signed_numbers_on_the_pages_are_signed_as_in_the_terminal(browser):  # noqa: F811
+    """index.js's one signed-number helper (the diff and job pages use it) writes what
+    traceprof.units writes: no sign on zero, a tiny change keeps its sign."""
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    source = (Path(traceprof.__file__).parent / "tensorboard" / "static" / "index.js").read_text()
+    browser.get("about:blank")
+    browser.execute_script(
+        "const s = document.createElement('script'); s.type = 'module';"
+        "s.textContent = arguments[0] + '\\nwindow.tp = {signed, duration, percent};';"
+        "document.head.append(s);",
+        source,
+    )
+    WebDriverWait(browser, 10).until(lambda d: d.execute_script("return Boolean(window.tp)"))
+    times, fractions = [0.0, 1500.0, -3.0, 2.5e6, -0.04], [0.0, -0.0005, 0.0005, 0.25, -0.1]
+    got = browser.execute_script(
+        "return [arguments[0].map((v) => tp.signed(v, tp.duration)), arguments[1].map((f) => tp.signed(f, tp.percent))]",
+        times,
+        fractions,
+    )
+    assert got == [[units.signed_duration(v) for v in times], [units.signed_percent(f) for f in fractions]]
+    assert got[1][:3] == ["0%", "-<0.1%", "+<0.1%"]
 
 
 # ---- the report: the icicle zooms the timeline -------------------------------------------------------

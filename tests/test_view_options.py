@@ -144,7 +144,7 @@ def test_diff_step_compares_one_step_of_each_trace(tmp_path, monkeypatch):
     assert one.base.steps == (2,) and one.new.steps == (2,)
     assert one.find("fc").delta_us == pytest.approx(30.0)
     assert whole.find("fc").delta_us == pytest.approx(15.0)  # the mean of the two steps
-    assert any("1 complete step" in w for w in one.warnings)
+    assert any("step 2 of both traces is compared alone" in w for w in one.warnings), one.warnings
     out = _ok("diff", "base.json", "new.json", "--step", "2")
     assert "fc (Linear): 60.0 us -> 90.0 us" in out, out
 
@@ -289,3 +289,61 @@ def test_ops_top_and_sort(update_golden):
 )
 def test_ops_bad_shaping_values_are_one_line_errors(args, words):
     _one_line_error(_cli("analyze", RESNET, "--ops", "layer1.0", *args), *words)
+
+
+# ---- one shaping rule for every view (--top keeps the largest, --sort orders them) -------------
+
+
+def _ops_json(*args: str) -> list[dict]:
+    return json.loads(_ok("analyze", BASE_SAMPLE, "--ops", "h.2", "--format", "json", *args))["rows"]
+
+
+def test_ops_top_keeps_the_largest_rows_and_sort_orders_them():
+    every = _ops_json()
+    rows = _ops_json("--sort", "name", "--top", "2")
+    for kind in ("op", "kernel"):
+        largest = sorted((r for r in every if r["kind"] == kind), key=lambda r: -r["cpu_us"])[:2]
+        kept = [r for r in rows if r["kind"] == kind]
+        assert {r["name"] for r in kept} == {r["name"] for r in largest}, (kind, kept)
+        assert [r["name"] for r in kept] == sorted(r["name"] for r in kept)
+    assert any(r["name"].endswith("AddmmBackward0") for r in rows)  # the module's largest op (12 ms)
+
+
+@pytest.mark.parametrize("shape", [["--depth", "1"], ["--depth", "0"], ["--ignore", "Block"]])
+def test_ops_finds_the_module_whatever_the_tree_shows(shape):
+    assert _ops_json(*shape) == _ops_json()
+
+
+def test_diff_top_keeps_the_largest_of_equal_changes():
+    same = traceprof.diff(BASE_SAMPLE, BASE_SAMPLE)  # every change 0
+    shaped = same.shaped(top=2)
+    full = {n.key: n for n in same.nodes}
+
+    def size(key: str) -> float:
+        return max(full[key].base_us, full[key].new_us)
+
+    folds = 0
+    for node in shaped.nodes:
+        kids = [shaped.nodes[c] for c in node.children]
+        if not any(k.kind is NodeKind.OTHERS for k in kids):
+            continue
+        folds += 1
+        shown = [k.key for k in kids if k.kind is not NodeKind.OTHERS]
+        folded = [same.nodes[c].key for c in full[node.key].children if same.nodes[c].key not in shown]
+        assert min(size(k) for k in shown) >= max(size(k) for k in folded), node.qualified_name
+        assert [size(k) for k in shown] == sorted(map(size, shown), reverse=True)  # the larger first
+    assert folds > 0
+
+
+def _matched_line(out: str) -> str:
+    [line] = [x for x in out.splitlines() if x.startswith("modules:")]
+    return line
+
+
+@pytest.mark.parametrize("shape", [[], ["--depth", "0", "--top", "1"], ["--ignore", "Block"]])
+def test_job_header_counts_every_matched_module_however_shaped(tmp_path, shape):
+    d = _cpu_job_dir(tmp_path)
+    job = traceprof.analyze_job(d, jobs=1)  # unshaped: every module matched
+    line = _matched_line(_ok("analyze", d, "-j", "1", *shape))
+    assert f" {len(job.modules)} nodes matched across ranks" in line, line
+    assert job.shaped(depth=0, top=1, all_rows=False).matched_modules == len(job.modules)

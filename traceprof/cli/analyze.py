@@ -35,7 +35,8 @@ from traceprof.errors import OptionError
 from traceprof.render.table import COLUMNS as TABLE_COLUMNS
 from traceprof.render.table import DEFAULT_COLUMNS as DEFAULT_TABLE_COLUMNS
 from traceprof.render.table import parse_columns
-from traceprof.result.transforms import ignore_modules
+from traceprof.result.model import ModuleProfile
+from traceprof.result.transforms import ignore_modules, limit_depth
 
 
 @click.command("analyze")
@@ -240,7 +241,7 @@ def analyze(
                 trace,
                 step=step,
                 hierarchy=hierarchy,
-                depth=depth,
+                depth=None if ops_module else depth,  # --ops: shaped in _ops_profile
                 top=None if ops_module else top,  # --ops: its rows' (render_ops)
                 sort="order" if ops_module else sort,
                 progress=reporter,
@@ -250,7 +251,7 @@ def analyze(
             )
         finally:
             close(reporter)
-        if ignore:
+        if ignore and not ops_module:
             profile = ignore_modules(profile, ignore)
         if columns is not None and fmt != "table":
             raise OptionError(f"--columns applies to --format table, not {fmt}")
@@ -266,7 +267,8 @@ def analyze(
         if ops_module:
             from traceprof.render.ops import render_ops
 
-            text = render_ops(profile, ops_module, fmt, raw, all_rows, top=top, sort=sort)
+            shown = _ops_profile(profile, ops_module, depth, ignore)
+            text = render_ops(shown, ops_module, fmt, raw, all_rows, top=top, sort=sort)
         else:
             text = render.render(profile, fmt, options)
         if not renderer.shows_warnings:  # rows only (CSV, Parquet): warnings on stderr
@@ -276,6 +278,21 @@ def analyze(
             write_tensorboard(
                 [trace], tensorboard_logdir, hierarchy=hierarchy, err=True, max_memory=max_memory
             )
+
+
+def _ops_profile(
+    profile: ModuleProfile, module: str, depth: int | None, ignore: tuple[str, ...]
+) -> ModuleProfile:
+    """The profile ``--ops`` reads: a module's rows are those of its whole subtree, whatever
+    --depth and --ignore show of the tree, so the module is found in the whole profile; ``*``
+    (every node's own rows) gives the rows of the nodes the tree shows."""
+    from traceprof.render.ops import EVERY_NODE
+
+    if module != EVERY_NODE:
+        return profile
+    if depth is not None:
+        profile = limit_depth(profile, depth)
+    return ignore_modules(profile, ignore) if ignore else profile
 
 
 #: options of one trace's report, and of a job's: the others apply to both

@@ -166,6 +166,13 @@ class SideSummary(msgspec.Struct, frozen=True):
     outside_us: float  # the "(not in any module)" bucket's time
     collectives_us: float  # collective kernels (NCCL, RCCL), inside modules or not
     collectives_outside_us: float = 0.0  # those of them in the bucket
+    #: the trace's complete steps (what ``steps`` are without a step asked for)
+    complete_steps: tuple[int, ...] = ()
+
+    @property
+    def step_alone(self) -> bool:
+        """One step asked for (``diff(step=N)``) out of several complete steps: no spread."""
+        return len(self.steps) == 1 and len(self.complete_steps) > 1
 
     @property
     def idle_us(self) -> float:
@@ -440,6 +447,7 @@ def _summary(side: Side) -> SideSummary:
         outside_us=outside,
         collectives_us=collectives,
         collectives_outside_us=outside_collectives,
+        complete_steps=tuple(s for s in p.selection.in_trace if s not in p.selection.incomplete),
     )
 
 
@@ -577,8 +585,15 @@ def compare(base: Side, new: Side) -> DiffProfile:
     bs, ns = _summary(base), _summary(new)
     if metric == "cpu_us" and (bs.has_gpu or ns.has_gpu):
         bs, ns = (_cpu_summary(s, side) for s, side in ((bs, base), (ns, new)))
+    alone = [(label, s) for label, s in (("base", bs), ("new", ns)) if s.step_alone]
+    if alone:  # the trace has more steps, but one was asked for
+        traces = "both traces" if len(alone) == 2 else f"the {alone[0][0]} trace"
+        warnings.append(
+            f"step {alone[0][1].steps[0]} of {traces} is compared alone, not the mean of the "
+            "complete steps: no step-to-step spread, changes cannot be told from noise"
+        )
     for label, side in (("base", base), ("new", new)):
-        if len(side.step_numbers) < 2:
+        if len(side.step_numbers) < 2 and label not in dict(alone):
             warnings.append(
                 f"the {label} trace has {len(side.step_numbers) or 'no'} complete "
                 "step"

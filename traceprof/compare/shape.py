@@ -13,15 +13,15 @@ name, ``order`` the order the modules first ran in.
 
 from __future__ import annotations
 
-import fnmatch
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from msgspec.structs import replace
 
 from traceprof.errors import OptionError
-from traceprof.result.model import PASSES, NodeKind, Pass
-from traceprof.result.transforms import SortKey
+from traceprof.result import shaping
+from traceprof.result.model import PASSES, NodeKind
+from traceprof.result.shaping import Measure, SortKey
 
 if TYPE_CHECKING:
     from traceprof.compare.diff import DiffNode, DiffProfile, PassDelta
@@ -33,12 +33,7 @@ DEFAULT_SORT = SortKey.GPU
 def sort_key(key: SortKey | str, metric: str) -> SortKey:
     """``key`` as a :class:`SortKey` that a diff of ``metric`` can sort by; an OptionError
     (one line) names the known keys otherwise."""
-    try:
-        k = SortKey(key)
-    except ValueError:
-        raise OptionError(
-            f"unknown sort key {key!r} (known: {', '.join(k.value for k in SortKey)})"
-        ) from None
+    k = shaping.sort_key(key)
     if k is SortKey.CPU:
         if metric != "cpu_us":
             raise OptionError(
@@ -49,30 +44,46 @@ def sort_key(key: SortKey | str, metric: str) -> SortKey:
     return k
 
 
-def _change(node: DiffNode, field: str) -> float:
+def _sides(node: DiffNode, measure: Measure) -> tuple[float, float]:
+    """The base and the new amount of what ``measure`` measures (the view's time: the diff's)."""
+    if measure.phase is not None:
+        d = node.phase(measure.phase)
+        return d.base_us, d.new_us
+    if measure.field is None or measure.field == "cpu_us":  # cpu: a CPU-only diff's time
+        return node.base_us, node.new_us
+    base = sum(getattr(p, f"base_{measure.field}") for p in node.passes)
+    return base, sum(getattr(p, f"new_{measure.field}") for p in node.passes)
+
+
+def _change(node: DiffNode, measure: Measure) -> float:
+    """The size of the change of what ``measure`` measures."""
+    if measure.phase is not None:
+        return abs(node.phase(measure.phase).delta_us)
+    if measure.field is None or measure.field == "cpu_us":
+        return abs(node.delta_us)
+    field = measure.field
     return abs(sum(getattr(p, f"new_{field}") - getattr(p, f"base_{field}") for p in node.passes))
 
 
-def node_sort_value(key: SortKey) -> Callable[[DiffNode], float | str | int]:
-    """The sort key of a node for ``key`` (ascending: negated sizes, largest change first)."""
-    if key is SortKey.NAME:
-        return lambda n: n.name
-    if key is SortKey.ORDER:
-        return lambda n: n.order
-    if key in (SortKey.FORWARD, SortKey.BACKWARD, SortKey.OTHER):
-        p = {SortKey.FORWARD: Pass.FORWARD, SortKey.BACKWARD: Pass.BACKWARD, SortKey.OTHER: Pass.OTHER}[key]
-        return lambda n: -abs(n.phase(p).delta_us)
-    field = {SortKey.KERNELS: "kernels", SortKey.FLOPS: "flops", SortKey.CALLS: "calls"}.get(key)
-    if field is not None:
-        return lambda n: -_change(n, field)
-    return lambda n: -abs(n.delta_us)
+#: the diff's time: what equal changes of another quantity fall back to
+_TIME = shaping.MEASURES[SortKey.GPU]
 
 
-def _hidden(node: DiffNode, patterns: tuple[str, ...]) -> bool:
-    if node.kind is not NodeKind.MODULE:
-        return False
-    names = (node.class_name, node.qualified_name, node.name)
-    return any(fnmatch.fnmatchcase(n, p) for n in names if n for p in patterns)
+def _ties(node: DiffNode, measure: Measure) -> tuple[float, ...]:
+    """Equal changes: the larger node first (the larger of its base and new amount), then (for
+    another quantity than the diff's time) the larger change and size of the diff's time, then
+    the order the modules first ran in."""
+    if measure == _TIME:
+        return -max(_sides(node, measure)), node.order
+    return -max(_sides(node, measure)), -_change(node, _TIME), -max(_sides(node, _TIME)), node.order
+
+
+def node_sort_value(key: SortKey) -> Callable[[DiffNode], Any]:
+    """The sort key of a node for ``key`` (ascending: the largest change first, equal changes
+    as :func:`_ties` orders them)."""
+    fn = shaping.sort_value(key, _change, order=lambda n: n.order, ties=_ties)
+    assert fn is not None  # order has one
+    return fn
 
 
 def _summed(group: list[DiffNode]) -> tuple[PassDelta, ...]:
@@ -118,28 +129,19 @@ def shape_diff(
     """:meth:`DiffProfile.shaped <traceprof.compare.diff.DiffProfile.shaped>`."""
     from traceprof.compare.diff import DiffNode, Status
 
-    if depth is not None and depth < 0:
-        raise OptionError(f"--depth must be 0 or more, not {depth}")
-    if top is not None and top < 1:
-        raise OptionError(f"--top must be 1 or more, not {top}")
+    shaping.check_depth(depth)
+    shaping.check_top(top)
     key = sort_key(sort, diff.metric)
     order_fn = node_sort_value(key)
-    top_fn = node_sort_value(SortKey.GPU if key in (SortKey.ORDER, SortKey.NAME) else key)
-    patterns = tuple(p for p in ignore if p)
+    top_fn = node_sort_value(shaping.size_key(key))
+    hidden = shaping.ignore_matcher(ignore)
     nodes = diff.nodes
     out: list[DiffNode] = []
 
     def arrange(children: list[DiffNode], parent: DiffNode | None) -> tuple[list[DiffNode], list[DiffNode]]:
         if parent is not None:
-            children = [c for c in children if not _hidden(c, patterns)]
-        fixed = [c for c in children if c.kind is NodeKind.UNATTRIBUTED]  # the bucket: last
-        movable = sorted((c for c in children if c.kind is not NodeKind.UNATTRIBUTED), key=order_fn)
-        folded: list[DiffNode] = []
-        if top is not None and len(movable) > top:
-            keep = {c.id for c in sorted(movable, key=top_fn)[:top]}
-            folded = [c for c in movable if c.id not in keep]
-            movable = [c for c in movable if c.id in keep]
-        return movable + fixed, folded
+            children = [c for c in children if not hidden(c)]
+        return shaping.arrange(children, order=order_fn, top=top, size=top_fn)
 
     def place(node: DiffNode | None, folded: list[DiffNode], parent: int, level: int) -> int:
         """Append ``node`` (or, for None, the ``(k more)`` node of ``folded``) and its subtree."""
@@ -153,10 +155,10 @@ def shape_diff(
                     parent=parent,
                     children=(),
                     depth=level,
-                    key=f"{key_prefix}(more)",
-                    name=f"({len(folded)} more)",
+                    key=key_prefix + shaping.MORE,
+                    name=shaping.more_name(len(folded)),
                     class_name="",
-                    qualified_name=(up.qualified_name + "/(more)") if up is not None else "(more)",
+                    qualified_name=shaping.more_qualified_name(up.qualified_name if up is not None else None),
                     kind=NodeKind.OTHERS,
                     status=Status.MATCHED,
                     passes=_summed(folded),

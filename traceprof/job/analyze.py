@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -23,20 +24,19 @@ from msgspec.structs import replace
 
 from traceprof.analysis.job_timeline import StepTimeline, step_timelines
 from traceprof.analysis.unattributed import BETWEEN_OPS
-from traceprof.errors import JobError, MemoryLimitError, OptionError
+from traceprof.errors import JobError, MemoryLimitError
 from traceprof.read.discovery import find_traces
 from traceprof.read.limits import job_memory_share, shared_limit_error
+from traceprof.result import shaping
 from traceprof.result.model import (
-    ZERO,
     ModuleNode,
     ModuleProfile,
     NodeKind,
     OpKind,
     Pass,
-    PhaseTimes,
     find_named,
 )
-from traceprof.result.transforms import SortKey
+from traceprof.result.shaping import Measure, SortKey
 from traceprof.trace import schema
 
 if TYPE_CHECKING:
@@ -291,6 +291,8 @@ class Job(msgspec.Struct, frozen=True):
     engine: str = "local"
     #: modules without time on any rank left out by :meth:`shaped` (``all_rows=False``)
     hidden_modules: int = 0
+    #: the module nodes matched across the ranks, however :meth:`shaped` shows them
+    matched_modules: int = 0
 
     def shaped(
         self,
@@ -682,6 +684,7 @@ def reduce_job(
         missing_ranks=missing,
         steps=steps,
         modules=modules,
+        matched_modules=len(modules),
         stragglers=(),
         straggler_threshold=straggler_threshold,
         metric=metric,
@@ -855,7 +858,7 @@ def analyze_job(
         sharing=at_once or 1,
     )
     if depth is not None or top is not None or sort != SortKey.ORDER or ignore:
-        _check_shape(depth, top, sort)  # before any trace is read
+        shaping.check_shape(depth, top, sort)  # before any trace is read
     results = _ranks(engine, paths, options, progress)
     job = reduce_job(
         results,
@@ -882,91 +885,53 @@ def _traces_at_once(engine: Any, traces: int) -> int | None:
 # ---- shaping: the modules shown, in the order shown --------------------------------------------
 
 
-def _sort_key(key: SortKey | str) -> SortKey:
-    try:
-        return SortKey(key)
-    except ValueError:
-        raise OptionError(
-            f"unknown sort key {key!r} (known: {', '.join(k.value for k in SortKey)})"
-        ) from None
-
-
 def _median(values: dict[int, float]) -> float:
     s = spread_of(values)
     return s.median if s is not None else 0.0
 
 
+def _job_size(job: Job) -> Callable[[JobModule, Measure], float]:
+    """A module's size by a sort key's measure: its median across the ranks."""
+
+    def size(m: JobModule, measure: Measure) -> float:
+        if measure.field == "calls":
+            return _median({r: float(n.calls) for r, n in m.nodes.items()})
+        return m.spread(measure.field or job.metric, measure.phase).median
+
+    return size
+
+
 def job_sort_value(job: Job, key: SortKey) -> Any:
     """The sort key of a module for ``key``: its median across the ranks, negated (largest
-    first), or its name."""
-    if key is SortKey.NAME:
-        return lambda m: m.name
-    if key is SortKey.CALLS:
-        return lambda m: -_median({r: float(n.calls) for r, n in m.nodes.items()})
-    if key in (SortKey.FORWARD, SortKey.BACKWARD, SortKey.OTHER):
-        p = {SortKey.FORWARD: Pass.FORWARD, SortKey.BACKWARD: Pass.BACKWARD, SortKey.OTHER: Pass.OTHER}[key]
-        return lambda m: -m.spread(job.metric, p).median
-    metric = {SortKey.CPU: "cpu_us", SortKey.KERNELS: "kernels", SortKey.FLOPS: "flops"}.get(key, job.metric)
-    return lambda m: -m.spread(metric).median
-
-
-def _ignored(m: JobModule, patterns: tuple[str, ...]) -> bool:
-    import fnmatch
-
-    if m.kind is not NodeKind.MODULE:
-        return False
-    return any(
-        fnmatch.fnmatchcase(n, p) for n in (m.class_name, m.qualified_name, m.name) if n for p in patterns
-    )
+    first), or its name (None for ``order``: the order the modules are in)."""
+    return shaping.sort_value(key, _job_size(job))
 
 
 def _folded(job: Job, parent: JobModule | None, group: list[JobModule], depth: int) -> JobModule:
     """One ``(k more)`` module holding ``group``'s time on every rank."""
+    parent_name = parent.qualified_name if parent is not None else None
     nodes = {}
     for rank in sorted({r for m in group for r in m.nodes}):
-        phases: list[PhaseTimes] = []
-        for p in (Pass.FORWARD, Pass.BACKWARD, Pass.OTHER):
-            total = ZERO
-            for m in group:
-                if rank in m.nodes:
-                    total = total + m.nodes[rank].phase(p).total
-            phases.append(PhaseTimes(own=total, total=total))
-        first = next(m.nodes[rank] for m in group if rank in m.nodes)
-        nodes[rank] = ModuleNode(
+        members = [m.nodes[rank] for m in group if rank in m.nodes]
+        nodes[rank] = shaping.more_node(
+            members,
             id=-1,
             parent=-1,
-            children=(),
             depth=depth,
-            kind=NodeKind.OTHERS,
-            name=f"({len(group)} more)",
-            class_name="",
-            qualified_name=(parent.qualified_name + "/(more)") if parent is not None else "(more)",
-            path=first.path[:-1] + ("(more)",),
-            calls=0.0,
-            forward=phases[0],
-            backward=phases[1],
-            other=phases[2],
+            parent_name=parent_name,
+            parent_path=members[0].path[:-1],
         )
     parent_key = parent.key if parent is not None else None
     return JobModule(
-        key=(parent_key or ()) + ("(more)",),
+        key=(parent_key or ()) + (shaping.MORE,),
         parent=parent_key,
         depth=depth,
         kind=NodeKind.OTHERS,
-        name=f"({len(group)} more)",
+        name=shaping.more_name(len(group)),
         class_name="",
-        qualified_name=(parent.qualified_name + "/(more)") if parent is not None else "(more)",
+        qualified_name=shaping.more_qualified_name(parent_name),
         nodes=nodes,
     )
-
-
-def _check_shape(depth: int | None, top: int | None, sort: SortKey | str) -> None:
-    """The shaping options' one-line errors, before any work."""
-    if depth is not None and depth < 0:
-        raise OptionError(f"--depth must be 0 or more, not {depth}")
-    if top is not None and top < 1:
-        raise OptionError(f"--top must be 1 or more, not {top}")
-    _sort_key(sort)
 
 
 def shape_job(
@@ -979,11 +944,10 @@ def shape_job(
     all_rows: bool = True,
 ) -> Job:
     """:meth:`Job.shaped`."""
-    _check_shape(depth, top, sort)
-    key = _sort_key(sort)
-    patterns = tuple(p for p in ignore if p)
-    order_fn = job_sort_value(job, key) if key is not SortKey.ORDER else None
-    top_fn = job_sort_value(job, SortKey.GPU if key in (SortKey.ORDER, SortKey.NAME) else key)
+    key = shaping.check_shape(depth, top, sort)
+    hidden_by = shaping.ignore_matcher(ignore)
+    order_fn = job_sort_value(job, key)
+    top_fn = job_sort_value(job, shaping.size_key(key))
     known = {m.key for m in job.modules}
     children: dict[tuple[str, ...] | None, list[JobModule]] = {}
     for m in job.modules:
@@ -999,21 +963,15 @@ def shape_job(
         nonlocal hidden
         kids = children.get(parent.key if parent is not None else None, [])
         if parent is not None:
-            kids = [c for c in kids if not _ignored(c, patterns)]
+            kids = [c for c in kids if not hidden_by(c)]
         if not all_rows:
             empty = [c for c in kids if c.spread(job.metric).max <= 0]
             hidden += sum(subtree(c) if depth is None else _within(c, depth) for c in empty)
             kids = [c for c in kids if c.spread(job.metric).max > 0]
-        fixed = [c for c in kids if c.kind is NodeKind.UNATTRIBUTED]  # the bucket: last
-        movable = [c for c in kids if c.kind is not NodeKind.UNATTRIBUTED]
-        if order_fn is not None:
-            movable = sorted(movable, key=order_fn)
-        folded: list[JobModule] = []
-        if top is not None and len(movable) > top:
-            keep = {c.key for c in sorted(movable, key=top_fn)[:top]}
-            folded = [c for c in movable if c.key not in keep]
-            movable = [c for c in movable if c.key in keep]
-        for c in movable + ([_folded(job, parent, folded, level)] if folded else []) + fixed:
+        kept, folded = shaping.arrange(kids, order=order_fn, top=top, size=top_fn)
+        more = [_folded(job, parent, folded, level)] if folded else []
+        modules = [c for c in kept if c.kind is not NodeKind.UNATTRIBUTED]
+        for c in modules + more + [c for c in kept if c.kind is NodeKind.UNATTRIBUTED]:
             out.append(c)
             if depth is None or level < depth:
                 visit(c, level + 1)

@@ -8,7 +8,6 @@ from traceprof.compare.records import diff_json, diff_parquet, diff_rows
 from traceprof.render import diff_html
 from traceprof.render.csv_format import write_csv
 from traceprof.render.registry import Registry, Renderer, RenderOptions
-from traceprof.result.names import last_part, short_name_map
 
 # --- text tree
 
@@ -27,14 +26,22 @@ def _spread(spread, raw: bool) -> str:
     return f" ±{units.duration(spread, raw)}" if spread is not None else ""
 
 
+def _steps(side) -> str:
+    """The steps a side's numbers are of: ``3 steps``, or ``step 3 of 3 complete steps`` when one
+    step was asked for."""
+    if side.step_alone:
+        return f"step {side.steps[0]} of {len(side.complete_steps)} complete steps"
+    return f"{len(side.steps) or 'no'} step{'' if len(side.steps) == 1 else 's'}"
+
+
 def render_tree(diff, opts: RenderOptions) -> str:
     raw = opts.raw_numbers
     b, n = diff.base, diff.new
     what = "GPU busy time" if diff.metric == "gpu_busy_us" else "CPU time"
     lines = [
         "traceprof diff",
-        f"base:      {b.path} ({b.device}, {len(b.steps) or 'no'} steps, modules from {b.source})",
-        f"new:       {n.path} ({n.device}, {len(n.steps) or 'no'} steps, modules from {n.source})",
+        f"base:      {b.path} ({b.device}, {_steps(b)}, modules from {b.source})",
+        f"new:       {n.path} ({n.device}, {_steps(n)}, modules from {n.source})",
         f"step:      wall {_change(b.wall_us, n.wall_us, diff.wall_delta_ratio, raw)}"
         f"{_spread(diff.wall_spread_us, raw)}"
         + (
@@ -49,7 +56,7 @@ def render_tree(diff, opts: RenderOptions) -> str:
         f"matched:   by {diff.matched_by}; times are {what} per step, all passes unless named"
         + ("; ± is the step-to-step spread" if diff.wall_spread_us is not None else ""),
     ]
-    short = _short_names(diff)
+    short = diff_html.diff_short_names(diff)
     ranked = [(m, d) for m, d in diff.most_changed() if abs(d) >= 0.05][:3]
     if ranked:
         lines.append(
@@ -61,10 +68,8 @@ def render_tree(diff, opts: RenderOptions) -> str:
     lines.append("")
     for node in diff.walk():
         ind = "  " * node.depth
-        # a tree: the last part of the name (the indentation gives the path; names.py)
-        label = (
-            (last_part(node.qualified_name) or node.class_name) if node.kind.value == "module" else node.name
-        )
+        # a tree: the node's own part of its path (the indentation gives the rest; names.py)
+        label = node.name
         cls = f" ({node.class_name})" if node.class_name and node.qualified_name else ""
         mark = f" {MARKS[node.status.value]}" if node.status.value in MARKS else ""
         noise = f" {NOISE}" if node.noise else ""
@@ -101,20 +106,10 @@ def render_tree(diff, opts: RenderOptions) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _short_names(diff) -> dict[str, str]:
-    """Short display names of the diff's modules by qualified name (for the lines that name a
-    module outside the tree), told apart among every module of the whole diff (also those a
-    shaped diff does not show)."""
-    whole = diff.full or diff
-    return short_name_map(
-        [n.qualified_name for n in whole.nodes if n.kind.value == "module" and n.qualified_name]
-    )
-
-
 def _label(node, short: dict[str, str]) -> str:
-    """A module's name in the text: its short name (the full one is in JSON and CSV), or the
-    root's class."""
-    return short.get(node.qualified_name, node.qualified_name) or node.class_name
+    """A module's name in the text: its short name by key (the full one is in JSON and CSV), or
+    the root's class."""
+    return short.get(node.key) or node.qualified_name or node.class_name
 
 
 def _passes_inline(node, raw: bool) -> str:

@@ -12,6 +12,7 @@ import os
 
 from traceprof.compare.records import DIFF_JSON_SCHEMA, _clean, diff_document
 from traceprof.render.html import frontend_script, html_page
+from traceprof.result.names import Parts, own_parts, short_name_map
 
 _DIFF_STYLE = """
 .tp-diff-pair { display: flex; gap: 16px; align-items: flex-start; margin-bottom: 12px; }
@@ -39,6 +40,22 @@ def diff_script() -> str:
     )
 
 
+def diff_short_names(diff) -> dict[str, str]:
+    """Short display names of the diff's nodes by key (traceprof.result.names), told apart among
+    every node of the whole diff (also those a shaped diff does not show: at ``--top 1``
+    ``h.2.mlp.c_fc`` is not ``c_fc``) and the shaped diff's own ``(k more)`` rows."""
+    paths: dict[str, Parts] = {}
+    for tree in (diff.full, diff) if diff.full is not None else (diff,):
+        for node in tree.walk():  # parents first
+            if node.key in paths:
+                continue
+            parent = tree.nodes[node.parent] if node.parent >= 0 else None
+            above = paths[parent.key] if parent is not None else ()
+            up = parent.qualified_name if parent is not None else None
+            paths[node.key] = above + own_parts(node.name, node.qualified_name, up)
+    return short_name_map(paths)
+
+
 def diff_html(diff) -> str:
     from traceprof.version import __version__
 
@@ -47,6 +64,8 @@ def diff_html(diff) -> str:
     page = {
         "title": names,
         "footer": f"traceprof {__version__} · {DIFF_JSON_SCHEMA} · {diff.base.path} → {diff.new.path}",
+        # the rows' names, by node key: computed over the whole diff, not the rows a page shows
+        "short_names": diff_short_names(diff),
     }
     noscript = (
         "This page draws its charts with JavaScript; the diff is in the element "

@@ -9,8 +9,9 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from traceprof.job.records import JOB_SCHEMA, job_document
+from traceprof.job.records import JOB_SCHEMA, job_document, module_id
 from traceprof.render.html import frontend_script, html_page
+from traceprof.render.job_text import job_short_names
 from traceprof.render.registry import RenderOptions
 
 if TYPE_CHECKING:  # the job module is imported by whoever builds a Job
@@ -20,7 +21,7 @@ if TYPE_CHECKING:  # the job module is imported by whoever builds a Job
 def job_script() -> str:
     return frontend_script(
         ("index.js", "job.js"),
-        "useJobHelpers({el, duration, percent, renderReport, displayNames});\n"
+        "useJobHelpers({el, duration, percent, signed, renderReport, treeShortNames});\n"
         "window.traceprofJob = renderJob(data('traceprof-job'), "
         "data('traceprof-report'));\n",
     )
@@ -35,8 +36,15 @@ def job_html(job: Job) -> str:
             r.profile.timeline.document() if r.profile.timeline else None
         )
     where = os.path.dirname(job.ranks[0].path) or "."
+    short = job_short_names(job)
+    named = list(job.modules) + [m for s in job.stragglers for m, _ in s.modules]
     name = f"{len(job.ranks)} ranks · {where}"
-    page = {"title": f"traceprof job: {name}", "footer": f"traceprof {__version__} · {JOB_SCHEMA} · {where}"}
+    page = {
+        "title": f"traceprof job: {name}",
+        "footer": f"traceprof {__version__} · {JOB_SCHEMA} · {where}",
+        # the rows' names by module id, told apart among every rank's nodes (not the rows shown)
+        "short_names": {module_id(m): short[m.key] for m in named},
+    }
     noscript = (
         "This report draws its heat map with JavaScript; enable it to see it. The job is "
         "in the element #traceprof-job (traceprof's job JSON document, docs/jobs.md)."

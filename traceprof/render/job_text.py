@@ -13,7 +13,7 @@ from traceprof import units
 from traceprof.job.records import step_spreads
 from traceprof.render.registry import RenderOptions
 from traceprof.result.model import NodeKind, Pass
-from traceprof.result.names import short_name_map
+from traceprof.result.names import Parts, path_parts, short_name_map
 
 if TYPE_CHECKING:  # the job module is imported by whoever builds a Job
     from traceprof.job.analyze import Job, JobModule, Straggler
@@ -65,7 +65,7 @@ def _header(job: Job, raw: bool) -> list[str]:
         f"traces:    {len(paths)} in "
         f"{os.path.relpath(where) if not os.path.isabs(paths[0]) else where}"
         f" ({units.file_size(total)} JSON in all), analyzed by the {job.engine} engine",
-        f"modules:   {len(job.modules)} nodes matched across ranks from {first.profile.source_description}",
+        f"modules:   {job.matched_modules} nodes matched across ranks from {first.profile.source_description}",
     ]
     if job.steps:
         lines.append(
@@ -127,6 +127,7 @@ def _stragglers_section(job: Job, raw: bool) -> list[str]:
         return lines + ["  (one rank: nothing to compare)"]
     if not job.stragglers:
         return lines + ["  none"]
+    short = job_short_names(job)
     for s in job.stragglers:
         lines.append(
             f"  rank {s.rank}: {units.duration(s.step_us, raw)}, "
@@ -135,22 +136,34 @@ def _stragglers_section(job: Job, raw: bool) -> list[str]:
             f"{units.duration(s.median_us, raw)}"
         )
         if s.modules:
-            lines.append("    " + straggler_explanation(s, job.metric == "gpu_busy_us", raw, _short(job)))
+            lines.append("    " + straggler_explanation(s, job.metric == "gpu_busy_us", raw, short))
     return lines
 
 
-def _short(job: Job) -> dict[str, str]:
-    """Short display names of the job's modules (and of the stragglers' ones), by label:
-    the fewest trailing parts of each qualified name that tell it from every other module."""
-    labels = [_label(m) for m in job.modules] + [_label(m) for s in job.stragglers for m, _ in s.modules]
-    # told apart from every module of every rank, not only from those a shaped job still shows
-    # (at --depth 1 a straggler's h.1.mlp.c_fc is not "c_fc": h.0.mlp.c_fc exists too)
-    labels += [n.qualified_name for r in job.ranks for n in r.profile.nodes if n.qualified_name]
-    return short_name_map(labels)
+def _path_of(key: tuple[str, ...]) -> tuple[str, ...]:
+    """A job module's path: its key without the mark of the bucket's groups."""
+    return key[1:] if key[:1] == ("\0bucket",) else key
+
+
+def job_short_names(job: Job) -> dict[tuple[str, ...], str]:
+    """Short display names of the job's modules (and of the stragglers' ones) by
+    ``JobModule.key`` (traceprof.result.names), told apart from every
+    node of every rank, not only from those a shaped job still shows (at ``--depth 1`` a
+    straggler's ``h.1.mlp.c_fc`` is not ``c_fc``: ``h.0.mlp.c_fc`` exists too)."""
+    paths: dict[tuple[str, ...], Parts] = {}
+    for r in job.ranks:
+        for n in r.profile.nodes:
+            path = tuple(n.path) or (n.qualified_name or n.name,)
+            paths.setdefault(path, path_parts(path, n.name))
+    modules = list(job.modules) + [m for s in job.stragglers for m, _ in s.modules]
+    for m in modules:  # the shaped job's own rows: (k more)
+        paths[_path_of(m.key)] = path_parts(_path_of(m.key), m.name)
+    short = short_name_map(paths)
+    return {m.key: short[_path_of(m.key)] for m in modules}
 
 
 def straggler_explanation(
-    s: Straggler, gpu: bool, raw: bool = False, short: dict[str, str] | None = None
+    s: Straggler, gpu: bool, raw: bool = False, short: dict[tuple[str, ...], str] | None = None
 ) -> str:
     """What makes up a straggler's excess, adding up to it: the modules over the median rank(s),
     the other modules together, and what the modules' own times do not hold."""
@@ -159,7 +172,7 @@ def straggler_explanation(
     ref = (
         f"the median rank ({ref})" if len(s.reference_ranks) == 1 else f"the median ranks ({ref}, their mean)"
     )
-    name = (lambda m: short.get(_label(m), _label(m))) if short is not None else _label
+    name = (lambda m: short.get(m.key, _label(m))) if short is not None else _label
     parts = [f"{name(m)} {units.signed_duration(e, raw)}" for m, e in s.modules]
     parts.append(f"the other modules {units.signed_duration(s.other_modules_us, raw)}")
     rest = (
@@ -199,7 +212,7 @@ def _modules_section(job: Job, opts: RenderOptions, tree: bool) -> list[str]:
     if opts.ranks == "all":
         header += [f"r{r}" for r in ranks]
     rows = []
-    short = _short(job)
+    short = job_short_names(job)
     for m in job.modules:
         if opts.depth is not None and m.depth > opts.depth:
             continue
@@ -212,7 +225,7 @@ def _modules_section(job: Job, opts: RenderOptions, tree: bool) -> list[str]:
                 else f"{m.name} ({m.class_name})"
             )
         else:
-            name = short.get(_label(m), _label(m))
+            name = short.get(m.key, _label(m))
         row = [
             name,
             units.duration(s.median, raw),

@@ -75,7 +75,7 @@ def job_repr(job: Job) -> str:
     median = f", {_step_metric(job)} median {units.duration(spread.median)}" if spread else ""
     return (
         f"<Job {_plural(len(job.ranks), 'rank')} ({_job_place(job)}): "
-        f"{_plural(len(job.modules), 'module')}{median}, {_plural(len(job.stragglers), 'straggler')}>"
+        f"{_plural(job.matched_modules, 'module')}{median}, {_plural(len(job.stragglers), 'straggler')}>"
     )
 
 
@@ -323,7 +323,7 @@ def job_cards(job: Job) -> list[tuple[str, str]]:
         ("Ranks", f"{len(job.ranks)}{size}"),
         ("Device", ", ".join(devices) or "CPU only"),
         ("Steps", steps),
-        ("Modules", f"{len(job.modules)} matched across ranks"),
+        ("Modules", f"{job.matched_modules} matched across ranks"),
     ]
     if job.missing_ranks:
         cards.append(("Missing ranks", ", ".join(map(str, job.missing_ranks))))

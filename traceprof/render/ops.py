@@ -12,14 +12,17 @@ from __future__ import annotations
 
 import io
 import json
+from collections.abc import Callable
+from typing import Any
 
 from traceprof import units
 from traceprof.errors import ModuleLookupError, OptionError
 from traceprof.render.csv_format import write_csv
-from traceprof.result.model import ModuleNode, ModuleProfile, NodeKind, OpKind, did_you_mean
-from traceprof.result.names import short_name_map
+from traceprof.result import shaping
+from traceprof.result.model import ModuleNode, ModuleProfile, OpKind, did_you_mean
+from traceprof.result.names import path_parts, short_name_map
 from traceprof.result.records import OP_FIELDS, OP_MODULES_FIELD, op_records
-from traceprof.result.transforms import SortKey
+from traceprof.result.shaping import SortKey
 
 EVERY_NODE = "*"
 FORMATS = ("tree", "table", "csv", "json", "parquet")
@@ -71,25 +74,29 @@ def _ops_sort(sort: SortKey | str) -> str | None:
     return OPS_SORT_FIELDS[key]
 
 
-def shaped_rows(rows: list[dict], sort: SortKey | str = SortKey.ORDER, top: int | None = None) -> list[dict]:
-    """``rows`` ordered by ``sort`` and, with ``top``, the first ``top`` of each kind (ops,
-    kernels) kept."""
-    if top is not None and top < 1:
-        raise OptionError(f"--top must be 1 or more, not {top}")
-    field = _ops_sort(sort)
+def _row_value(field: str | None) -> Callable[[dict], Any]:
+    """The ascending sort key of a row by ``field`` (None: the rows' own order)."""
+    if field is None:
+        return lambda r: 0
     if field == "name":
-        rows = sorted(rows, key=lambda r: r["name"])
-    elif field is not None:
-        rows = sorted(rows, key=lambda r: -(r[field] or 0))
-    if top is None:
-        return rows
-    seen: dict[str, int] = {}
-    kept = []
-    for r in rows:
-        seen[r["kind"]] = seen.get(r["kind"], 0) + 1
-        if seen[r["kind"]] <= top:
-            kept.append(r)
-    return kept
+        return lambda r: r["name"]
+    return lambda r: -(r[field] or 0)
+
+
+def shaped_rows(rows: list[dict], sort: SortKey | str = SortKey.ORDER, top: int | None = None) -> list[dict]:
+    """``rows`` shaped as a tree's siblings: with ``top``, the ``top`` largest of each kind
+    (ops, kernels) kept, by ``sort``'s size (the rows' own order, largest time first, for
+    ``name`` and ``order``); then ordered by ``sort``."""
+    shaping.check_top(top)
+    field = _ops_sort(sort)
+    if top is not None:
+        size = _row_value(_ops_sort(shaping.size_key(SortKey(sort))))
+        kept: set[int] = set()
+        for kind in dict.fromkeys(r["kind"] for r in rows):
+            largest, _ = shaping.keep_largest([r for r in rows if r["kind"] == kind], top, size)
+            kept.update(id(r) for r in largest)
+        rows = [r for r in rows if id(r) in kept]
+    return rows if field is None else sorted(rows, key=_row_value(field))
 
 
 def render_ops(
@@ -210,7 +217,7 @@ def _table(
     short = _short_names(profile) if every_node else {}
     for r in rows:
         cells = [
-            short.get(r["qualified_name"]) or r["qualified_name"] or profile.nodes[r["node"]].name
+            short.get(r["node"]) or r["qualified_name"] or profile.nodes[r["node"]].name
         ] * every_node + [
             r["pass"],
             r["kind"],
@@ -238,15 +245,14 @@ def _heading_name(profile: ModuleProfile, node: ModuleNode) -> str:
     (the qualified name is in every row of the data formats)."""
     if not node.qualified_name:
         return node.class_name or node.name
-    short = _short_names(profile).get(node.qualified_name, node.qualified_name)
+    short = _short_names(profile)[node.id] or node.qualified_name
     return f"{short} ({node.class_name})" if node.class_name else short
 
 
-def _short_names(profile: ModuleProfile) -> dict[str, str]:
-    """Short display names of the profile's modules by qualified name."""
-    return short_name_map(
-        [n.qualified_name for n in profile.nodes if n.kind is NodeKind.MODULE and n.qualified_name]
-    )
+def _short_names(profile: ModuleProfile) -> dict[int, str]:
+    """Short display names of the profile's nodes by node id: tails of their paths, told apart
+    among all the profile's nodes (traceprof.result.names)."""
+    return short_name_map({n.id: path_parts(n.path, n.name) for n in profile.nodes})
 
 
 def _short(text: str, width: int) -> str:

@@ -184,7 +184,7 @@ class ModuleNode(msgspec.Struct, frozen=True, gc=False):
     children: tuple[int, ...]
     depth: int
     kind: NodeKind
-    name: str  # short display name: the last part of the qualified name, or the class
+    name: str  # its own part of the path (an attribute, a scope or annotation name), or the class
     class_name: str
     qualified_name: str
     path: tuple[str, ...]

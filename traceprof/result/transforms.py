@@ -3,13 +3,11 @@ whose invariants still hold (``self_check``)."""
 
 from __future__ import annotations
 
-import enum
-import fnmatch
 from collections.abc import Callable
 
 from msgspec.structs import replace
 
-from traceprof.errors import OptionError
+from traceprof.result import shaping
 from traceprof.result.model import (
     PASSES,
     ZERO,
@@ -23,19 +21,9 @@ from traceprof.result.model import (
     Times,
     bounded,
 )
+from traceprof.result.shaping import Measure, SortKey
 
-
-class SortKey(str, enum.Enum):
-    ORDER = "order"  # first-call order (as the model runs)
-    GPU = "gpu"  # the report's time (GPU busy time; CPU time on CPU-only traces), all passes
-    FORWARD = "fwd"  # the report's time in the forward pass
-    BACKWARD = "bwd"
-    OTHER = "other"  # neither forward nor backward (Pass.OTHER)
-    CPU = "cpu"
-    KERNELS = "kernels"
-    CALLS = "calls"
-    FLOPS = "flops"  # FLOPs of all passes
-    NAME = "name"
+__all__ = ["SortKey", "ignore_modules", "limit_depth", "sort_children", "top_children"]
 
 
 def _shown_time(profile: ModuleProfile) -> Callable[[Times], float]:
@@ -45,49 +33,27 @@ def _shown_time(profile: ModuleProfile) -> Callable[[Times], float]:
     return lambda t: t.cpu_us
 
 
-#: a sort key of nodes: a number (negated: largest first) or a name
-NodeKey = Callable[[ModuleNode], float | str]
-
-
-def _keys(profile: ModuleProfile) -> dict[SortKey, NodeKey]:
+def _size(profile: ModuleProfile) -> Callable[[ModuleNode, Measure], float]:
+    """A node's size by a sort key's measure (:data:`shaping.MEASURES`)."""
     time = _shown_time(profile)
 
-    def in_pass(p: Pass) -> NodeKey:
-        return lambda n: -time(n.phase(p).total)
+    def size(node: ModuleNode, measure: Measure) -> float:
+        if measure.field == "calls":
+            return node.calls
+        times = node.total if measure.phase is None else node.phase(measure.phase).total
+        return time(times) if measure.field is None else float(getattr(times, measure.field))
 
-    return {
-        SortKey.GPU: lambda n: -time(n.total),
-        SortKey.FORWARD: in_pass(Pass.FORWARD),
-        SortKey.BACKWARD: in_pass(Pass.BACKWARD),
-        SortKey.OTHER: in_pass(Pass.OTHER),
-        SortKey.CPU: lambda n: -n.total.cpu_us,
-        SortKey.KERNELS: lambda n: -n.total.kernels,
-        SortKey.CALLS: lambda n: -n.calls,
-        SortKey.FLOPS: lambda n: -n.total.flops,
-        SortKey.NAME: lambda n: n.name,
-    }
-
-
-def _key(key: SortKey | str) -> SortKey:
-    try:
-        return SortKey(key)
-    except ValueError:
-        raise OptionError(
-            f"unknown sort key {key!r} (known: {', '.join(k.value for k in SortKey)})"
-        ) from None
+    return size
 
 
 def sort_children(profile: ModuleProfile, key: SortKey | str) -> ModuleProfile:
     """Siblings ordered by ``key`` (largest first); the bucket stays last among roots."""
-    key = _key(key)
-    if key is SortKey.ORDER:
+    fn = shaping.sort_value(shaping.sort_key(key), _size(profile))
+    if fn is None:
         return profile
-    fn = _keys(profile)[key]
 
     def arrange(node: ModuleNode | None, children: list[ModuleNode]) -> Arranged:
-        fixed = [c for c in children if c.kind is NodeKind.UNATTRIBUTED]
-        movable = sorted((c for c in children if c.kind is not NodeKind.UNATTRIBUTED), key=fn)
-        return movable + fixed, [], False
+        return shaping.arrange(children, order=fn)[0], [], False
 
     return _rebuild(profile, arrange)
 
@@ -95,8 +61,7 @@ def sort_children(profile: ModuleProfile, key: SortKey | str) -> ModuleProfile:
 def limit_depth(profile: ModuleProfile, depth: int) -> ModuleProfile:
     """Drop nodes deeper than ``depth`` (0 = roots only); their time stays in their ancestors,
     whose own time becomes their total."""
-    if depth < 0:
-        raise OptionError(f"--depth must be 0 or more, not {depth}")
+    shaping.check_depth(depth)
 
     def arrange(node: ModuleNode | None, children: list[ModuleNode]) -> Arranged:
         if node is not None and node.depth >= depth:
@@ -109,18 +74,11 @@ def limit_depth(profile: ModuleProfile, depth: int) -> ModuleProfile:
 def top_children(profile: ModuleProfile, n: int, key: SortKey | str = SortKey.GPU) -> ModuleProfile:
     """Keep the ``n`` largest children of every node by ``key``, in their order; fold the rest
     into one "(k more)" node."""
-    if n < 1:
-        raise OptionError(f"--top must be 1 or more, not {n}")
-    key = _key(key)
-    fn = _keys(profile)[SortKey.GPU if key in (SortKey.ORDER, SortKey.NAME) else key]
+    shaping.check_top(n)
+    fn = shaping.sort_value(shaping.size_key(shaping.sort_key(key)), _size(profile))
 
     def arrange(node: ModuleNode | None, children: list[ModuleNode]) -> Arranged:
-        movable = [c for c in children if c.kind is not NodeKind.UNATTRIBUTED]
-        if len(movable) <= n:
-            return children, [], False
-        keep = {id(c) for c in sorted(movable, key=fn)[:n]}
-        kept = [c for c in children if id(c) in keep or c.kind is NodeKind.UNATTRIBUTED]
-        folded = [c for c in movable if id(c) not in keep]
+        kept, folded = shaping.arrange(children, top=n, size=fn)
         return kept, folded, True
 
     return _rebuild(profile, arrange)
@@ -131,15 +89,9 @@ def ignore_modules(profile: ModuleProfile, patterns: list[str] | tuple[str, ...]
     (``fnmatch``: ``Dropout``, ``*Norm*``, ``encoder.layer.*.attention``), with everything below
     them; like ``limit_depth``, their time stays in their parent's own time. A matching root
     stays (there is no parent to hold its time); the bucket and its groups are never hidden."""
-    patterns = tuple(p for p in patterns if p)
-    if not patterns:
+    if not any(patterns):
         return profile
-
-    def hidden(node: ModuleNode) -> bool:
-        if node.kind is not NodeKind.MODULE:
-            return False
-        names = (node.class_name, node.qualified_name, node.name)
-        return any(fnmatch.fnmatchcase(n, p) for n in names if n for p in patterns)
+    hidden = shaping.ignore_matcher(patterns)
 
     def arrange(node: ModuleNode | None, children: list[ModuleNode]) -> Arranged:
         if node is None:
@@ -166,10 +118,6 @@ def _rebuild(profile: ModuleProfile, arrange: Arrange) -> ModuleProfile:
         for c in group:
             total = total + c.phase(phase).total
         return PhaseTimes(own=total, total=total)
-
-    def summed(group: list[ModuleNode]) -> tuple[PhaseTimes, PhaseTimes, PhaseTimes]:
-        """The forward, backward and other pass of ``group`` summed."""
-        return (sum_phase(group, Pass.FORWARD), sum_phase(group, Pass.BACKWARD), sum_phase(group, Pass.OTHER))
 
     def subtree_ops(group: list[ModuleNode]) -> list[OpStat]:
         """The ops rows of every node of the subtrees of ``group`` (their own ops, merged by
@@ -203,21 +151,13 @@ def _rebuild(profile: ModuleProfile, arrange: Arrange) -> ModuleProfile:
         child_ids = [emit(c, new_id, depth + 1) for c in kept]
         phases = {p.value: node.phase(p) for p in PASSES}
         if folded and as_sibling:
-            forward, backward, other = summed(folded)
-            others = ModuleNode(
+            others = shaping.more_node(
+                folded,
                 id=len(out),
                 parent=new_id,
-                children=(),
                 depth=depth + 1,
-                kind=NodeKind.OTHERS,
-                name=f"({len(folded)} more)",
-                class_name="",
-                qualified_name=node.qualified_name + "/(more)",
-                path=node.path + ("(more)",),
-                calls=0.0,
-                forward=forward,
-                backward=backward,
-                other=other,
+                parent_name=node.qualified_name,
+                parent_path=node.path,
                 ops=bounded(subtree_ops(folded)),
                 fused=fused_of(folded),
             )
@@ -257,21 +197,13 @@ def _rebuild(profile: ModuleProfile, arrange: Arrange) -> ModuleProfile:
     kept_roots, folded_roots, _as_sibling = arrange(None, roots)
     root_ids = [emit(r, -1, 0) for r in kept_roots]
     if folded_roots:
-        forward, backward, other = summed(folded_roots)
-        others = ModuleNode(
+        others = shaping.more_node(
+            folded_roots,
             id=len(out),
             parent=-1,
-            children=(),
             depth=0,
-            kind=NodeKind.OTHERS,
-            name=f"({len(folded_roots)} more)",
-            class_name="",
-            qualified_name="(more)",
-            path=("(more)",),
-            calls=0.0,
-            forward=forward,
-            backward=backward,
-            other=other,
+            parent_name=None,
+            parent_path=(),
             ops=bounded(subtree_ops(folded_roots)),
             fused=fused_of(folded_roots),
         )

@@ -2,23 +2,15 @@
 // new), a third icicle coloured by the change (red: slower, green: faster, grey: within the
 // step-to-step spread), and the nodes that changed most with the kernels or ops inside them.
 // Inlined after index.js into the HTML page of `traceprof diff -o diff.html`
-// (traceprof/render/diff_html.py): it uses index.js's helpers (el, duration, percent, displayNames)
+// (traceprof/render/diff_html.py): it uses index.js's helpers (el, duration, percent, signed)
 // and loads nothing. The data is the diff's JSON document (docs/diff.md).
 
 const DIFF_ROW = 22;
 const DIFF_LEVELS = 10;
 const DIFF_TABLE_ROWS = 50;
 
-function signedDuration(us) {
-  const text = duration(us);
-  return us > 0 ? `+${text}` : text;
-}
-
-function signedPercent(fraction) {
-  if (fraction === null || fraction === undefined) return '';
-  const text = percent(fraction);
-  return fraction > 0 ? `+${text}` : text;
-}
+const signedDuration = (us) => signed(us, duration);
+const signedPercent = (fraction) => signed(fraction, percent);
 
 function deltaColor(node) {
   if (node.status === 'added') return '#d9534f';
@@ -82,24 +74,25 @@ function changeText(node) {
   return `${signedDuration(node.delta_us)}${pct ? ` (${pct})` : ''}`;
 }
 
-function diffTable(doc) {
+// the largest changes; names: node key -> short name, told apart among every node of the whole
+// diff (traceprof/render/diff_html.py), not only the rows shown
+function diffTable(doc, names) {
   const rows = doc.nodes.filter((n) => n.delta_us).sort((a, b) => Math.abs(b.delta_us) - Math.abs(a.delta_us))
       .slice(0, DIFF_TABLE_ROWS);
-  const labels = displayNames(rows);
   const num = (text, cls = '') => el('td', {class: `tp-num ${cls}`}, text);
   const table = el('table', {class: 'tp-ops tp-diff-table'},
       el('thead', {}, el('tr', {},
           ...[['Node'], ['Status'], ['Base', 1], ['New', 1], ['Δ', 1], ['Δ %', 1], ['Spread', 1], ['Changed most inside']]
               .map(([h, isNum]) => el('th', {class: isNum ? 'tp-num' : null}, h)))));
   const body = el('tbody');
-  rows.forEach((n, i) => {
+  rows.forEach((n) => {
     const inside = n.inside.map((d) => el('span', {class: 'tp-diff-inside-item'},
         `${d.name} (${d.pass}${d.status === 'matched' ? '' : ', ' + d.status}) `,
         el('span', {class: d.delta_us > 0 ? 'tp-worse' : 'tp-better'}, signedDuration(d.delta_us))));
     const change = changeClass(n);
     body.append(el('tr', {class: n.noise ? 'tp-diff-noise' : (n.delta_us > 0 ? 'tp-diff-slower' : 'tp-diff-faster'),
       'data-key': n.key},
-    el('td', {class: 'tp-diff-node', title: n.qualified_name || n.name}, labels[i] || n.class_name),
+    el('td', {class: 'tp-diff-node', title: n.qualified_name || n.name}, names[n.key] || n.name || n.class_name),
     el('td', {}, n.status),
     num(duration(n.base_us)), num(duration(n.new_us)),
     num(signedDuration(n.delta_us), `tp-diff-delta-cell ${change}`), num(signedPercent(n.delta_ratio), change),
@@ -130,7 +123,7 @@ function diffCards(doc) {
       doc.warnings.map((w) => el('div', {class: 'tp-warning tp-diff-warning'}, `⚠ warning: ${w}`)));
 }
 
-export function renderDiff(doc, {title = null, footer = null} = {}) {
+export function renderDiff(doc, {title = null, footer = null, short_names: shortNames = null} = {}) {
   document.body.classList.add('tp-body');
   const what = doc.metric === 'gpu_busy_us' ? 'GPU busy time' : 'CPU time';
   const charts = el('div', {class: 'tp-diff-charts'});
@@ -144,7 +137,7 @@ export function renderDiff(doc, {title = null, footer = null} = {}) {
       panel('Module time', `${what} per step, base and new on one scale; click a box to zoom in, again to zoom out`,
           charts),
       panel('Largest changes', `the ${DIFF_TABLE_ROWS} nodes whose ${what} changed most; grey: within the ` +
-          'step-to-step spread', diffTable(doc)),
+          'step-to-step spread', diffTable(doc, shortNames || {})),
       footer ? el('footer', {class: 'tp-footer'}, footer) : null);
   document.body.append(app);
   const byId = new Map(doc.nodes.map((n) => [n.id, n]));

@@ -44,6 +44,16 @@ export function percent(fraction) {
   return `${(fraction * 100).toFixed(1)}%`;
 }
 
+// A signed number as traceprof/render/units.py writes it: the magnitude by `format` (duration,
+// percent), '+' or '-' before it, no sign on zero ('0', '0%'); a tiny change keeps its sign
+// ('-<0.1%').
+export function signed(value, format = duration) {
+  if (value === null || value === undefined) return '';
+  const text = format(Math.abs(value));
+  if (text === format(0)) return text;
+  return `${value < 0 ? '-' : '+'}${text}`;
+}
+
 export function count(value) {
   if (value === null || value === undefined) return '--';
   if (Number.isInteger(value)) return value.toLocaleString('en-US');
@@ -58,39 +68,53 @@ export function bigNumber(value, unit = '') {
   return `${Math.round(value)}${unit ? ' ' + unit : ''}`;
 }
 
-// Short display names (the rule of traceprof/result/names.py, short_names): for each qualified
-// name, its shortest tail of whole dot-separated parts that no other distinct name of `names`
-// shares; a view shows it and keeps the qualified name in a title (hover).
-export function shortNames(names) {
-  const parts = names.map((q) => String(q).split('.'));
-  // a tail never starts with an index: h.2, not 2 (as traceprof/result/names.py)
-  const widened = (p, n) => { while (n < p.length && /^\d+$/.test(p[p.length - n])) n += 1; return n; };
+// Short display names (the rule of traceprof/result/names.py; the diff and job pages embed the
+// names Python computed, so this serves the pages that hold a whole tree and no names: the
+// single-trace report and the TensorBoard tab). A node's parts are its parent's and its own
+// (ownParts); its short name is the shortest tail of whole parts that no other distinct node's
+// path shares, never starting at an index (h.2, not 2; ASCII digits, as Python).
+function ownParts(name, qualified, parentQualified) {
+  if (parentQualified !== null && parentQualified !== undefined) {
+    const below = parentQualified ? `${parentQualified}.` : '';
+    const rest = qualified.startsWith(below) ? qualified.slice(below.length) : '';
+    if (rest !== name && rest.endsWith(`.${name}`)) return rest.split('.');  // levels of no node
+  }
+  return [name];
+}
+
+export function shortNames(paths) {
+  const parts = paths.map((p) => p.map(String));
+  const widened = (p, n) => { while (n < p.length && /^[0-9]+$/.test(p[p.length - n])) n += 1; return n; };
   const k = parts.map((p) => widened(p, 1));
-  const tail = (i) => parts[i].slice(-k[i]).join('.');
+  const tail = (i) => JSON.stringify(parts[i].slice(-k[i]));
   let pending = parts.map((_, i) => i);
   while (pending.length) {
     const owners = new Map();
-    parts.forEach((_, i) => {
-      const t = tail(i);
-      if (!owners.has(t)) owners.set(t, new Set());
-      owners.get(t).add(names[i]);
+    parts.forEach((p, i) => {
+      if (!owners.has(tail(i))) owners.set(tail(i), new Set());
+      owners.get(tail(i)).add(JSON.stringify(p));
     });
     pending = pending.filter((i) => owners.get(tail(i)).size > 1 && k[i] < parts[i].length);
     for (const i of pending) k[i] = widened(parts[i], k[i] + 1);
   }
-  return parts.map((_, i) => tail(i));
+  return parts.map((p, i) => p.slice(-k[i]).join('.'));
 }
 
-// The names to show for tree nodes named outside a tree (a diff's rows, a heat map's rows):
-// modules by shortNames over the modules given, a root of no qualified name by its name, other
-// nodes (time in no module, annotations) by their own name, which holds no module path.
-export function displayNames(nodes) {
-  const full = nodes.map((n) => (n.kind === 'module' ? n.qualified_name : '') || n.name || n.class_name || '');
-  const modules = nodes.map((n, i) => i).filter((i) => nodes[i].kind === 'module' && nodes[i].qualified_name);
-  const shorts = shortNames(modules.map((i) => full[i]));
-  const out = [...full];
-  modules.forEach((i, k) => { out[i] = shorts[k]; });
-  return out;
+// The short names of a whole tree's nodes ({name, qualified_name, parent}; idOf gives a node's
+// id, which its children's `parent` holds): a Map from id to short name.
+export function treeShortNames(nodes, idOf = (n) => n.id) {
+  const byId = new Map(nodes.map((n) => [idOf(n), n]));
+  const paths = new Map();
+  const pathOf = (n) => {
+    if (!paths.has(idOf(n))) {
+      const up = byId.get(n.parent);
+      const own = ownParts(n.name || n.class_name || '', n.qualified_name || '', up ? up.qualified_name || '' : null);
+      paths.set(idOf(n), up && up !== n ? [...pathOf(up), ...own] : own);
+    }
+    return paths.get(idOf(n));
+  };
+  const shorts = shortNames(nodes.map(pathOf));
+  return new Map(nodes.map((n, i) => [idOf(n), shorts[i]]));
 }
 
 export function shape(spec) {
@@ -473,7 +497,11 @@ class TraceprofView {
     if (!table || !Array.isArray(table.steps) || !table.steps.length || !Array.isArray(table.series)) return null;
     const series = table.series.filter((s) => s && typeof s.tag === 'string' && Array.isArray(s.values));
     const modules = series.filter((s) => typeof s.module === 'string');
-    const shorts = new Map(shortNames(modules.map((s) => s.module)).map((name, i) => [modules[i].tag, name]));
+    // short names over the whole profile's tree (the run's document), by qualified name
+    const nodes = (this.doc && this.doc.nodes) || [];
+    const shortOf = treeShortNames(nodes);
+    const byName = new Map(nodes.filter((n) => n.kind === 'module').reverse().map((n) => [n.qualified_name, shortOf.get(n.id)]));
+    const shorts = new Map(modules.map((s) => [s.tag, byName.get(s.module) || s.module]));
     const moduleTime = modules.length ? METRICS[modules[0].tag.split('/')[0]] : null;
     const ownProfile = new Set((this.run.steps || []).map((s) => String(s.step)));
     const named = new Set(this.run.mean_of_steps || []);
@@ -1393,7 +1421,7 @@ export async function render() {
   const view = await mount(tensorboardSource());
   // a run that is a rank of a job: the job's heat map above its tree (job.js, docs/jobs.md)
   const job = await import('./job.js');
-  await job.mountTensorBoardJob(view, {el, duration, percent, fetchJson, displayNames});
+  await job.mountTensorBoardJob(view, {el, duration, percent, signed, fetchJson, treeShortNames});
 }
 
 // The HTML report's entry point: one profile, given inline (style.css inlined by the page); the

@@ -1,9 +1,9 @@
 // traceprof job view: a rank x module heat map of a distributed job (traceprof's job JSON
-// document, docs/jobs.md). It uses index.js's helpers (el, duration, percent and, in the HTML
-// report, renderReport), handed over by useJobHelpers: the HTML report inlines index.js and this
-// file in one module script; the TensorBoard tab imports this file from index.js. Click a cell
-// (or a rank's header) to open that rank's module tree: below the map in the report, the rank's
-// run in TensorBoard.
+// document, docs/jobs.md). It uses index.js's helpers (el, duration, percent, signed,
+// treeShortNames and, in the HTML report, renderReport), handed over by useJobHelpers: the HTML
+// report inlines index.js and this file in one module script; the TensorBoard tab imports this
+// file from index.js. Click a cell (or a rank's header) to open that rank's module tree: below
+// the map in the report, the rank's run in TensorBoard.
 
 const JOB_MAX_ROWS = 400;
 let H = null;  // the helpers of index.js
@@ -64,8 +64,8 @@ function heatLegend(scale) {
   return box;
 }
 
-const signed = (us) => `${us < 0 ? '-' : '+'}${H.duration(Math.abs(us))}`;
-const signedPct = (f) => `${f < 0 ? '' : '+'}${H.percent(f)}`;
+const signedTime = (us) => H.signed(us, H.duration);
+const signedPct = (f) => H.signed(f, H.percent);
 const CPU_STEP_COLUMNS = [['wall_us', 'Step wall'], ['cpu_compute_us', 'CPU compute']];
 const GPU_STEP_COLUMNS = [['wall_us', 'Step wall'], ['gpu_busy_us', 'GPU busy'], ['compute_us', 'Compute'],
   ['collective_us', 'Collectives'], ['collective_exposed_us', 'Not overlapped'], ['idle_us', 'GPU idle']];
@@ -134,17 +134,17 @@ function stragglerList(doc, names) {
   else if (!doc.stragglers.length) box.append(H.el('div', {}, 'no straggler'));
   for (const s of doc.stragglers) {
     const line = H.el('div', {class: 'tp-job-straggler'},
-        `straggler: rank ${s.rank}, ${H.duration(s.step_us)}, ${signed(s.excess_us)} ` +
+        `straggler: rank ${s.rank}, ${H.duration(s.step_us)}, ${signedTime(s.excess_us)} ` +
         `(${signedPct(s.excess_fraction)}) over the median ${H.duration(s.median_us)}`);
     box.append(line);
     if (!s.modules.length) continue;
     const ref = s.reference_ranks.map((r) => `rank ${r}`).join(' and ');
     const parts = s.modules.map((m) => H.el('li', {}, moduleName(m, names), ' ',
-        H.el('span', {class: 'tp-num tp-worse'}, signed(m.excess_us))));
-    parts.push(H.el('li', {}, 'the other modules ', H.el('span', {class: 'tp-num'}, signed(s.other_modules_us))));
+        H.el('span', {class: 'tp-num tp-worse'}, signedTime(m.excess_us))));
+    parts.push(H.el('li', {}, 'the other modules ', H.el('span', {class: 'tp-num'}, signedTime(s.other_modules_us))));
     parts.push(H.el('li', {}, doc.metric === 'gpu_busy_us' ?
       'kernels running at once (summed per module, counted once in the step time) ' :
-      'time outside the modules\' own time ', H.el('span', {class: 'tp-num'}, signed(s.unexplained_us))));
+      'time outside the modules\' own time ', H.el('span', {class: 'tp-num'}, signedTime(s.unexplained_us))));
     box.append(H.el('div', {class: 'tp-hint'}, `against ${s.reference_ranks.length > 1 ?
       `the median ranks (${ref}, their mean)` : `the median rank (${ref})`}, all passes:`),
     H.el('ul', {class: 'tp-job-excess'}, parts));
@@ -167,14 +167,16 @@ function sortedModules(modules, sort) {
   return rows.map((r) => r.m);
 }
 
-// The heat map of `doc` in a new panel; open(rank, module) is called on a click.
-function jobView(doc, title, open, embedded = false) {
+// The heat map of `doc` in a new panel; open(rank, module) is called on a click. shortNames:
+// module id -> short name, as the HTML report embeds it (told apart among every rank's nodes,
+// traceprof/render/job_html.py); without it (the TensorBoard tab, whose job is whole) they are
+// computed over the job's modules.
+function jobView(doc, title, open, embedded = false, shortNames = null) {
   const root = H.el('div', {id: 'traceprof-job', class: embedded ? 'tp-job-embedded' : 'tp-app'});
   const ranks = doc.ranks.map((r) => r.rank);
   const modules = doc.modules.slice(0, JOB_MAX_ROWS);
-  // short names over all the job's modules (a straggler's module may be past the rows shown)
-  const labels = H.displayNames(doc.modules);
-  const names = new Map(doc.modules.map((m, i) => [m.module, labels[i]]));  // by module id
+  const names = shortNames ? new Map(Object.entries(shortNames)) :  // by module id
+    H.treeShortNames(doc.modules, (m) => m.module);
   const scale = heatScale(modules.flatMap((m) => Object.values(m.times)));
   const metric = doc.metric === 'gpu_busy_us' ? 'GPU busy time' : 'CPU time';
   let sort = 'time';
@@ -248,7 +250,7 @@ function jobView(doc, title, open, embedded = false) {
 }
 
 // The HTML report's entry point: the heat map, and a rank's module tree below it on a click.
-export function renderJob(doc, {title = null, footer = null} = {}) {
+export function renderJob(doc, {title = null, footer = null, short_names: shortNames = null} = {}) {
   document.body.classList.add('tp-body');
   let open = null;
   const view = jobView(doc, title, (rank, module) => {
@@ -259,7 +261,7 @@ export function renderJob(doc, {title = null, footer = null} = {}) {
     open = rank;
     view.select(rank, module, 'module tree below');
     H.renderReport(profile, {title: `rank ${rank}`, footer: doc.ranks.find((r) => r.rank === rank).path});
-  });
+  }, false, shortNames);
   document.body.append(view.root);
   view.fits();
   if (footer) view.root.append(H.el('div', {class: 'tp-footer'}, footer));
