@@ -17,14 +17,13 @@ from traceprof.analysis.classify import Context
 from traceprof.analysis.counted_ops import Ops
 from traceprof.analysis.cpu_time import CpuTime
 from traceprof.analysis.gpu_work import GpuWork
-from traceprof.result.model import UNATTRIBUTED_NAME, StepSelection
+from traceprof.result.model import BETWEEN_OPS, UNATTRIBUTED_NAME, StepSelection
 
 #: GPU work attributed to no CPU event above this share of the step's GPU busy time is a warning
 UNATTRIBUTED_GPU_WARN_SHARE = 0.01
 #: "(not in any module)" groups of GPU work whose launch is not in the trace
 LAUNCHED_BEFORE_TRACE = "(launched before the trace)"
 LAUNCH_NOT_IN_TRACE = "(launch not in trace)"
-BETWEEN_OPS = "(step, between ops)"
 
 
 class Groups:

@@ -23,12 +23,12 @@ import msgspec
 from msgspec.structs import replace
 
 from traceprof.analysis.job_timeline import StepTimeline, step_timelines
-from traceprof.analysis.unattributed import BETWEEN_OPS
 from traceprof.errors import JobError, MemoryLimitError
 from traceprof.read.discovery import find_traces
 from traceprof.read.limits import job_memory_share, shared_limit_error
 from traceprof.result import shaping
 from traceprof.result.model import (
+    BETWEEN_OPS,
     ModuleNode,
     ModuleProfile,
     NodeKind,

@@ -154,7 +154,8 @@ def job_short_names(job: Job) -> dict[tuple[str, ...], str]:
     for r in job.ranks:
         for n in r.profile.nodes:
             path = tuple(n.path) or (n.qualified_name or n.name,)
-            paths.setdefault(path, path_parts(path, n.name))
+            if path not in paths:  # the ranks share most of their nodes: each path's parts once
+                paths[path] = path_parts(path, n.name)
     modules = list(job.modules) + [m for s in job.stragglers for m, _ in s.modules]
     for m in modules:  # the shaped job's own rows: (k more)
         paths[_path_of(m.key)] = path_parts(_path_of(m.key), m.name)
