@@ -11,7 +11,7 @@ if TYPE_CHECKING:
     from traceprof.result.model import Pass
 
 
-class MemoryPhase(msgspec.Struct, frozen=True, gc=False):
+class MemoryPhase(msgspec.Struct, frozen=True, gc=False, array_like=True):
     allocated_bytes: float = 0.0  # per step, node and everything below it
     freed_bytes: float = 0.0  # per step
     peak_bytes: int | None = None  # highest allocator total at the node's events; None: unknown
@@ -22,7 +22,7 @@ class MemoryPhase(msgspec.Struct, frozen=True, gc=False):
         return self.allocated_bytes - self.freed_bytes
 
 
-class MemoryUse(msgspec.Struct, frozen=True, gc=False):
+class MemoryUse(msgspec.Struct, frozen=True, gc=False, array_like=True):
     """Memory one node allocated and freed on one device, per pass (profile.Pass)."""
 
     device: str  # "cuda:0", "cpu"

@@ -180,7 +180,7 @@ def _joined(a: str | None, b: str | None) -> str | None:
     return ", ".join(dict.fromkeys(a.split(", ") + b.split(", ")))
 
 
-class ModuleNode(msgspec.Struct, frozen=True, gc=False):
+class ModuleNode(msgspec.Struct, frozen=True, gc=False, array_like=True):
     id: int
     parent: int  # -1 for a root
     children: tuple[int, ...]

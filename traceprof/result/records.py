@@ -12,10 +12,10 @@ import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-import msgspec
 from msgspec.structs import asdict
 
 from traceprof.errors import MissingDependencyError
+from traceprof.result.memory import MemoryUse
 from traceprof.result.model import FUSED_FIELDS, PASSES, ModuleNode, ModuleProfile, OpStat, PhaseTimes, Times
 
 if TYPE_CHECKING:
@@ -204,6 +204,12 @@ def op_records(profile: ModuleProfile, node: ModuleNode | None = None) -> list[d
     return out
 
 
+def _memory_record(m: MemoryUse) -> dict[str, Any]:
+    """One device's memory use as a dict of its passes (built here, field by field: the structs
+    are stored as arrays in the cache)."""
+    return {"device": m.device, **{p.value: asdict(m.phase(p)) for p in PASSES}}
+
+
 def profile_document(profile: ModuleProfile, timeline: bool = False) -> dict[str, Any]:
     """The JSON document; ``timeline``: with the profile's timeline of a step (``timeline``,
     schema ``traceprof.timeline/1``), as the TensorBoard tab reads it."""
@@ -230,7 +236,7 @@ def profile_document(profile: ModuleProfile, timeline: bool = False) -> dict[str
                 **node_record(profile, n),
                 "children": list(n.children),
                 "path": list(n.path),
-                "memory": [msgspec.to_builtins(m) for m in n.memory],
+                "memory": [_memory_record(m) for m in n.memory],
             }
             for n in profile.walk()
         ],
