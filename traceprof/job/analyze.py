@@ -964,10 +964,12 @@ def shape_job(
         kids = children.get(parent.key if parent is not None else None, [])
         if parent is not None:
             kids = [c for c in kids if not hidden_by(c)]
-        if not all_rows:
-            empty = [c for c in kids if c.spread(job.metric).max <= 0]
-            hidden += sum(subtree(c) if depth is None else _within(c, depth) for c in empty)
-            kids = [c for c in kids if c.spread(job.metric).max > 0]
+        if not all_rows:  # a module without time on any rank: hidden, and counted
+            timed = {c.key: any(t > 0 for t in c.times(job.metric).values()) for c in kids}
+            hidden += sum(
+                subtree(c) if depth is None else _within(c, depth) for c in kids if not timed[c.key]
+            )
+            kids = [c for c in kids if timed[c.key]]
         kept, folded = shaping.arrange(kids, order=order_fn, top=top, size=top_fn)
         more = [_folded(job, parent, folded, level)] if folded else []
         modules = [c for c in kept if c.kind is not NodeKind.UNATTRIBUTED]
