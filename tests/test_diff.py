@@ -449,3 +449,39 @@ def test_an_unreadable_input_is_one_line_and_exit_2(tmp_path):
     r = CliRunner().invoke(main, ["diff", str(tmp_path / "missing.json"), str(BASE_SAMPLE)])
     assert r.exit_code == 2
     assert r.output == f"traceprof: error: {tmp_path / 'missing.json'}: no such file\n"
+
+
+def test_compiled_work_outside_every_module_counts_outside_the_modules(tmp_path):
+    """A compiled region no module is around becomes a root of kind compiled: its change is
+    'outside modules' in the header's where, so that the parts add up to the step's."""
+    from .tracebuilder import TraceBuilder
+
+    def trace(gemm_us: float) -> TraceBuilder:
+        b = TraceBuilder()
+        b.step(1, 0, 1000)
+        b.scope("", "Net", 10, 60)
+        b.op("aten::relu", 20, 10)
+        b.launch(22, 40, 10, name="void relu_kernel")
+        b.op("Torch-Compiled Region: 0/0", 100, 300)
+        b.op("aten::mm", 140, 50)
+        b.launch(150, 230, gemm_us, name="ampere_sgemm_128x64_nn")
+        return b
+
+    base, new = trace(40).write(tmp_path / "a.json"), trace(90).write(tmp_path / "b.json")
+    d = traceprof.diff(str(base), str(new))
+    profile = traceprof.analyze(str(new))
+    assert [profile.nodes[r].kind.value for r in profile.roots].count("compiled") == 1
+    where = dict(d.where())
+    assert where["modules"] == pytest.approx(0.0)
+    assert where["outside modules"] == pytest.approx(50.0)
+    assert sum(where.values()) == pytest.approx(0.0)  # the step's wall did not change
+    out = render_diff(d, "tree")
+    assert "no module events" not in out and "modules from" in out
+
+
+def test_a_side_without_module_events_says_so():
+    from .conftest import SHARED_TRACES
+
+    trace = SHARED_TRACES / "compiled/rtx4090d_mlp_graph_breaks_compiled_train.json.gz"
+    out = render_diff(traceprof.diff(str(trace), str(trace)), "tree")
+    assert "no module events" in out and "modules from none" not in out

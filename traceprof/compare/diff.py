@@ -163,7 +163,7 @@ class SideSummary(msgspec.Struct, frozen=True):
     time_us: float  # mean step GPU busy time (CPU time on CPU-only traces)
     wall_spread_us: float | None
     modules_us: float  # the module roots' time
-    outside_us: float  # the "(not in any module)" bucket's time
+    outside_us: float  # the "(not in any module)" bucket's time, and compiled roots' (no module)
     collectives_us: float  # collective kernels (NCCL, RCCL), inside modules or not
     collectives_outside_us: float = 0.0  # those of them in the bucket
     #: the trace's complete steps (what ``steps`` are without a step asked for)
@@ -420,7 +420,13 @@ def _summary(side: Side) -> SideSummary:
         p.nodes[r].total.__getattribute__(side.metric) for r in p.roots if p.nodes[r].kind is NodeKind.MODULE
     )
     bucket = p.unattributed
-    outside = getattr(bucket.total, side.metric) if bucket else 0.0
+    # outside the modules: the bucket, and compiled or replayed work no module is around (roots
+    # of kind compiled), so that modules + outside + idle add up to the step
+    compiled_roots = [p.nodes[r] for r in p.roots if p.nodes[r].kind is NodeKind.COMPILED]
+    outside = (getattr(bucket.total, side.metric) if bucket else 0.0) + sum(
+        getattr(n.total, side.metric) for n in compiled_roots
+    )
+    outside_paths = [BUCKET_PATH] + [tuple(n.path) for n in compiled_roots]
 
     def collective(labels: dict) -> float:
         return sum(
@@ -431,7 +437,7 @@ def _summary(side: Side) -> SideSummary:
 
     collectives = collective(side.labels)
     outside_collectives = sum(
-        collective(side.inside.get((BUCKET_PATH, code), {})) for code in range(len(PASSES))
+        collective(side.inside.get((path, code), {})) for path in outside_paths for code in range(len(PASSES))
     )
     time_us = p.selection.gpu_busy_us if p.has_gpu else p.selection.cpu_us
     return SideSummary(

@@ -26,6 +26,11 @@ def _spread(spread, raw: bool) -> str:
     return f" ±{units.duration(spread, raw)}" if spread is not None else ""
 
 
+def _source(source: str) -> str:
+    """Where a side's module tree comes from, as the header says it."""
+    return "no module events" if source == "none" else f"modules from {source}"
+
+
 def _steps(side) -> str:
     """The steps a side's numbers are of: ``3 steps``, or ``step 3 of 3 complete steps`` when one
     step was asked for."""
@@ -40,8 +45,8 @@ def render_tree(diff, opts: RenderOptions) -> str:
     what = "GPU busy time" if diff.metric == "gpu_busy_us" else "CPU time"
     lines = [
         "traceprof diff",
-        f"base:      {b.path} ({b.device}, {_steps(b)}, modules from {b.source})",
-        f"new:       {n.path} ({n.device}, {_steps(n)}, modules from {n.source})",
+        f"base:      {b.path} ({b.device}, {_steps(b)}, {_source(b.source)})",
+        f"new:       {n.path} ({n.device}, {_steps(n)}, {_source(n.source)})",
         f"step:      wall {_change(b.wall_us, n.wall_us, diff.wall_delta_ratio, raw)}"
         f"{_spread(diff.wall_spread_us, raw)}"
         + (

@@ -56,7 +56,7 @@ def _header(job: Job, raw: bool) -> list[str]:
     where = os.path.commonpath([os.path.dirname(os.path.abspath(p)) for p in paths])
     size = f"world size {job.world_size}" if job.world_size is not None else "world size unknown"
     backend = f", {md.distributed_backend}" if md.distributed_backend else ""
-    devices = sorted({d.name for r in job.ranks for d in r.profile.metadata.devices if d.name})
+    devices = sorted({name for r in job.ranks for name in r.profile.device_names})
     total = sum(r.profile.metadata.size_bytes for r in job.ranks)
     lines = [
         "traceprof job profile",

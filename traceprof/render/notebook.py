@@ -317,7 +317,7 @@ def job_html(job: Job) -> str:
 
 def job_cards(job: Job) -> list[tuple[str, str]]:
     size = f" of {job.world_size}" if job.world_size is not None else ""
-    devices = sorted({d.name for r in job.ranks for d in r.profile.metadata.devices if d.name})
+    devices = sorted({name for r in job.ranks for name in r.profile.device_names})
     steps = ", ".join(map(str, job.steps)) if job.steps else "whole trace"
     cards = [
         ("Ranks", f"{len(job.ranks)}{size}"),
