@@ -284,6 +284,9 @@ def test_least_recently_used_entries_go_first(cache_dir, monkeypatch, tmp_path):
     os.utime(entry_b, ns=(2, 2))
     load_trace(a)  # ... but used just now
     assert entry_a.stat().st_mtime_ns > entry_b.stat().st_mtime_ns
+    touched = entry_a.stat().st_mtime_ns
+    load_trace(a)  # used again within the minute: its mark stands (no write per read)
+    assert entry_a.stat().st_mtime_ns == touched
     room = entry_a.stat().st_size + max(entry_b.stat().st_size, size_c)
     monkeypatch.setenv(cache.SIZE_ENV, str(room))
     load_trace(c)  # room for two: b, the least recently used, goes

@@ -35,6 +35,7 @@ import mmap
 import os
 import stat
 import struct
+import time
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -128,6 +129,10 @@ def content_hash(path: str | os.PathLike) -> str | None:
         os.close(fd)
 
 
+#: an entry read is marked used (its mtime, the LRU order) unless it was in the last minute:
+#: a job's second look reads 64 entries, and the order needs no finer grain
+_TOUCH_AFTER_NS = 60 * 10**9
+
 #: threads hashing several files at once (the hash runs without the GIL)
 _HASH_THREADS = 4
 
@@ -215,7 +220,8 @@ class Store:
             warn(f"{path}: cannot read the cache entry ({e.strerror}); analyzing without it")
             return None
         try:
-            size = os.fstat(fd).st_size
+            st = os.fstat(fd)
+            size = st.st_size
             if size < _PREFIX.size:
                 raise _Unusable("is truncated")
             data = mmap.mmap(fd, size, access=mmap.ACCESS_COPY)
@@ -228,8 +234,9 @@ class Store:
             return None
         finally:
             os.close(fd)
-        with contextlib.suppress(OSError):
-            os.utime(path)  # the least recently used entries go first
+        if time.time_ns() - st.st_mtime_ns > _TOUCH_AFTER_NS:  # a minute's precision is enough
+            with contextlib.suppress(OSError):
+                os.utime(path)  # the least recently used entries go first
         return value
 
     def _unusable(self, path: Path, problem: str) -> None:
