@@ -213,7 +213,7 @@ def _modules_section(job: Job, opts: RenderOptions, tree: bool) -> list[str]:
     if opts.ranks == "all":
         header += [f"r{r}" for r in ranks]
     rows = []
-    short = job_short_names(job)
+    short = job_short_names(job) if not tree else {}  # a tree line shows the node's own part
     for m in job.modules:
         if opts.depth is not None and m.depth > opts.depth:
             continue
