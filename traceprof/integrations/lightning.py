@@ -16,12 +16,10 @@ would have to tell optimizer steps from the names of the actions it is asked to 
 from __future__ import annotations
 
 import logging
-import os
-from collections.abc import Iterable
 from typing import Any
 
 from traceprof.errors import MissingDependencyError
-from traceprof.integrations.window import CaptureOptions, CaptureWindow, Headline, WindowResults
+from traceprof.integrations.window import Headline, WindowResults
 
 try:
     from lightning.pytorch import Callback, LightningModule, Trainer
@@ -55,36 +53,9 @@ class TraceprofCallback(WindowResults, Callback):
     since the last training batch, once per optimizer step (after gradient accumulation).
     """
 
-    def __init__(
-        self,
-        wait: int = 1,
-        warmup: int = 1,
-        active: int = 3,
-        repeat: int = 1,
-        *,
-        ranks: Iterable[int] | None = None,
-        profile_memory: bool = False,
-        with_stack: bool = False,
-        logdir: str | os.PathLike | None = None,
-        top: int = 5,
-        peak_tflops: float | None = None,
-        analyze: bool = True,
-    ) -> None:
-        self.options = CaptureOptions.checked(
-            wait=wait,
-            warmup=warmup,
-            active=active,
-            repeat=repeat,
-            ranks=ranks,
-            profile_memory=profile_memory,
-            with_stack=with_stack,
-            logdir=logdir,
-            top=top,
-            peak_tflops=peak_tflops,
-            analyze=analyze,
-        )
-        self._window = CaptureWindow(self.options, logger)
-        self._last_global_step = 0
+    _log = logger
+    #: trainer.global_step at the last training batch
+    _last_global_step = 0
 
     # -- Trainer hooks ----------------------------------------------------------------------------
 

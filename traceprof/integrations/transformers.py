@@ -15,12 +15,11 @@ from __future__ import annotations
 import logging
 import os
 import socket
-from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
 from traceprof.errors import MissingDependencyError
-from traceprof.integrations.window import CaptureOptions, CaptureWindow, Headline, WindowResults
+from traceprof.integrations.window import Headline, WindowResults
 
 try:
     from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
@@ -53,35 +52,7 @@ class TraceprofCallback(WindowResults, TrainerCallback):
     each ``on_step_end``, once per optimizer step (after gradient accumulation).
     """
 
-    def __init__(
-        self,
-        wait: int = 1,
-        warmup: int = 1,
-        active: int = 3,
-        repeat: int = 1,
-        *,
-        ranks: Iterable[int] | None = None,
-        profile_memory: bool = False,
-        with_stack: bool = False,
-        logdir: str | os.PathLike | None = None,
-        top: int = 5,
-        peak_tflops: float | None = None,
-        analyze: bool = True,
-    ) -> None:
-        self.options = CaptureOptions.checked(
-            wait=wait,
-            warmup=warmup,
-            active=active,
-            repeat=repeat,
-            ranks=ranks,
-            profile_memory=profile_memory,
-            with_stack=with_stack,
-            logdir=logdir,
-            top=top,
-            peak_tflops=peak_tflops,
-            analyze=analyze,
-        )
-        self._window = CaptureWindow(self.options, logger)
+    _log = logger
 
     # -- Trainer hooks ----------------------------------------------------------------------------
 

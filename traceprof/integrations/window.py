@@ -355,9 +355,42 @@ class CaptureWindow:
 
 
 class WindowResults:
-    """What a trainer callback keeps of its capture window, as properties of the callback."""
+    """A trainer callback's capture window: the options every integration takes (one
+    signature, checked by :meth:`CaptureOptions.checked`) and what the window keeps, as
+    properties of the callback. A subclass names the logger its headlines go to (``_log``)."""
 
+    _log: logging.Logger
     _window: CaptureWindow
+
+    def __init__(
+        self,
+        wait: int = 1,
+        warmup: int = 1,
+        active: int = 3,
+        repeat: int = 1,
+        *,
+        ranks: Iterable[int] | None = None,
+        profile_memory: bool = False,
+        with_stack: bool = False,
+        logdir: str | os.PathLike | None = None,
+        top: int = 5,
+        peak_tflops: float | None = None,
+        analyze: bool = True,
+    ) -> None:
+        self.options = CaptureOptions.checked(
+            wait=wait,
+            warmup=warmup,
+            active=active,
+            repeat=repeat,
+            ranks=ranks,
+            profile_memory=profile_memory,
+            with_stack=with_stack,
+            logdir=logdir,
+            top=top,
+            peak_tflops=peak_tflops,
+            analyze=analyze,
+        )
+        self._window = CaptureWindow(self.options, self._log)
 
     @property
     def logdir(self) -> str | None:
