@@ -21,12 +21,7 @@ def cpu_rank(rank: int, block_us: float, wait_us: float) -> TraceBuilder:
     """Two steps of equal wall time: the model (its ``block`` doing ``block_us`` of work) on the
     main thread, then the wait for the other rank, between ops there and in a ``gloo:all_reduce``
     on the backend's thread."""
-    b = TraceBuilder(pid=100 + rank)
-    b.top = {
-        "schemaVersion": 1,
-        "deviceProperties": [],
-        "distributedInfo": {"backend": "gloo", "rank": rank, "world_size": 2},
-    }
+    b = TraceBuilder(pid=100 + rank).cpu_rank(rank)
     for n in (1, 2):
         t = n * 20_000.0
         b.step(n, t, STEP_US)

@@ -194,12 +194,7 @@ def test_diff_tree_names_modules_by_short_names_and_json_by_qualified_ones(sampl
 def _cpu_rank(rank: int, block_us: float) -> TraceBuilder:
     """Two steps of a CPU rank (gloo): Net -> encoder -> encoder.block (``block_us`` of work)
     and encoder.idle (no time), then the wait for the other rank."""
-    b = TraceBuilder(pid=100 + rank)
-    b.top = {
-        "schemaVersion": 1,
-        "deviceProperties": [],
-        "distributedInfo": {"backend": "gloo", "rank": rank, "world_size": 2},
-    }
+    b = TraceBuilder(pid=100 + rank).cpu_rank(rank)
     for n in (1, 2):
         t = n * 20_000.0
         b.step(n, t, STEP_US)

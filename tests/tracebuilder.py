@@ -18,6 +18,15 @@ class TraceBuilder:
         self._ext = 1
         self.top: dict = {"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "Test GPU"}]}
 
+    def cpu_rank(self, rank: int, world_size: int = 2, backend: str = "gloo") -> TraceBuilder:
+        """This trace as rank ``rank`` of a CPU job (no devices, ``distributedInfo``)."""
+        self.top = {
+            "schemaVersion": 1,
+            "deviceProperties": [],
+            "distributedInfo": {"backend": backend, "rank": rank, "world_size": world_size},
+        }
+        return self
+
     # --- CPU side
     def _tid(self, tid):
         return str(tid) if self.era == "2021" else tid
