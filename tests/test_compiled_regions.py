@@ -92,32 +92,7 @@ def test_graph_replays_are_named_with_their_kernels_and_launches(analyze_built):
     b.op("aten::add", 10, 20)
     b.launch(15, 50, 10, name="elementwise_kernel")
     b.op("forward", 100, 300)
-    corr = 5000
-    b.events.append(
-        {
-            "ph": "X",
-            "cat": "cuda_runtime",
-            "name": "cudaGraphLaunch",
-            "pid": b.pid,
-            "tid": 1,
-            "ts": 110,
-            "dur": 5,
-            "args": {"correlation": corr},
-        }
-    )
-    for i, (name, dur) in enumerate((("sm90_xmma_gemm_bf16", 60), ("flash_fwd_kernel", 30))):
-        b.events.append(
-            {
-                "ph": "X",
-                "cat": "kernel",
-                "name": name,
-                "pid": 0,
-                "tid": 7,
-                "ts": 200 + 100 * i,
-                "dur": dur,
-                "args": {"correlation": corr, "stream": 7, "device": 0},
-            }
-        )
+    graph_launch(b, 110, [("sm90_xmma_gemm_bf16", 200, 60), ("flash_fwd_kernel", 300, 30)])
     p = analyze_built(b)
     m = warning(p, REPLAYED)
     assert m is not None
