@@ -52,28 +52,21 @@ def _counted(n: int, noun: str, plural: str | None = None) -> str:
     return f"{units.count(n)} {noun if n == 1 else plural or noun + 's'}"
 
 
-def kernel_families(names: list[str]) -> list[str]:
+def kernel_families(names: Sequence[str]) -> list[str]:
     """The family of each kernel name (``schema.KERNEL_FAMILIES``; ``other`` when none fits)."""
-    out = []
-    for name in names:
-        for family, pattern in schema.KERNEL_FAMILIES:
-            if pattern.search(name):
-                out.append(family)
-                break
-        else:
-            out.append(schema.OTHER_KERNEL_FAMILY)
-    return out
+    return [FAMILY_NAMES[f] for f in _kernel_family_codes(names).tolist()]
 
 
-def _families_text(names: list[str], weights: np.ndarray, total: float) -> str:
-    """``pointwise 40%, GEMM/extern 35%, ...``: the families of ``names``, largest first."""
+def _families_text(codes: np.ndarray, names: Sequence[str], weights: np.ndarray, total: float) -> str:
+    """``pointwise 40%, GEMM/extern 35%, ...``: the families of the kernels whose name codes are
+    ``codes`` (each distinct name matched once), largest first."""
     from traceprof import units
 
-    share: dict[str, float] = {}
-    for family, w in zip(kernel_families(names), weights.tolist()):
-        share[family] = share.get(family, 0.0) + w
-    ranked = sorted(share.items(), key=lambda kv: -kv[1])
-    return ", ".join(f"{family} {units.percent(w / total)}" for family, w in ranked if w > 0)
+    distinct, inverse = np.unique(codes, return_inverse=True)
+    family = _kernel_family_codes([names[c] for c in distinct.tolist()])[inverse.ravel()]
+    share = np.bincount(family, weights=weights, minlength=len(FAMILY_NAMES))
+    ranked = sorted(range(len(FAMILY_NAMES)), key=lambda f: -share[f])
+    return ", ".join(f"{FAMILY_NAMES[f]} {units.percent(share[f] / total)}" for f in ranked if share[f] > 0)
 
 
 def compiled_work_warnings(
@@ -107,7 +100,7 @@ def compiled_work_warnings(
             inside &= ~attributed[anchor]
         weight, total, what = gpu.busy_us[inside], selection.gpu_busy_us * n, "GPU busy time"
         owner = region[anchor[inside]]
-        kernels = [names[c] for c in codes[gpu.work[inside]].tolist()]
+        kernels = codes[gpu.work[inside]]
     else:
         inside = region[cpu.events] >= 0
         if attributed is not None:
@@ -115,7 +108,7 @@ def compiled_work_warnings(
         weight, total, what = cpu.exclusive_us[inside], selection.cpu_us * n, "CPU time"
         owner = region[cpu.events[inside]]
         # on CPUs the kernels are the events themselves (Inductor's C++ kernels, extern ops)
-        kernels = [names[c] for c in codes[cpu.events[inside]].tolist()]
+        kernels = codes[cpu.events[inside]]
     share = float(weight.sum()) / total if total > 0 else 0.0
     if share >= WARN_SHARE:
         backward = is_backward[owner]
@@ -131,7 +124,7 @@ def compiled_work_warnings(
             f"{units.percent(share - bwd_share)}, backward {units.percent(bwd_share)}) without "
             f"module information: it is grouped under the module around each region by graph "
             f"and kernel family (the [compiled <frame> forward|backward] nodes), not on its "
-            f"submodules. Kernels: {_families_text(kernels, weight, total)}. Capture with "
+            f"submodules. Kernels: {_families_text(kernels, names, weight, total)}. Capture with "
             "traceprof.capture.profile, which records the compiled-kernel table "
             "(docs/capture.md)"
         )
@@ -155,7 +148,7 @@ def compiled_work_warnings(
         if share >= WARN_SHARE:
             launches = len(np.unique(item_launch[replayed]))
             spelled = sorted({names[c] for c in codes[item_launch[replayed]].tolist()})
-            kernels = [names[c] for c in codes[gpu.work[replayed]].tolist()]
+            kernels = codes[gpu.work[replayed]]
             captured = int(on_module.sum())
             by_capture = (
                 f" ({units.count(captured)} more kernels are on modules, through the graph's capture)"
@@ -174,7 +167,7 @@ def compiled_work_warnings(
                 f"{_counted(launches, 'graph launch', 'graph launches')} ({', '.join(spelled)}) without "
                 f"module information{by_capture}: they are grouped per graph and kernel family "
                 f"under the module around each launch (the [graph replay <n>] nodes). Kernels: "
-                f"{_families_text(kernels, weight, selection.gpu_busy_us * n)}"
+                f"{_families_text(kernels, names, weight, selection.gpu_busy_us * n)}"
             )
     return out
 
@@ -223,6 +216,12 @@ def _family_codes(names: Sequence[str]) -> np.ndarray:
                 out[i] = k
                 break
     return out
+
+
+def _kernel_family_codes(names: Sequence[str]) -> np.ndarray:
+    """Per kernel name, its family's position in FAMILY_NAMES, ``other`` where none fits."""
+    codes = _family_codes(names)
+    return np.where(codes >= 0, codes, _OTHER).astype(np.int16)
 
 
 class _Tree:
@@ -276,8 +275,7 @@ def group_unexplained(trace: Trace, links: Links, tree: Hierarchy, explained: np
     call_node = np.full(len(ev), -1, index)
     work = links.gpu_work
     codes, inverse = np.unique(ev.name[work], return_inverse=True)
-    work_family = _family_codes([ev.names[c] for c in codes.tolist()])[inverse.ravel()]
-    work_family = np.where(work_family >= 0, work_family, _OTHER).astype(np.int16)
+    work_family = _kernel_family_codes([ev.names[c] for c in codes.tolist()])[inverse.ravel()]
     replayed = (links.launch >= 0) & is_launch[np.maximum(links.launch, 0)]
     _group_regions(
         ev,
