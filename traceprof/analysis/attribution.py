@@ -36,10 +36,9 @@ This module runs the stages in order, each in its own module:
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
-import numpy as np
-
-from traceprof.analysis.classify import make_context
+from traceprof.analysis.classify import Context, make_context
 from traceprof.analysis.compiled import (
     TABLE_DESCRIPTION,
     CompiledWork,
@@ -121,6 +120,35 @@ def analyze_steps(
 ) -> list[ModuleProfile]:
     """One profile per entry of ``steps`` (a step number, or None for the mean over the complete
     steps), linking the trace, building its module tree and counting its ops once for all."""
+    prepared = _prepare(trace, hierarchy, formulas)
+    profiles = []
+    for step in steps:
+        profile, _ = _attribute_step(trace, prepared, step)
+        profiles.append(with_peak(profile, peak_flops) if peak_flops is not None else profile)
+    return profiles
+
+
+def attributed(
+    trace: Trace, *, step: int | None = None, hierarchy: Source | str | None = None
+) -> tuple[ModuleProfile, Context]:
+    """The profile of :func:`analyze`, and the context it was attributed in: the links, module
+    tree, steps and selection, so that a view that needs more than the profile (a diff's side)
+    does not link the trace again."""
+    return _attribute_step(trace, _prepare(trace, hierarchy, None), step)
+
+
+class _Prepared(NamedTuple):
+    """What every step's attribution shares: the links, module tree, steps and op costs."""
+
+    links: Links
+    tree: Hierarchy
+    compiled: CompiledWork | None
+    found: Steps
+    costs: OpCosts
+    hints: list[str]
+
+
+def _prepare(trace: Trace, hierarchy: Source | str | None, formulas: Registry | None) -> _Prepared:
     links = link(trace)
     release_freed_memory()  # as after each stage of the attribution (stage.gives_memory_back)
     tree, compiled = module_hierarchy(trace, links, hierarchy, formulas)
@@ -132,28 +160,20 @@ def analyze_steps(
     hints = []
     if tree.source in (Source.ANNOTATIONS, Source.NONE) and hierarchy in (None, "auto"):
         hints.append(NO_MODULES_WARNING)
-    profiles = []
-    for step in steps:
-        selected, selection_warnings = select_steps(found, step, trace.metadata.path)
-        profile = _attribute(trace, links, tree, found, selected, hints + selection_warnings, costs, compiled)
-        if peak_flops is not None:
-            profile = with_peak(profile, peak_flops)
-        profiles.append(profile)
-    return profiles
+    return _Prepared(links, tree, compiled, found, costs, hints)
+
+
+def _attribute_step(trace: Trace, p: _Prepared, step: int | None) -> tuple[ModuleProfile, Context]:
+    selected, selection_warnings = select_steps(p.found, step, trace.metadata.path)
+    ctx = make_context(trace, p.links, p.tree, p.found, selected)
+    return _attribute(ctx, p.hints + selection_warnings, p.costs, p.compiled), ctx
 
 
 def _attribute(
-    trace: Trace,
-    links: Links,
-    tree: Hierarchy,
-    steps: Steps,
-    selected: np.ndarray,
-    warnings: list[str],
-    costs: OpCosts,
-    compiled: CompiledWork | None = None,
+    ctx: Context, warnings: list[str], costs: OpCosts, compiled: CompiledWork | None
 ) -> ModuleProfile:
-    """The ModuleProfile of the selected steps: every stage in order."""
-    ctx = make_context(trace, links, tree, steps, selected)
+    """The ModuleProfile of the context's selected steps: every stage in order."""
+    trace, links, tree = ctx.trace, ctx.links, ctx.tree
     cpu = cpu_time(ctx)
     gpu = gpu_work(ctx)
     counted = ops_in_selection(ctx, costs.counted, costs.node)

@@ -2,7 +2,7 @@
 
 :func:`side_of` analyzes a trace as ``traceprof analyze`` does (the mean over its complete steps)
 and adds, from the same trace and the attribution's classification of every work item (node and
-pass, :func:`traceprof.analysis.classify.classify_events`):
+pass, :meth:`traceprof.analysis.classify.Context.classify`):
 
 - per selected step, the time of every module node and pass (and of the step), for the
   step-to-step spread that tells a change from noise;
@@ -17,11 +17,11 @@ diff can be computed in separate processes.
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 import msgspec
 import numpy as np
 
-from traceprof.analysis.link import link
 from traceprof.read import cache as trace_cache
 from traceprof.read.build import load_trace
 from traceprof.read.cache import cache_store
@@ -29,11 +29,13 @@ from traceprof.result.model import UNATTRIBUTED_NAME, ModuleProfile
 from traceprof.trace import schema
 from traceprof.trace.model import Trace
 
+if TYPE_CHECKING:
+    from traceprof.analysis.classify import Context
+
 #: label of a module's own CPU time outside every op (the Python code of its forward)
 MODULE_CODE = "(module code)"
 #: label of a step's CPU time between its top-level slices
 BETWEEN_OPS = "(between ops)"
-FORWARD, BACKWARD, OTHER = range(3)  # pass codes, the order of profile.PASSES
 BUCKET_PATH = (UNATTRIBUTED_NAME,)
 
 
@@ -78,7 +80,7 @@ def side_of(
 
     def computed() -> Side:
         trace = load_trace(source, max_memory=max_memory, cache=cache, content=content)
-        return _side_of_trace(trace, hierarchy, step, str(source))
+        return _side_of_trace(trace, hierarchy, step)
 
     if store is None or content is None:
         return computed()
@@ -106,10 +108,10 @@ def cached_side(
     return (_named(hit, str(source)) if hit is not None else None), content
 
 
-def _side_of_trace(trace: Trace, hierarchy, step: int | None = None, path: str = "") -> Side:
-    from traceprof.api import analyze
+def _side_of_trace(trace: Trace, hierarchy, step: int | None = None) -> Side:
+    from traceprof.analysis.attribution import attributed
 
-    return _side(trace, analyze(trace, hierarchy=hierarchy, step=step), step, path)
+    return _side(*attributed(trace, hierarchy=hierarchy, step=step))
 
 
 def _named(side: Side, path: str) -> Side:
@@ -119,18 +121,12 @@ def _named(side: Side, path: str) -> Side:
     return msgspec.structs.replace(side, path=path, profile=side.profile.with_path(path))
 
 
-def _side(trace: Trace, profile: ModuleProfile, step: int | None = None, path: str = "") -> Side:
-    from traceprof.analysis import classify  # the attribution's helpers, looked up when used
-    from traceprof.analysis.attribution import module_hierarchy
-    from traceprof.analysis.gpu_work import shared_busy_time
-    from traceprof.analysis.steps import find_steps, select_steps
+def _side(profile: ModuleProfile, ctx: Context) -> Side:
+    """The side of a trace from its profile and the context the profile was attributed in."""
+    from traceprof.analysis.gpu_work import shared_busy_time  # looked up when used
 
+    trace, links, tree, steps, selected = ctx.trace, ctx.links, ctx.tree, ctx.steps, ctx.selected
     ev = trace.events
-    links = link(trace)
-    tree, _ = module_hierarchy(trace, links, profile.source)  # as the profile's, group nodes too
-    steps = find_steps(trace, links)
-    selected, _ = select_steps(steps, step, path)
-    scope_of = links.nearest(tree.scope_mask)
     has_gpu = profile.has_gpu
     if has_gpu:
         work = links.gpu_work
@@ -168,12 +164,7 @@ def _side(trace: Trace, profile: ModuleProfile, step: int | None = None, path: s
     keep = slot >= 0
     events, weight, label, special, slot = (a[keep] for a in (events, weight, label, special, slot))
     n_mod = len(tree.nodes)
-    context = getattr(classify, "make_context", None)
-    if context is not None:  # the attribution's own node and pass of each event
-        node, _, phase = context(trace, links, tree, steps, selected).classify(events)
-    else:  # outside the modules: other (the loss, forward in the profile, shows there)
-        node, bwd = classify.classify_events(events, links, tree, scope_of)
-        phase = np.where(bwd, BACKWARD, np.where(node >= 0, FORWARD, OTHER))
+    node, _, phase = ctx.classify(events)  # the attribution's own node and pass of each event
     node = np.where(node >= 0, node, n_mod)  # n_mod: not in any module
 
     parent = np.array([h.parent for h in tree.nodes] + [-1], np.int64)
