@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 import msgspec
 from msgspec.structs import replace
 
-from traceprof.compare.side import BUCKET_PATH, Side, cached_side, side_of
+from traceprof.compare.side import BUCKET_PATH, Side, cached_sides, side_of
 from traceprof.errors import ModuleLookupError, OptionError
 from traceprof.result.model import (
     PASSES,
@@ -370,11 +370,12 @@ def _sides(items, hierarchy, max_memory, parallel, cache=None, step=None) -> lis
     """Each item as a :class:`Side`; the paths among them analyzed by the local engine's process
     pool (one worker per trace, at most the CPUs) when ``parallel``."""
     out = list(items)
-    contents: dict[int, str | None] = {}  # content hashes, computed once
-    for i, x in enumerate(items):  # sides in the cache (a CI baseline): the rest has the cores
-        if not isinstance(x, (Side, Trace)):
-            hit, contents[i] = cached_side(x, hierarchy=hierarchy, cache=cache, step=step)
-            out[i] = hit or x
+    # sides in the cache (a CI baseline): the rest has the cores; content hashes computed once
+    given = [i for i, x in enumerate(items) if not isinstance(x, (Side, Trace))]
+    contents: dict[int, str | None] = {}
+    found = cached_sides([items[i] for i in given], hierarchy=hierarchy, cache=cache, step=step)
+    for i, (hit, content) in zip(given, found):
+        out[i], contents[i] = hit or items[i], content
     paths = [i for i, x in enumerate(out) if not isinstance(x, (Side, Trace))]
     if parallel and len(paths) > 1 and _size(items[i] for i in paths) > PARALLEL_FROM_BYTES:
         from traceprof.engine import LocalEngine, default_jobs

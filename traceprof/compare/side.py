@@ -95,17 +95,20 @@ def _entry(content: str, hierarchy, step: int | None) -> str:
     return trace_cache.entry_name(content, "side", source if step is None else (source, step))
 
 
-def cached_side(
-    source: str | os.PathLike, *, hierarchy=None, cache=None, step: int | None = None
-) -> tuple[Side | None, str | None]:
-    """The side of ``source`` in the cache (None: not there; nothing is computed), and the
-    file's content hash (None: no cache) for :func:`side_of` to reuse."""
+def cached_sides(
+    sources: list[str | os.PathLike], *, hierarchy=None, cache=None, step: int | None = None
+) -> list[tuple[Side | None, str | None]]:
+    """The side of each of ``sources`` in the cache (None: not there; nothing is computed), and
+    the file's content hash (None: no cache) for :func:`side_of` to reuse. The files are hashed
+    at once, in threads."""
     store = cache_store(cache)
-    content = trace_cache.content_hash(source) if store is not None else None
-    if store is None or content is None:
-        return None, content
-    hit = store.get(_entry(content, hierarchy, step), "side", Side)
-    return (_named(hit, str(source)) if hit is not None else None), content
+    if store is None:
+        return [(None, None)] * len(sources)
+    out: list[tuple[Side | None, str | None]] = []
+    for source, content in zip(sources, trace_cache.content_hashes([str(s) for s in sources])):
+        hit = store.get(_entry(content, hierarchy, step), "side", Side) if content is not None else None
+        out.append(((_named(hit, str(source)) if hit is not None else None), content))
+    return out
 
 
 def _side_of_trace(trace: Trace, hierarchy, step: int | None = None) -> Side:
