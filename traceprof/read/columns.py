@@ -217,40 +217,53 @@ def columns_from_events(evs: list) -> Columns:
     )
 
 
-def join(parts: list[Columns]) -> Columns:
-    """The columns of runs one after the other (``parts`` is emptied as they are joined, so
-    that each run's arrays are freed once copied)."""
-    if len(parts) <= 1:  # no run: an empty event array
-        return parts.pop() if parts else columns_from_events([])
-    offsets = np.cumsum([0] + [len(p) for p in parts])
-    out: dict[str, Any] = {}
-    for f in _CODED:
-        table: dict = {}
-        codes = []
-        for p in parts:
-            local = getattr(p, _table_of(f))
+class Joiner:
+    """Runs' columns joined one after the other as they arrive: each run's strings are coded
+    against the joined tables when it is added (a streamed trace's runs are added while the
+    later ones decode), so that :meth:`joined` is left with copying."""
+
+    def __init__(self) -> None:
+        self.tables: dict[str, dict] = {f: {} for f in _CODED}
+        self.parts: list[Columns] = []
+
+    def add(self, part: Columns) -> None:
+        for f in _CODED:
+            table = self.tables[f]
+            local = getattr(part, _table_of(f))
             remap = np.array([table.setdefault(v, len(table)) for v in local] or [0], np.int32)
-            codes.append(remap[getattr(p, f)])
-            setattr(p, f, None)
-        out[f] = np.concatenate(codes) if codes else np.zeros(0, np.int32)
-        out[_table_of(f)] = list(table)
-        del codes
-    for f in _PLAIN:
-        out[f] = np.concatenate([getattr(p, f) for p in parts])
-        for p in parts:
-            setattr(p, f, None)
-    for index, fields in _SIDE_TABLES:
-        out[index] = np.concatenate([getattr(p, index) + off for p, off in zip(parts, offsets)])
-        for f in fields:
-            out[f] = np.concatenate([getattr(p, f) for p in parts])
-    out["flow_ids"] = [fid for p in parts for fid in p.flow_ids]
-    out["meta"] = [(i + int(off), *rest) for p, off in zip(parts, offsets) for i, *rest in p.meta]
-    out["utf8_replaced"] = any(p.utf8_replaced for p in parts)
-    out["utf8_grown"] = sum(p.utf8_grown for p in parts)
-    out["dropped"] = sum((p.dropped for p in parts), Counter())
-    out["entries"] = sum(p.entries for p in parts)
-    parts.clear()
-    return Columns(**out)
+            setattr(part, f, remap[getattr(part, f)])
+            setattr(part, _table_of(f), None)
+        self.parts.append(part)
+
+    @property
+    def begin_end(self) -> bool:
+        return any(p.begin_end for p in self.parts)
+
+    def joined(self) -> Columns:
+        """The joined columns (the runs added are emptied as they are copied)."""
+        parts = self.parts
+        if not parts:
+            return columns_from_events([])
+        offsets = np.cumsum([0] + [len(p) for p in parts])
+        out: dict[str, Any] = {_table_of(f): list(table) for f, table in self.tables.items()}
+        for f in _CODED + _PLAIN:
+            out[f] = (
+                np.concatenate([getattr(p, f) for p in parts]) if len(parts) > 1 else getattr(parts[0], f)
+            )
+            for p in parts:
+                setattr(p, f, None)
+        for index, fields in _SIDE_TABLES:
+            out[index] = np.concatenate([getattr(p, index) + off for p, off in zip(parts, offsets)])
+            for f in fields:
+                out[f] = np.concatenate([getattr(p, f) for p in parts])
+        out["flow_ids"] = [fid for p in parts for fid in p.flow_ids]
+        out["meta"] = [(i + int(off), *rest) for p, off in zip(parts, offsets) for i, *rest in p.meta]
+        out["utf8_replaced"] = any(p.utf8_replaced for p in parts)
+        out["utf8_grown"] = sum(p.utf8_grown for p in parts)
+        out["dropped"] = sum((p.dropped for p in parts), Counter())
+        out["entries"] = sum(p.entries for p in parts)
+        parts.clear()
+        return Columns(**out)
 
 
 def select(cols: Columns, keep: np.ndarray) -> Columns:

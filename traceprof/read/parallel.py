@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from traceprof.read import chunks
-from traceprof.read.columns import Columns, join
+from traceprof.read.columns import Columns, Joiner
 from traceprof.read.limits import MemoryBudget
 from traceprof.read.runs import Fallback, decode_file_run, decode_run, decode_text_run
 
@@ -106,11 +106,11 @@ class _Pool:
         self.jobs = jobs
         self.executor: ProcessPoolExecutor | None = None
         self.pending: list[Future] = []  # in run order
-        self.done: list[Columns] = []
+        self.joined = Joiner()  # the runs decoded, joined as they come
 
     def submit(self, fn, task) -> None:
         if self.jobs <= 1:
-            self.done.append(fn(task))
+            self.joined.add(fn(task))
             return
         if self.executor is None:
             from concurrent.futures import ProcessPoolExecutor
@@ -124,17 +124,17 @@ class _Pool:
         self.pending.append(self.executor.submit(fn, task))
 
     def _collect(self, wait: bool) -> None:
-        """Move the finished runs at the head of the queue to ``done`` (all when ``wait``)."""
+        """Join the finished runs at the head of the queue (all when ``wait``)."""
         while self.pending and (wait or self.pending[0].done()):
             self._collect_one()
 
     def _collect_one(self) -> None:
         head = self.pending.pop(0)
-        self.done.append(head.result())
+        self.joined.add(head.result())
 
-    def results(self) -> list[Columns]:
+    def results(self) -> Joiner:
         self._collect(wait=True)
-        return self.done
+        return self.joined
 
     def close(self) -> None:
         if self.executor is not None:
@@ -359,13 +359,18 @@ def stream_document(
             assert outline is not None  # finish() sets it
         else:
             outline = cutter.finish()
-        parts = pool.results() if held is None else decode_shared(held, pending, jobs)
+        if held is None:
+            joined = pool.results()
+        else:
+            joined = Joiner()
+            for part in decode_shared(held, pending, jobs):
+                joined.add(part)
     except (Fallback, chunks.Unsplittable) as e:
         if isinstance(cutter, chunks.Cutter):
             raise Recut(str(e)) from None
         raise Fallback(str(e)) from None
     finally:
         pool.close()
-    if any(p.begin_end for p in parts):
+    if joined.begin_end:
         raise Fallback("B/E events")  # paired across runs: the whole document pairs them
-    return outline, join(parts)
+    return outline, joined.joined()
