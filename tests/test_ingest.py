@@ -688,3 +688,15 @@ def test_when_no_worker_can_be_forked_the_reading_process_decodes_alone(tmp_path
 
     with mock.patch.object(os, "fork", no_fork):
         assert_same_outcome(path, chunk_bytes=path.stat().st_size // 3, jobs=2)
+
+
+def test_flow_ids_keep_integers_and_hash_strings_alike(tmp_path):
+    events = [
+        {"ph": "s", "cat": "ac2g", "name": "f", "pid": 1, "tid": 1, "ts": 1.0, "id": fid}
+        for fid in (7, "a7", 2**40, "a7", 7)
+    ]
+    path = tmp_path / "flows.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    ids = load_trace(path, cache=False).events.flow_id.tolist()
+    assert ids[0] == ids[4] == 7 and ids[2] == 2**40  # integer ids as written
+    assert ids[1] == ids[3] and ids[1] not in (7, 2**40, -1)  # a string id: one number for it

@@ -66,6 +66,20 @@ def test_memory_outside_modules_and_per_device(analyze_built):
     assert use(p.unattributed, "cpu").other.allocated_bytes == 256
 
 
+def test_memory_devices_are_named_once_in_first_seen_order(tmp_path):
+    from traceprof.read.build import load_trace
+
+    b = forward_model(TraceBuilder())
+    b.memory(31, 8, device_type=1, device_id=1)
+    b.memory(32, 8, device_type=0, device_id=-1)
+    b.memory(33, 8, device_type=0, device_id=3)  # another CPU id: the same device name
+    b.memory(34, 8, device_type=1, device_id=0)
+    b.memory(35, 8, device_type=1, device_id=1)
+    memory = load_trace(b.write(tmp_path / "t.json"), cache=False).memory
+    assert memory.devices == ("cuda:1", "cpu", "cuda:0")
+    assert memory.device.tolist() == [0, 1, 1, 2, 0]
+
+
 def test_traces_without_allocator_totals_have_no_peak(analyze_built):
     b = forward_model(TraceBuilder(era="2021"))
     b.memory(35, 4096)

@@ -15,7 +15,7 @@ import numpy as np
 
 from traceprof.errors import TraceReadError
 from traceprof.read import cache as trace_cache
-from traceprof.read.columns import Columns, columns_from_events, select
+from traceprof.read.columns import Columns, columns_from_events, first_seen_codes, select
 from traceprof.read.document import RawDocument
 from traceprof.read.events import DROP_REASONS
 from traceprof.read.load import Progress, StreamedDocument, load_raw
@@ -95,6 +95,13 @@ def _decoded(
     return trace.with_path(str(path))
 
 
+def _flow_ids(ids: list) -> np.ndarray | list:
+    """Flow ids as numbers: int64 ids as they are (at C speed when all are), a string id's hash."""
+    if set(map(type, ids)) <= {int}:
+        return np.fromiter(ids, np.int64, len(ids))
+    return [fid if isinstance(fid, int) else hash(fid) & 0x7FFFFFFFFFFF for fid in ids]
+
+
 def _scattered(n: int, index: np.ndarray, values) -> np.ndarray:
     """A column of ``n`` events: ``values`` at ``index``, -1 elsewhere, narrowed (built in
     its final dtype, without an int64 copy of the whole column)."""
@@ -146,11 +153,7 @@ def _build(doc: RawDocument | StreamedDocument, cols: Columns) -> Trace:
     input_types = _text_codes(_take(cols, "input_types"), cols.input_types_texts, text_index)
     concrete_inputs = _text_codes(_take(cols, "concrete_inputs"), cols.concrete_inputs_texts, text_index)
 
-    flow_id = _scattered(
-        n,
-        cols.flow_index,
-        [fid if isinstance(fid, int) else hash(fid) & 0x7FFFFFFFFFFF for fid in cols.flow_ids],
-    )
+    flow_id = _scattered(n, cols.flow_index, _flow_ids(cols.flow_ids))
     python = PythonFrames(
         narrowed(cols.python_index), narrowed(cols.python_id), narrowed(cols.python_parent_id)
     )
@@ -263,14 +266,17 @@ def _repaired_durations(dur, ph_codes, phs, warnings: list[str]) -> np.ndarray:
 
 def _memory_events(cols: Columns) -> MemoryEvents:
     """Columns of the ``[memory]`` instants."""
-    pairs = list(zip(cols.memory_device_type.tolist(), cols.memory_device_id.tolist()))
-    label_of = {pair: _device_label(*pair) for pair in dict.fromkeys(pairs)}
-    device, devices = _factorize([label_of[pair] for pair in pairs])
+    # each (device type, device id) pair coded once, in first-seen order, then named
+    types, type_code = np.unique(cols.memory_device_type, return_inverse=True)
+    ids, id_code = np.unique(cols.memory_device_id, return_inverse=True)
+    pair, first = first_seen_codes(type_code.ravel().astype(np.int64) * len(ids) + id_code.ravel())
+    labels = [_device_label(int(types[p // len(ids)]), int(ids[p % len(ids)])) for p in first.tolist()]
+    label_code, devices = _factorize(labels)  # pairs with one name (the CPU's) share it
     return MemoryEvents(
         narrowed(cols.memory_index),
         narrowed(cols.memory_bytes),
         narrowed(cols.memory_total),
-        device,
+        label_code[pair],
         tuple(devices),
     )
 
