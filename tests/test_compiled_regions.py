@@ -228,6 +228,28 @@ def test_module_scopes_inside_a_compiled_region_keep_their_work(analyze_built):
     assert graph.total.gpu_busy_us == pytest.approx(10)
 
 
+def test_inductor_call_scope_is_not_a_user_annotation(analyze_built):
+    # a trace without module events: its tree comes from the user's annotations, and the scope
+    # Inductor opens around each run of a compiled graph is not one of them
+    b = TraceBuilder()
+    b.step(1, 0, 1000)
+    b.annotation("## forward ##", 10, 500)
+    b.op("Torch-Compiled Region: 0/0", 20, 400)
+    b.op("CompiledFunction", 25, 380)
+    b.annotation("## Call CompiledFxGraph fabc ##", 30, 350)
+    b.op("aten::mm", 40, 50)
+    b.launch(45, 100, 60, name="ampere_sgemm_128x64_nn")
+    b.op("triton_poi_fused_add_0", 200, 30)
+    b.launch(205, 300, 10, name="triton_poi_fused_add_0")
+    p = analyze_built(b)
+    assert not [n for n in p.nodes if n.name.startswith("## Call CompiledFxGraph")]
+    graph = node_at(p, "## forward ##", "[compiled 0/0 forward]")
+    assert graph.total.gpu_busy_us == pytest.approx(70)
+    assert {k: c.total.gpu_busy_us for k, c in children_of(p, graph).items()} == pytest.approx(
+        {"[GEMM/extern]": 60, "[pointwise]": 10}
+    )
+
+
 def test_compiled_work_on_a_cpu_only_trace_is_grouped_by_kernel_family(analyze_built):
     b = TraceBuilder()
     b.top["deviceProperties"] = []
@@ -427,7 +449,11 @@ def test_group_nodes_are_records_of_kind_compiled_and_match_in_a_diff(tmp_path):
             ("[compiled 0/0 backward]",),
             {"[GEMM/extern]", "[pointwise]", "[reduction]"},
         ),
-        ("gpu_attribution/torch_compile_triton.json.gz", ("[compiled 0/0 forward]",), set()),
+        (  # no module events: Inductor's own call scope is not taken for a user annotation
+            "gpu_attribution/torch_compile_triton.json.gz",
+            ("[compiled 0/0 forward]",),
+            {"[GEMM/extern]", "[attention]", "[pointwise]", "[reduction]"},
+        ),
         (
             "gpu_attribution/a100_training_rank0_of_16.json.gz",
             ("## forward ##", "DistributedDataParallel.forward", "[compiled backward]"),

@@ -135,7 +135,9 @@ def _parse_nn_module(name: str) -> ScopeKey | None:
 
 
 def _parse_annotation(name: str) -> ScopeKey | None:
-    if schema.STEP_RE.match(name):
+    # steps, and the scope Inductor opens around each run of a compiled graph: not the user's
+    # (a compiled graph's work gets its group nodes, analysis.compiled_regions)
+    if schema.STEP_RE.match(name) or schema.COMPILED_CALL_RE.match(name):
         return None
     return ScopeKey(key=name, class_name="", qualified_name=None)
 
