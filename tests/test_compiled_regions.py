@@ -12,6 +12,7 @@ import pytest
 
 import traceprof
 from traceprof.analysis.compiled_regions import kernel_families
+from traceprof.render.tree import summarize
 from traceprof.result.model import NodeKind
 
 from .conftest import SHARED_TRACES
@@ -208,6 +209,10 @@ def test_a_compiled_region_outside_every_module_is_a_root_group(analyze_built):
     # roots + (not in any module) = the step
     assert sum(p.nodes[r].total.gpu_busy_us for r in p.roots) == pytest.approx(p.selection.gpu_busy_us)
     assert graph.total.gpu_busy_us == pytest.approx(80)
+    # the DeepSpeed summary counts it outside the modules, as a diff's "where" line does
+    summary = summarize(p)
+    assert summary.modules_fwd_us == 0 and summary.outside_fwd_us == pytest.approx(80)
+    assert summary.fwd_us == pytest.approx(80)  # the relu outside is in neither pass
 
 
 def test_module_scopes_inside_a_compiled_region_keep_their_work(analyze_built):

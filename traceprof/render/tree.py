@@ -98,19 +98,21 @@ def is_optimizer_group(node: ModuleNode) -> bool:
 
 def summarize(profile: ModuleProfile, batch_size: int | None = None) -> Summary:
     """The summary block's numbers (see :class:`Summary`)."""
-    modules = [profile.nodes[r] for r in profile.roots if profile.nodes[r].kind is not NodeKind.UNATTRIBUTED]
-    bucket = profile.unattributed
-    fwd_m = ZERO
-    bwd_m = ZERO
-    for n in modules:
-        fwd_m, bwd_m = fwd_m + n.forward.total, bwd_m + n.backward.total
+    roots = [profile.nodes[r] for r in profile.roots]
+    # outside the modules: the bucket, and compiled or replayed work no module is around (roots
+    # of kind compiled), as in a diff's "where" line
+    outside = (NodeKind.UNATTRIBUTED, NodeKind.COMPILED)
+    modules = [n for n in roots if n.kind not in outside]
+    fwd_m, bwd_m, out_fwd, out_bwd = ZERO, ZERO, ZERO, ZERO
+    for n in roots:
+        if n.kind in outside:
+            out_fwd, out_bwd = out_fwd + n.forward.total, out_bwd + n.backward.total
+        else:
+            fwd_m, bwd_m = fwd_m + n.forward.total, bwd_m + n.backward.total
     opt = profile.optimizer_step  # found before --depth/--top transforms
-    out_fwd, out_bwd = ZERO, ZERO
     other_all = ZERO  # the other pass of every root (modules have none of their own)
-    for r in profile.roots:
-        other_all = other_all + profile.nodes[r].other.total
-    if bucket is not None:
-        out_fwd, out_bwd = bucket.forward.total, bucket.backward.total
+    for n in roots:
+        other_all = other_all + n.other.total
     t = lambda x: _time(profile, x)  # noqa: E731
     fwd_us, bwd_us = t(fwd_m) + t(out_fwd), t(bwd_m) + t(out_bwd)
     step_us = t(opt.other)
