@@ -146,7 +146,7 @@ def test_an_absent_requested_source_names_what_the_trace_has(analyze_built):
     b.op("aten::addmm", 30, 50)
     p = analyze_built(b, hierarchy="lightning")
     line = _modules_line(render(p, "tree"))
-    assert "0 nodes" not in line and "no module or annotation events" not in line
+    assert "0 nodes" not in line and "no module or user annotation events" not in line
     assert (
         line
         == "modules:   none: the trace has no PyTorch Lightning [pl][module] scopes (--hierarchy lightning)"
@@ -162,7 +162,10 @@ def test_no_source_at_all_is_said_once(analyze_built):
     b.step(1, 0, 1000)
     b.op("aten::mm", 10, 100)
     p = analyze_built(b)
-    assert _modules_line(render(p, "tree")) == "modules:   none: no module or annotation events in the trace"
+    assert (
+        _modules_line(render(p, "tree"))
+        == "modules:   none: no module or user annotation events in the trace"
+    )
     assert not [w for w in analyze_built(b, hierarchy="none").warnings if "the trace has no" in w]
 
 

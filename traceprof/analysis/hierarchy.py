@@ -49,7 +49,7 @@ _DESCRIPTIONS = {
     Source.LIGHTNING: "PyTorch Lightning [pl][module] scopes",
     Source.NN_MODULE: "python_function nn.Module events (with_stack=True)",
     Source.ANNOTATIONS: "user annotations (record_function)",
-    Source.NONE: "no module or annotation events in the trace",
+    Source.NONE: "no module or user annotation events in the trace",
 }
 #: what the nodes of a tree of each source are when they are not modules (the header says it)
 _NOT_MODULES = {
