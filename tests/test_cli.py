@@ -146,6 +146,23 @@ def test_progress_bar_on_a_terminal_and_never_on_stdout():
     assert code == 0 and "decoding" not in terminal
 
 
+def test_diff_shows_what_it_is_doing_on_a_terminal(tmp_path):
+    args = ("diff", BERT, MI300, "--depth", "0")
+    code, terminal, out = _run_with_terminal(*args, on="stderr", TRACEPROF_PROGRESS="always")
+    assert code == 0
+    for stage in ("reading", "decoding", "attributing", "comparing"):
+        assert stage in terminal, terminal
+    assert out.startswith("traceprof diff") and "\x1b" not in out
+    # with the cache: the lookup, then a side from the cache has no stages
+    cache = {"TRACEPROF_PROGRESS": "always", "TRACEPROF_CACHE": str(tmp_path)}
+    assert _run_with_terminal(*args, on="stderr", **cache)[0] == 0
+    code, terminal, out = _run_with_terminal(*args, on="stderr", **cache)
+    assert code == 0 and "looking the traces up in the cache" in terminal
+    assert "decoding" not in terminal and out.startswith("traceprof diff")
+    code, terminal, _ = _run_with_terminal(*args, on="stderr", TRACEPROF_PROGRESS="never")
+    assert code == 0 and "comparing" not in terminal
+
+
 @pytest.mark.parametrize("fmt", ["tree", "table"])
 def test_terminal_gets_colors_and_guides_and_the_same_text(fmt):
     from traceprof.render.terminal import GUIDE, plain

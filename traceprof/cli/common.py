@@ -129,11 +129,13 @@ MAX_MEMORY_HELP = (
 
 class ProgressBar:
     """A bar on stderr through the stages of loading a big trace (reading, decoding, indexing,
-    attributing), with the current stage and the time elapsed; cleared when done."""
+    attributing), with the current stage and the time elapsed; cleared when done. ``traces``
+    None: a pulsing bar, for work whose stages are not known beforehand (a diff: a side from the
+    cache has none)."""
 
     STAGES = 4  # per trace
 
-    def __init__(self, traces: int = 1) -> None:
+    def __init__(self, traces: int | None = 1) -> None:
         from rich.console import Console
         from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
@@ -145,7 +147,7 @@ class ProgressBar:
             console=Console(stderr=True),
             transient=True,
         )
-        self._task = self._progress.add_task("loading", total=self.STAGES * traces)
+        self._task = self._progress.add_task("loading", total=self.STAGES * traces if traces else None)
         self._stages = 0
         self._progress.start()
 
@@ -160,15 +162,16 @@ class ProgressBar:
         self._progress.stop()
 
 
-def progress_reporter(path: str, traces: int = 1) -> ProgressBar | None:
-    """A progress bar when a person is watching stderr and the file is over 5 MB (the load
-    takes a second or more); ``TRACEPROF_PROGRESS=always`` or ``never`` overrides that."""
+def progress_reporter(path: str | list[str], traces: int | None = 1) -> ProgressBar | None:
+    """A progress bar when a person is watching stderr and the file (or the files together) is
+    over 5 MB (the load takes a second or more); ``TRACEPROF_PROGRESS=always`` or ``never``
+    overrides that. ``traces``: see :class:`ProgressBar`."""
     mode = os.environ.get("TRACEPROF_PROGRESS", "auto").lower()
     if mode == "never" or not sys.stderr.isatty():
         return None
     if mode != "always":
         try:
-            if os.path.getsize(path) <= 5_000_000:
+            if sum(map(os.path.getsize, [path] if isinstance(path, str) else path)) <= 5_000_000:
                 return None
         except OSError:
             return None

@@ -11,6 +11,7 @@ from traceprof import units
 from traceprof.cli.common import (
     Number,
     chosen_renderer,
+    close,
     depth_option,
     emit,
     hierarchy_option,
@@ -18,6 +19,7 @@ from traceprof.cli.common import (
     max_memory_option,
     no_cache_option,
     print_warnings,
+    progress_reporter,
     reported_errors,
     sort_option,
     step_option,
@@ -120,7 +122,11 @@ def diff_command(
         if module is not None and fail_pct is None:
             raise OptionError("--module applies to --fail-if-slower")
         renderer = chosen_renderer(DIFF_REGISTRY, fmt, output, inputs)
-        result = _diff(base, new, hierarchy, max_memory, step)
+        reporter = progress_reporter(_files(inputs), traces=None)
+        try:
+            result = _diff(base, new, hierarchy, max_memory, step, reporter)
+        finally:
+            close(reporter)
         if module is not None:
             result.slower(fail_pct, module)  # an unknown module: the error before any output
         shown = result.shaped(depth=depth, top=top, sort=sort, ignore=ignore)
@@ -156,19 +162,35 @@ def diff_command(
                 sys.exit(SLOWER_EXIT_CODE)
 
 
-def _diff(base: str, new: str, hierarchy, max_memory, step):
+def _files(inputs: list[str]) -> list[str]:
+    """The files compared, for the progress bar's size test: the traces, or a job's files."""
+    out = []
+    for p in inputs:
+        try:
+            out += [os.path.join(p, f) for f in os.listdir(p)] if os.path.isdir(p) else [p]
+        except OSError:
+            pass  # the diff says what is wrong with it
+    return out
+
+
+def _diff(base: str, new: str, hierarchy, max_memory, step, progress):
     from traceprof.compare.diff import diff, diff_jobs
 
     dirs = [os.path.isdir(p) for p in (base, new)]
     if all(dirs):
-        return diff_jobs(base, new, hierarchy=hierarchy, max_memory=max_memory, step=step)
+        return diff_jobs(base, new, hierarchy=hierarchy, max_memory=max_memory, step=step, progress=progress)
     if any(dirs):
         raise OptionError(
             f"{base if dirs[0] else new}: a directory compared with a file; give "
             "two trace files or two job directories"
         )
     return diff(
-        base, new, hierarchy=None if hierarchy == "auto" else hierarchy, max_memory=max_memory, step=step
+        base,
+        new,
+        hierarchy=None if hierarchy == "auto" else hierarchy,
+        max_memory=max_memory,
+        step=step,
+        progress=progress,
     )
 
 

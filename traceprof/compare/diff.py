@@ -40,6 +40,9 @@ from traceprof.result.model import (
 from traceprof.trace import schema
 from traceprof.trace.model import Trace
 
+if TYPE_CHECKING:
+    from traceprof.read.load import Progress
+
 #: exit code of ``traceprof diff --fail-if-slower`` when the new run is slower than allowed
 SLOWER_EXIT_CODE = 10
 #: kernels or ops listed under each changed node
@@ -346,6 +349,7 @@ def diff(
     top: int | None = None,
     sort: str | None = None,
     ignore: tuple[str, ...] | list[str] = (),
+    progress: Progress | None = None,
 ) -> DiffProfile:
     """Compare two traces (paths, :class:`Trace` objects or sides from
     :func:`traceprof.compare.side.side_of`): per module and pass, base -> new.
@@ -355,8 +359,11 @@ def diff(
     (default: unless ``$TRACEPROF_CACHE`` is ``off``; see :mod:`traceprof.read.cache`).
     ``step``: compare that ProfilerStep of each trace (the same number in both) instead of the
     mean of their complete steps. ``depth``, ``top``, ``sort``, ``ignore``: the result
-    :meth:`DiffProfile.shaped`."""
-    sides = _sides([base, new], hierarchy, max_memory, parallel, cache, step)
+    :meth:`DiffProfile.shaped`. ``progress``: called with what the diff is doing (the stages
+    of each trace analyzed in this process, as :func:`traceprof.analyze`'s)."""
+    sides = _sides([base, new], hierarchy, max_memory, parallel, cache, step, progress)
+    if progress:
+        progress("comparing")
     return _shaped(compare(*sides), depth, top, sort, ignore)
 
 
@@ -366,14 +373,16 @@ def _shaped(result: DiffProfile, depth, top, sort, ignore) -> DiffProfile:
     return result.shaped(depth=depth, top=top, sort=sort or "gpu", ignore=ignore)
 
 
-def _sides(items, hierarchy, max_memory, parallel, cache=None, step=None) -> list[Side]:
+def _sides(items, hierarchy, max_memory, parallel, cache=None, step=None, progress=None) -> list[Side]:
     """Each item as a :class:`Side`; the paths among them analyzed by the local engine's process
     pool (one worker per trace, at most the CPUs) when ``parallel``."""
     out = list(items)
     # sides in the cache (a CI baseline): the rest has the cores; content hashes computed once
     given = [i for i, x in enumerate(items) if not isinstance(x, (Side, Trace))]
     contents: dict[int, str | None] = {}
-    found = cached_sides([items[i] for i in given], hierarchy=hierarchy, cache=cache, step=step)
+    found = cached_sides(
+        [items[i] for i in given], hierarchy=hierarchy, cache=cache, step=step, progress=progress
+    )
     for i, (hit, content) in zip(given, found):
         out[i], contents[i] = hit or items[i], content
     paths = [i for i, x in enumerate(out) if not isinstance(x, (Side, Trace))]
@@ -381,6 +390,10 @@ def _sides(items, hierarchy, max_memory, parallel, cache=None, step=None) -> lis
         from traceprof.engine import LocalEngine, default_jobs
 
         engine = LocalEngine(min(len(paths), default_jobs()))
+        if progress:
+            progress(
+                f"analyzing {' and '.join(os.path.basename(str(items[i])) for i in paths)}, a process each"
+            )
         got = engine.map(
             _side_task,
             [(str(items[i]), hierarchy, max_memory, cache, contents.get(i), step) for i in paths],
@@ -396,6 +409,7 @@ def _sides(items, hierarchy, max_memory, parallel, cache=None, step=None) -> lis
                 cache=cache,
                 content=contents.get(i),
                 step=step,
+                progress=progress,
             )
     return out
 
@@ -710,18 +724,19 @@ def diff_jobs(
     top: int | None = None,
     sort: str | None = None,
     ignore: tuple[str, ...] | list[str] = (),
+    progress: Progress | None = None,
 ) -> DiffProfile:
     """Compare two jobs (directories of one trace per rank, found as ``traceprof analyze`` finds
     them: :func:`traceprof.read.discovery.find_traces`): rank by rank; the result is the diff of the rank
     whose step changed most, with every rank's step change in its warnings. ``step``, ``depth``,
-    ``top``, ``sort``, ``ignore``: as :func:`diff`'s."""
+    ``top``, ``sort``, ``ignore``, ``progress``: as :func:`diff`'s."""
     from traceprof.read.discovery import find_traces
 
     hierarchy = None if hierarchy == "auto" else hierarchy
     sides = []
     for d in (base_dir, new_dir):
         paths = find_traces([str(d)])
-        got = _sides(paths, hierarchy, max_memory, parallel=True, step=step)
+        got = _sides(paths, hierarchy, max_memory, parallel=True, step=step, progress=progress)
         by_rank = {}
         for s in got:
             rank = s.profile.metadata.rank
@@ -732,6 +747,8 @@ def diff_jobs(
     common = sorted(set(sides[0]) & set(sides[1]))
     if not common:
         raise OptionError(f"{base_dir} and {new_dir} have no rank in common")
+    if progress:
+        progress("comparing")
     diffs = {r: compare(sides[0][r], sides[1][r]) for r in common}
     worst = max(common, key=lambda r: (abs(diffs[r].wall_delta_us), -r))
     from traceprof import units

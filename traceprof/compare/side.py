@@ -31,6 +31,7 @@ from traceprof.trace.model import Trace
 
 if TYPE_CHECKING:
     from traceprof.analysis.classify import Context
+    from traceprof.read.load import Progress
 
 #: label of a module's own CPU time outside every op (the Python code of its forward)
 MODULE_CODE = "(module code)"
@@ -66,21 +67,23 @@ def side_of(
     cache=None,
     content=None,
     step: int | None = None,
+    progress: Progress | None = None,
 ) -> Side:
     """Analyze ``source`` (a :class:`Trace` or a path) for a diff. A path's side comes from the
     cache when it is there, else it is computed and written there (``cache``: see
     :func:`traceprof.load_trace`): a CI baseline is analyzed once. ``content``: the file's
     content hash, when the caller has it. ``step``: that ProfilerStep alone (default: the mean
-    of the complete steps, as ``traceprof analyze``)."""
+    of the complete steps, as ``traceprof analyze``). ``progress``: called with each stage
+    (reading, decoding, indexing, attributing), as :func:`traceprof.analyze`'s."""
     if isinstance(source, Trace):
-        return _side_of_trace(source, hierarchy, step)
+        return _side_of_trace(source, hierarchy, step, progress)
     store = cache_store(cache)
     if store is not None and content is None:
         content = trace_cache.content_hash(source)
 
     def computed() -> Side:
-        trace = load_trace(source, max_memory=max_memory, cache=cache, content=content)
-        return _side_of_trace(trace, hierarchy, step)
+        trace = load_trace(source, progress, max_memory=max_memory, cache=cache, content=content)
+        return _side_of_trace(trace, hierarchy, step, progress)
 
     if store is None or content is None:
         return computed()
@@ -96,14 +99,21 @@ def _entry(content: str, hierarchy, step: int | None) -> str:
 
 
 def cached_sides(
-    sources: list[str | os.PathLike], *, hierarchy=None, cache=None, step: int | None = None
+    sources: list[str | os.PathLike],
+    *,
+    hierarchy=None,
+    cache=None,
+    step: int | None = None,
+    progress: Progress | None = None,
 ) -> list[tuple[Side | None, str | None]]:
     """The side of each of ``sources`` in the cache (None: not there; nothing is computed), and
     the file's content hash (None: no cache) for :func:`side_of` to reuse. The files are hashed
     at once, in threads."""
     store = cache_store(cache)
-    if store is None:
+    if store is None or not sources:
         return [(None, None)] * len(sources)
+    if progress:
+        progress("looking the traces up in the cache")
     out: list[tuple[Side | None, str | None]] = []
     for source, content in zip(sources, trace_cache.content_hashes([str(s) for s in sources])):
         hit = store.get(_entry(content, hierarchy, step), "side", Side) if content is not None else None
@@ -111,9 +121,13 @@ def cached_sides(
     return out
 
 
-def _side_of_trace(trace: Trace, hierarchy, step: int | None = None) -> Side:
+def _side_of_trace(
+    trace: Trace, hierarchy, step: int | None = None, progress: Progress | None = None
+) -> Side:
     from traceprof.analysis.attribution import attributed
 
+    if progress:
+        progress(f"attributing {trace.metadata.path or 'the trace'}")
     return _side(*attributed(trace, hierarchy=hierarchy, step=step))
 
 
