@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple, Protocol, TypeVar
 
 from traceprof.errors import OptionError
-from traceprof.result.model import PASSES, ZERO, Fused, ModuleNode, NodeKind, OpStat, Pass, PhaseTimes
+from traceprof.result.model import PASSES, ZERO, Fused, ModuleNode, Named, NodeKind, OpStat, Pass, PhaseTimes
 
 
 class SortKey(str, enum.Enum):
@@ -86,17 +86,12 @@ MEASURES: dict[SortKey, Measure] = {
 }
 
 
-class Shaped(Protocol):
-    """What shaping reads of a node of any kind (profile, diff or job node)."""
+class Shaped(Named, Protocol):
+    """What shaping reads of a node of any kind (profile, diff or job node): its names (see
+    :class:`~traceprof.result.model.Named`) and kind."""
 
     @property
     def kind(self) -> NodeKind: ...
-    @property
-    def name(self) -> str: ...
-    @property
-    def class_name(self) -> str: ...
-    @property
-    def qualified_name(self) -> str: ...
 
 
 N = TypeVar("N", bound=Shaped)
@@ -185,8 +180,13 @@ def more_qualified_name(parent: str | None) -> str:
     return f"{parent}/{MORE}" if parent is not None else MORE
 
 
-def summed_phases(group: Iterable[ModuleNode]) -> tuple[PhaseTimes, PhaseTimes, PhaseTimes]:
-    """The forward, backward and other pass of ``group``'s totals summed, as one node's own."""
+class _Phased(Protocol):
+    def phase(self, p: Pass | str) -> PhaseTimes: ...
+
+
+def summed_phases(group: Iterable[_Phased]) -> tuple[PhaseTimes, PhaseTimes, PhaseTimes]:
+    """The forward, backward and other pass of ``group``'s totals (nodes, or their fused work)
+    summed, as one node's own."""
     nodes = list(group)
     out = []
     for p in PASSES:

@@ -133,15 +133,7 @@ def _rebuild(profile: ModuleProfile, arrange: Arrange) -> ModuleProfile:
     def fused_of(group: list[ModuleNode]) -> Fused | None:
         """The fused work of ``group``'s subtrees, as a node's own (None: none has any)."""
         parts = [c.fused for c in group if c.fused is not None]
-        if not parts:
-            return None
-        summed = []
-        for p in PASSES:
-            total = ZERO
-            for f in parts:
-                total = total + f.phase(p).total
-            summed.append(PhaseTimes(own=total, total=total))
-        return Fused(*summed)
+        return Fused(*shaping.summed_phases(parts)) if parts else None
 
     def emit(node: ModuleNode, new_parent: int, depth: int) -> int:
         new_id = len(out)
