@@ -163,14 +163,14 @@ def diff_command(
 
 
 def _files(inputs: list[str]) -> list[str]:
-    """The files compared, for the progress bar's size test: the traces, or a job's files."""
-    out = []
-    for p in inputs:
-        try:
-            out += [os.path.join(p, f) for f in os.listdir(p)] if os.path.isdir(p) else [p]
-        except OSError:
-            pass  # the diff says what is wrong with it
-    return out
+    """The files compared, for the progress bar's size test: the traces, or a job's traces."""
+    from traceprof.errors import TraceprofError
+    from traceprof.read.discovery import find_traces
+
+    try:
+        return find_traces(inputs)
+    except TraceprofError:
+        return []  # the diff says what is wrong with them
 
 
 def _diff(base: str, new: str, hierarchy, max_memory, step, progress):
