@@ -45,9 +45,14 @@ def loader():
     return torch.utils.data.DataLoader(data, batch_size=4)
 
 
-def fit(tmp_path, callback, max_steps: int, accumulation: int = 1, logger=None):
+class AdamWRegressor(Regressor):
+    def configure_optimizers(self):
+        return torch.optim.AdamW(self.parameters(), lr=0.01)
+
+
+def fit(tmp_path, callback, max_steps: int, accumulation: int = 1, logger=None, model_class=Regressor):
     torch.manual_seed(0)
-    model = Regressor()
+    model = model_class()
     trainer = L.Trainer(
         accelerator="cpu",
         devices=1,
@@ -110,6 +115,33 @@ def test_fit_window_is_traced_analyzed_and_logged(tmp_path, caplog):
     assert int(rows[0]["step"]) == 4
     assert float(rows[0]["traceprof/step_time_ms"]) == pytest.approx(headline.step_time_us / 1000)
     assert float(rows[0]["traceprof/cpu_ms"]) == pytest.approx(headline.cpu_us / 1000)
+
+
+def test_the_optimizer_closure_is_not_counted_as_forward(tmp_path):
+    """Lightning runs training_step and the backward inside optimizer.step(closure): the
+    forward is the modules' and the loss's, the step the optimizer's own update."""
+    from click.testing import CliRunner
+
+    from traceprof.cli import main
+    from traceprof.render.tree import summarize
+
+    callback = TraceprofCallback(wait=1, warmup=1, active=2)
+    fit(tmp_path, callback, max_steps=5, model_class=AdamWRegressor)
+    result = callback.profile
+    result.self_check()
+    s = summarize(result)
+    optimizer = next(n for n in result.nodes if n.name == "Optimizer.step#AdamW.step")
+    assert optimizer.forward.total.cpu_us == 0 and optimizer.backward.total.cpu_us == 0
+    assert s.step_us == pytest.approx(optimizer.other.total.cpu_us) and s.step_us > 0
+    # outside the modules, forward work is the loss: below the modules' forward, not 3.7 times it
+    assert 0 < s.outside_fwd_us < s.modules_fwd_us
+    assert s.fwd_us == pytest.approx(s.modules_fwd_us + s.outside_fwd_us)
+    # the optimizer's ops are its update, none of them forward
+    r = CliRunner().invoke(main, ["analyze", callback.trace_paths[0], "--ops", "Optimizer.step#AdamW.step"])
+    assert r.exit_code == 0, r.output
+    rows = [line.split() for line in r.stdout.splitlines() if " op " in line]
+    assert rows and {row[0] for row in rows} == {"other"}, r.stdout
+    assert "aten::lerp_" in {row[2] for row in rows} and "aten::mse_loss" not in r.stdout
 
 
 def test_repeated_cycles_each_analyzed(tmp_path, caplog):

@@ -8,7 +8,9 @@ A CPU event belongs to
 - otherwise to no node (-1): the later stages put it in a "not in any module" group.
 
 Its pass: backward for the backward's events; else forward inside a module; outside every
-module, forward only under a top-level op autograd recorded (the loss), else other. A tree built
+module, forward only under a top-level op autograd recorded (the loss), else other. An optimizer
+step that runs a closure (Lightning, LBFGS) is looked through for the closure's work
+(:mod:`traceprof.analysis.closures`). A tree built
 from user annotations (a trace without module events) has no modules: an annotation node's pass
 is the one its outermost annotation that names a pass declares (``## forward ##``,
 ``## optimizer ##``, ``nccl:all_reduce``: :func:`traceprof.trace.schema.annotation_pass`), else
@@ -26,6 +28,7 @@ from __future__ import annotations
 import msgspec
 import numpy as np
 
+from traceprof.analysis.closures import closure_tops
 from traceprof.analysis.hierarchy import Hierarchy, Source
 from traceprof.analysis.link import Links
 from traceprof.analysis.stage import gives_memory_back
@@ -119,6 +122,9 @@ def make_context(trace: Trace, links: Links, tree: Hierarchy, steps: Steps, sele
     # Python frames (which enclose everything in with_stack traces)
     is_python = ev.kind == Kind.PYTHON
     top = links.outermost(is_step | is_python)
+    # an optimizer step that runs a closure (Lightning, LBFGS) is looked through for the
+    # closure's work: the loss is forward, the optimizer's own update stays its step
+    top = closure_tops(trace, links, tree.scope_mask, top, is_step | is_python)
     # top-level ops outside the modules that autograd recorded (an op in them created a backward
     # node: the loss): their work is forward; the rest outside modules is neither pass
     autograd_top = np.zeros(n_events, bool)
@@ -153,14 +159,21 @@ def annotation_passes(tree: Hierarchy, links: Links, scope_of: np.ndarray) -> np
     """The pass code of each node's work outside the backward, for a tree built from user
     annotations (None for other trees): the pass the outermost annotation of its path that
     names one declares (its whole subtree is that pass: a collective inside ``## forward ##``
-    is forward work); else forward when autograd recorded an op in the node or below it, or
+    is forward work; an optimizer step declares its own work only, not a closure's inside
+    it); else forward when autograd recorded an op in the node or below it, or
     when the trace records no backward at all; else other."""
     if tree.source is not Source.ANNOTATIONS or not tree.nodes:
         return None
     n = len(tree.nodes)
     declared = np.full(n, -1, np.int8)
+    in_optimizer = np.zeros(n, bool)
     for node in tree.nodes:
-        for key in node.path:
+        for depth, key in enumerate(node.path):
+            # an optimizer step declares its own work only: a closure it runs (Lightning,
+            # LBFGS) holds the forward and the backward, whose annotations say so themselves
+            if depth < len(node.path) - 1 and schema.is_optimizer_annotation(key):
+                in_optimizer[node.id] = True
+                continue
             named = schema.annotation_pass(key)
             if named is not None:
                 declared[node.id] = _PASS_CODES[named]
@@ -173,7 +186,8 @@ def annotation_passes(tree: Hierarchy, links: Links, scope_of: np.ndarray) -> np
     for node in reversed(tree.nodes):  # a parent's id is below its children's
         if recorded[node.id] and node.parent >= 0:
             recorded[node.parent] = True
-    undeclared = np.where(recorded | (len(made_backward) == 0), FORWARD, OTHER)
+    # inside an optimizer step, forward only where autograd recorded (a closure's loss)
+    undeclared = np.where(recorded | ((len(made_backward) == 0) & ~in_optimizer), FORWARD, OTHER)
     passes: np.ndarray = np.where(declared >= 0, declared, undeclared).astype(np.int8)
     for node in tree.nodes:  # group nodes (compiled work; parents first): their module's pass
         if node.group:

@@ -496,6 +496,16 @@ def is_optimizer_annotation(name: str) -> bool:
     return name.startswith(OPTIMIZER_STEP_PREFIXES) or OPTIMIZER_ANNOTATION_RE.search(name) is not None
 
 
+#: ``zero_grad`` calls (``Optimizer.zero_grad#AdamW.zero_grad``, ``## zero_grad ##``): a training
+#: step's, never the optimizer's own work (an optimizer step that holds one runs a closure)
+ZERO_GRAD_RE = _words("zero_grad")
+
+
+def is_zero_grad(name: str) -> bool:
+    """Whether ``name`` is a ``zero_grad`` call."""
+    return ZERO_GRAD_RE.search(name) is not None
+
+
 def annotation_pass(name: str) -> str | None:
     """The pass (``"forward"``, ``"backward"``, ``"other"``) the annotation ``name`` declares;
     None when it names none, or several (``forward_backward``)."""
