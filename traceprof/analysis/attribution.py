@@ -51,7 +51,7 @@ from traceprof.analysis.counted_ops import flop_summary, ops_in_selection, with_
 from traceprof.analysis.cpu_time import cpu_time
 from traceprof.analysis.event_detail import first_step_timeline, node_ops
 from traceprof.analysis.gpu_work import gpu_work
-from traceprof.analysis.hierarchy import Hierarchy, Source, build_hierarchy
+from traceprof.analysis.hierarchy import Hierarchy, Source, build_hierarchy, check_depth
 from traceprof.analysis.link import Links, link
 from traceprof.analysis.memory import memory_by_node
 from traceprof.analysis.memory_events import memory_device, memory_events
@@ -104,10 +104,12 @@ def module_hierarchy(
     its compiled-kernel table, and with the compiled and replayed work no table explains grouped
     per graph and kernel family (the join, None without a table)."""
     tree = build_hierarchy(trace, links, hierarchy)
+    scoped = len(tree.nodes)
     tree, compiled = join_compiled(trace, links, tree, formulas)
-    return group_unexplained(
-        trace, links, tree, compiled.explained if compiled is not None else None
-    ), compiled
+    tree = group_unexplained(trace, links, tree, compiled.explained if compiled is not None else None)
+    if len(tree.nodes) > scoped:  # nodes the compiled-kernel table names, as deep as its module paths
+        check_depth(trace, max(len(n.path) for n in tree.nodes), "modules of the compiled-kernel table")
+    return tree, compiled
 
 
 def analyze_steps(

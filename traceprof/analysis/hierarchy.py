@@ -20,9 +20,22 @@ import msgspec
 import numpy as np
 
 from traceprof.analysis.link import Links
+from traceprof.errors import TraceReadError
+from traceprof.read.limits import MAX_TREE_DEPTH
 from traceprof.trace import schema
 from traceprof.trace.model import ModuleTable, Trace, index_dtype, unique
 from traceprof.trace.schema import Kind
+
+
+def check_depth(trace: Trace, depth: int, what: str) -> None:
+    """A one-line error when a tree of ``depth`` levels, from ``what``, is deeper than
+    :data:`MAX_TREE_DEPTH`."""
+    if depth > MAX_TREE_DEPTH:
+        raise TraceReadError(
+            trace.metadata.path or "the trace",
+            f"{what} nested more than {MAX_TREE_DEPTH} levels deep; traceprof builds module trees "
+            f"of at most {MAX_TREE_DEPTH} levels",
+        )
 
 
 class Source(str, enum.Enum):
@@ -246,8 +259,9 @@ def _build(
                 continue
             node = index.get((pnode, sk.key))
             if node is None:
-                holder = _containers(nodes, index, int(pnode), sk, table, float(ev.ts[scopes[f]]))
+                holder = _containers(trace, nodes, index, int(pnode), sk, table, float(ev.ts[scopes[f]]))
                 parent_path = nodes[holder].path if holder >= 0 else ()
+                check_depth(trace, len(parent_path) + 1, source.description)
                 path = parent_path + (sk.key,)
                 node = len(nodes)
                 nodes.append(
@@ -270,6 +284,7 @@ def _build(
 
 
 def _containers(
+    trace: Trace,
     nodes: list[HierarchyNode],
     index: dict[tuple[int, str], int],
     pnode: int,
@@ -292,6 +307,7 @@ def _containers(
             continue
         node = index.get((holder, prefix))
         if node is None:
+            check_depth(trace, len(nodes[holder].path) + 1, Source.TRACEPROF.description)
             node = len(nodes)
             nodes.append(
                 HierarchyNode(

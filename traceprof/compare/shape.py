@@ -143,48 +143,67 @@ def shape_diff(
             children = [c for c in children if not hidden(c)]
         return shaping.arrange(children, order=order_fn, top=top, size=top_fn)
 
-    def place(node: DiffNode | None, folded: list[DiffNode], parent: int, level: int) -> int:
-        """Append ``node`` (or, for None, the ``(k more)`` node of ``folded``) and its subtree."""
+    def more(folded: list[DiffNode], parent: int, level: int) -> int:
+        """Append the ``(k more)`` node of ``folded`` under the new node ``parent``."""
         new_id = len(out)
-        if node is None:
-            up = out[parent] if parent >= 0 else None
-            key_prefix = up.key + "/" if up is not None else ""
-            out.append(
-                DiffNode(
-                    id=new_id,
-                    parent=parent,
-                    children=(),
-                    depth=level,
-                    key=key_prefix + shaping.MORE,
-                    name=shaping.more_name(len(folded)),
-                    class_name="",
-                    qualified_name=shaping.more_qualified_name(up.qualified_name if up is not None else None),
-                    kind=NodeKind.OTHERS,
-                    status=Status.MATCHED,
-                    passes=_summed(folded),
-                    inside=(),
-                    order=min(c.order for c in folded),
-                )
+        up = out[parent] if parent >= 0 else None
+        key_prefix = up.key + "/" if up is not None else ""
+        out.append(
+            DiffNode(
+                id=new_id,
+                parent=parent,
+                children=(),
+                depth=level,
+                key=key_prefix + shaping.MORE,
+                name=shaping.more_name(len(folded)),
+                class_name="",
+                qualified_name=shaping.more_qualified_name(up.qualified_name if up is not None else None),
+                kind=NodeKind.OTHERS,
+                status=Status.MATCHED,
+                passes=_summed(folded),
+                inside=(),
+                order=min(c.order for c in folded),
             )
-            return new_id
-        out.append(node)  # replaced once its children are known
-        kids: list[int] = []
-        if depth is None or level < depth:
-            kept, more = arrange([nodes[c] for c in node.children], node)
-            kids = [place(c, [], new_id, level + 1) for c in kept]
-            if more:
-                kids.insert(
-                    len([c for c in kept if c.kind is not NodeKind.UNATTRIBUTED]),
-                    place(None, more, new_id, level + 1),
-                )
-        out[new_id] = replace(node, id=new_id, parent=parent, children=tuple(kids), depth=level)
+        )
         return new_id
 
+    # per node being placed: its new id and parent's, its children's new ids, its folded ones
+    placing: dict[int, tuple[int, int, list[int], list[DiffNode]]] = {}
+    parent_of: dict[int, int] = {}
+
+    def enter(node: DiffNode, level: int) -> list[DiffNode]:
+        new_id, parent = len(out), parent_of.pop(node.id)
+        out.append(node)  # replaced once its children are known
+        if parent >= 0:
+            placing[out[parent].id][2].append(new_id)
+        kept, folded = (
+            arrange([nodes[c] for c in node.children], node) if depth is None or level < depth else ([], [])
+        )
+        placing[node.id] = (new_id, parent, [], folded)
+        for c in kept:
+            parent_of[c.id] = new_id
+        return kept
+
+    def place(root: DiffNode, parent: int) -> int:
+        """Append ``root`` and its subtree, depth first without recursion (a tree is as deep as
+        its traces make it); the root's new id."""
+        root_id = len(out)
+        parent_of[root.id] = parent
+        for node, level, entering in shaping.depth_first([root], enter):
+            if entering:
+                continue
+            new_id, up, kids, folded = placing.pop(node.id)
+            if folded:
+                unattributed = len([c for c in kids if out[c].kind is NodeKind.UNATTRIBUTED])
+                kids.insert(len(kids) - unattributed, more(folded, new_id, level + 1))
+            out[new_id] = replace(node, id=new_id, parent=up, children=tuple(kids), depth=level)
+        return root_id
+
     kept_roots, more_roots = arrange([nodes[r] for r in diff.roots], None)
-    roots = [place(r, [], -1, 0) for r in kept_roots if r.kind is not NodeKind.UNATTRIBUTED]
+    roots = [place(r, -1) for r in kept_roots if r.kind is not NodeKind.UNATTRIBUTED]
     if more_roots:
-        roots.append(place(None, more_roots, -1, 0))
-    roots += [place(r, [], -1, 0) for r in kept_roots if r.kind is NodeKind.UNATTRIBUTED]
+        roots.append(more(more_roots, -1, 0))
+    roots += [place(r, -1) for r in kept_roots if r.kind is NodeKind.UNATTRIBUTED]
     return replace(
         diff,
         nodes=tuple(out),

@@ -953,33 +953,36 @@ def shape_job(
     for m in job.modules:
         children.setdefault(m.parent if m.parent in known else None, []).append(m)
 
-    def subtree(m: JobModule) -> int:
-        return 1 + sum(subtree(c) for c in children.get(m.key, ()))
+    def subtree(m: JobModule, limit: int | None = None) -> int:
+        """The modules of ``m``'s subtree (down to depth ``limit``), counted without recursion."""
+        count, stack = 0, [m]
+        while stack:
+            x = stack.pop()
+            count += limit is None or x.depth <= limit
+            stack.extend(children.get(x.key, ()))
+        return count
 
-    out: list[JobModule] = []
     hidden = 0
 
-    def visit(parent: JobModule | None, level: int) -> None:
+    def shown(parent: JobModule | None, level: int) -> list[JobModule]:
+        """The children of ``parent`` (None: the roots) as shown at ``level``; those hidden for
+        having no time are counted."""
         nonlocal hidden
         kids = children.get(parent.key if parent is not None else None, [])
         if parent is not None:
             kids = [c for c in kids if not hidden_by(c)]
         if not all_rows:  # a module without time on any rank: hidden, and counted
             timed = {c.key: any(t > 0 for t in c.times(job.metric).values()) for c in kids}
-            hidden += sum(
-                subtree(c) if depth is None else _within(c, depth) for c in kids if not timed[c.key]
-            )
+            hidden += sum(subtree(c, depth) for c in kids if not timed[c.key])
             kids = [c for c in kids if timed[c.key]]
         kept, folded = shaping.arrange(kids, order=order_fn, top=top, size=top_fn)
         more = [_folded(job, parent, folded, level)] if folded else []
         modules = [c for c in kept if c.kind is not NodeKind.UNATTRIBUTED]
-        for c in modules + more + [c for c in kept if c.kind is NodeKind.UNATTRIBUTED]:
-            out.append(c)
-            if depth is None or level < depth:
-                visit(c, level + 1)
+        return modules + more + [c for c in kept if c.kind is NodeKind.UNATTRIBUTED]
 
-    def _within(m: JobModule, limit: int) -> int:
-        return (1 if m.depth <= limit else 0) + sum(_within(c, limit) for c in children.get(m.key, ()))
+    def below(m: JobModule, level: int) -> list[JobModule]:
+        return shown(m, level + 1) if depth is None or level < depth else []
 
-    visit(None, 0)
+    # depth first without recursion: a tree is as deep as its traces make it
+    out = [m for m, _, entering in shaping.depth_first(shown(None, 0), below) if entering]
     return replace(job, modules=tuple(out), hidden_modules=job.hidden_modules + hidden)

@@ -18,6 +18,7 @@ from traceprof.read import cache as trace_cache
 from traceprof.read.columns import Columns, columns_from_events, first_seen_codes, select
 from traceprof.read.document import RawDocument
 from traceprof.read.events import DROP_REASONS
+from traceprof.read.limits import MAX_SPEC_DEPTH, MAX_TREE_DEPTH
 from traceprof.read.load import Progress, StreamedDocument, load_raw
 from traceprof.trace import schema
 from traceprof.trace.model import (
@@ -428,6 +429,19 @@ def _shape(v: Any) -> tuple[int, ...] | None:
     return None if any(d is None for d in dims) else dims
 
 
+def _spec(value: Any, depth: int = 0) -> Any:
+    """A module table's description of an input or output, its parts deeper than
+    :data:`MAX_SPEC_DEPTH` levels read as unknown (None): every walk of a description is bounded
+    by it, whatever the trace holds."""
+    if depth >= MAX_SPEC_DEPTH:
+        return None
+    if isinstance(value, list):
+        return [_spec(v, depth + 1) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _spec(v, depth + 1) for k, v in value.items()}
+    return value
+
+
 def _module_table(payload: Any, warnings: list[str]) -> ModuleTable | None:
     if payload is None:
         return None
@@ -437,6 +451,11 @@ def _module_table(payload: Any, warnings: list[str]) -> ModuleTable | None:
             raise ValueError("unknown format")
         modules = {}
         for m in doc["modules"]:
+            if str(m["name"]).count(".") >= MAX_TREE_DEPTH:
+                warnings.append(
+                    f"module table unreadable (a module name of more than {MAX_TREE_DEPTH} parts); ignored"
+                )
+                return None
             info = ModuleInfo(
                 name=str(m["name"]),
                 class_name=str(m["class"]),
@@ -446,14 +465,14 @@ def _module_table(payload: Any, warnings: list[str]) -> ModuleTable | None:
                 frozen_total=_int(m.get("frozen_total"), None),
                 buffers_total=_int(m.get("buffers_total"), None),
                 extra_repr=str(m.get("extra_repr") or ""),
-                inputs=m.get("inputs"),
-                outputs=m.get("outputs"),
+                inputs=_spec(m.get("inputs")),
+                outputs=_spec(m.get("outputs")),
                 param_bytes=_int(m.get("param_bytes"), None),
                 param_bytes_total=_int(m.get("param_bytes_total"), None),
                 param_counts=_param_counts(m.get("param_counts")),
                 leaf=m["leaf"] if isinstance(m.get("leaf"), bool) else None,
                 weight_shape=_shape(m.get("weight_shape")),
-                kernel_size=m.get("kernel_size"),
+                kernel_size=_spec(m.get("kernel_size")),
                 tied=(
                     {str(k): str(v) for k, v in m["tied"].items()}
                     if isinstance(m.get("tied"), dict)

@@ -53,6 +53,16 @@ BYTES_PER_OBJECT = 700
 STREAMED_BYTES_PER_JSON_BYTE = 0.6
 STREAMED_BYTES_PER_OBJECT = 250
 
+#: the deepest module tree traceprof builds, and the most parts a module table's qualified name
+#: may have. A model's modules nest a few to a few tens of levels deep, and Python's default
+#: recursion limit (1000 frames, at least three per module call) stops a forward at about 330;
+#: a deeper tree is a trace built to be one, whose outputs would grow with its depth squared
+#: (every node's path): refused with one line (docs/security.md)
+MAX_TREE_DEPTH = 256
+#: how deep a module table's input and output descriptions are read (traceprof.capture writes
+#: at most 18 levels); deeper parts are read as unknown
+MAX_SPEC_DEPTH = 32
+
 _SIZE_RE = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([kmgtp]?)(i?)(b?)\s*\Z", re.I)
 _POWERS = {"": 0, "k": 1, "m": 2, "g": 3, "t": 4, "p": 5}
 

@@ -173,15 +173,17 @@ def torchinfo_stats(profile: ModuleProfile) -> TorchinfoStats | None:
     stats.leaves = {n for n in order if is_leaf(n)}
     have_params = all(mods[n].params_total is not None and mods[n].trainable_total is not None for n in order)
     if have_params:
+        # a module's parameters less its descendants' (a leaf's: its own), the deepest first so
+        # that every descendant's is known when its ancestors' are computed (no recursion)
         memo: dict[tuple[str, str], int] = {}
+        for n in sorted((n for n in order if n not in stats.leaves), key=lambda n: -n.count(".") if n else 1):
+            for attr in ("params_total", "trainable_total"):
+                memo[(n, attr)] = getattr(mods[n], attr) - sum(
+                    getattr(mods[d], attr) if d in stats.leaves else memo[(d, attr)] for d in descendants(n)
+                )
 
         def leftover(n: str, attr: str) -> int:
-            key = (n, attr)
-            if key not in memo:
-                memo[key] = getattr(mods[n], attr) - sum(
-                    getattr(mods[d], attr) if d in stats.leaves else leftover(d, attr) for d in descendants(n)
-                )
-            return memo[key]
+            return memo[(n, attr)]
 
         total = trainable = 0
         for n in order:

@@ -10,6 +10,7 @@ from traceprof import units
 from traceprof.render.header import averaged, fused_time, header_lines
 from traceprof.render.registry import RenderOptions
 from traceprof.result.model import PASSES, ZERO, ModuleNode, ModuleProfile, NodeKind, Times
+from traceprof.result.shaping import depth_first
 from traceprof.trace.schema import DATA_PARALLEL_WRAPPERS, OPTIMIZER_STEP_PREFIXES
 
 
@@ -503,32 +504,28 @@ def detailed_lines(profile: ModuleProfile, opts: RenderOptions) -> list[str]:
 
     once = params_counted_once(profile)
 
-    def emit(node: ModuleNode, indent: int, is_root: bool) -> None:
-        pad = "  " * indent
+    def label(node: ModuleNode, is_root: bool) -> str:
         name = node.class_name if node.kind is NodeKind.MODULE and node.class_name else ""
-        label = (
-            name
-            if is_root and name
-            else (
-                f"({node.name}): {name}"
-                if name
-                else f"({node.name})"
-                if not node.name.startswith("(")
-                else node.name
-            )
-        )
+        if is_root and name:
+            return name
+        if name:
+            return f"({node.name}): {name}"
+        return f"({node.name})" if not node.name.startswith("(") else node.name
+
+    roots = [profile.nodes[r] for r in profile.roots]
+    # depth first without recursion: a tree is as deep as its trace makes it
+    for node, level, entering in depth_first(roots, lambda n, _: (profile.nodes[c] for c in n.children)):
+        pad = "  " * level
+        if not entering:
+            if node.children:
+                out.append(f"{pad})")
+            continue
         fields = ", ".join(_module_fields(profile, node, s, opts, once))
         if not node.children:
-            out.append(f"{pad}{label}({fields})")
-            return
-        out.append(f"{pad}{label}(")
-        out.append(f"{pad}  {fields}")
-        for c in node.children:
-            emit(profile.nodes[c], indent + 1, False)
-        out.append(f"{pad})")
-
-    for r in profile.roots:
-        emit(profile.nodes[r], 0, True)
+            out.append(f"{pad}{label(node, level == 0)}({fields})")
+        else:
+            out.append(f"{pad}{label(node, level == 0)}(")
+            out.append(f"{pad}  {fields}")
     out.append(RULE)
     return out
 

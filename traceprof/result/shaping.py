@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import enum
 import fnmatch
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, NamedTuple, Protocol, TypeVar
 
 from traceprof.errors import OptionError
@@ -133,6 +133,31 @@ def ignore_matcher(patterns: Iterable[str]) -> Callable[[Shaped], bool]:
         return any(fnmatch.fnmatchcase(n, p) for n in names if n for p in kept)
 
     return hidden
+
+
+def depth_first(
+    roots: Iterable[T], children: Callable[[T, int], Iterable[T]]
+) -> Iterator[tuple[T, int, bool]]:
+    """Every item of the trees under ``roots``, depth first, without recursion (a tree is as
+    deep as its trace makes it): ``(item, level, True)`` before its subtree, then
+    ``(item, level, False)`` after it. ``children(item, level)`` is called once the caller has
+    handled the first, so that it may use what the caller did then (the item's new id)."""
+    stack: list[tuple[T, int, Iterator[T] | None]] = [(r, 0, None) for r in reversed(list(roots))]
+    while stack:
+        item, level, pending = stack[-1]
+        if pending is None:
+            yield item, level, True
+            pending = iter(children(item, level))
+            stack[-1] = (item, level, pending)
+        child = next(pending, _DONE)
+        if child is _DONE:
+            stack.pop()
+            yield item, level, False
+        else:
+            stack.append((child, level + 1, None))  # type: ignore[arg-type]
+
+
+_DONE: Any = object()
 
 
 def keep_largest(items: Sequence[T], n: int, size: Callable[[T], Any]) -> tuple[list[T], list[T]]:

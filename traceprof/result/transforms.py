@@ -135,12 +135,21 @@ def _rebuild(profile: ModuleProfile, arrange: Arrange) -> ModuleProfile:
         parts = [c.fused for c in group if c.fused is not None]
         return Fused(*shaping.summed_phases(parts)) if parts else None
 
-    def emit(node: ModuleNode, new_parent: int, depth: int) -> int:
+    # per node being rebuilt: its new id, parent's new id, folded children, how to fold them,
+    # and its children's new ids (the tree is walked without recursion: shaping.depth_first)
+    placed: dict[int, tuple[int, int, list[ModuleNode], bool, list[int]]] = {}
+
+    def enter(node: ModuleNode, new_parent: int, depth: int) -> list[ModuleNode]:
         new_id = len(out)
-        out.append(node)  # placeholder, replaced below once children are known
-        kids = [nodes[c] for c in node.children]
-        kept, folded, as_sibling = arrange(node, kids)
-        child_ids = [emit(c, new_id, depth + 1) for c in kept]
+        out.append(node)  # placeholder, replaced in finish once the children are known
+        kept, folded, as_sibling = arrange(node, [nodes[c] for c in node.children])
+        placed[node.id] = (new_id, new_parent, folded, as_sibling, [])
+        if new_parent >= 0:
+            placed[out[new_parent].id][4].append(new_id)
+        return kept
+
+    def finish(node: ModuleNode, depth: int) -> int:
+        new_id, new_parent, folded, as_sibling, child_ids = placed.pop(node.id)
         phases = {p.value: node.phase(p) for p in PASSES}
         if folded and as_sibling:
             others = shaping.more_node(
@@ -185,9 +194,25 @@ def _rebuild(profile: ModuleProfile, arrange: Arrange) -> ModuleProfile:
         )
         return new_id
 
+    def emit(root: ModuleNode) -> int:
+        """Rebuild ``root``'s subtree; its new id."""
+        new_id = len(out)
+        parent_of = {root.id: -1}
+
+        def kids(node: ModuleNode, depth: int) -> list[ModuleNode]:
+            kept = enter(node, parent_of.pop(node.id), depth)
+            for c in kept:
+                parent_of[c.id] = placed[node.id][0]
+            return kept
+
+        for node, depth, entering in shaping.depth_first([root], kids):
+            if not entering:
+                finish(node, depth)
+        return new_id
+
     roots = [nodes[r] for r in profile.roots]
     kept_roots, folded_roots, _as_sibling = arrange(None, roots)
-    root_ids = [emit(r, -1, 0) for r in kept_roots]
+    root_ids = [emit(r) for r in kept_roots]
     if folded_roots:
         others = shaping.more_node(
             folded_roots,
