@@ -451,9 +451,9 @@ def test_a_shared_trace_is_decoded_by_this_process_and_a_forked_worker(tmp_path)
 
     def logged(text, first):
         if os.getpid() == main and first:
+            # until a worker has taken a run (the takers asserted below say whether one did)
             deadline = time.monotonic() + 60
-            while f"{main}" == (log.read_text().split() or [f"{main}"])[0]:
-                assert time.monotonic() < deadline, "no worker took a run"
+            while f"{main}" == (log.read_text().split() or [f"{main}"])[0] and time.monotonic() < deadline:
                 time.sleep(0.01)
         with log.open("a") as f:
             f.write(f"{os.getpid()}\n")
@@ -484,8 +484,7 @@ def test_a_worker_that_dies_sends_the_trace_to_the_whole_document_decoder(tmp_pa
             died.touch()
             os._exit(3)
         deadline = time.monotonic() + 60
-        while first and not died.exists():  # until the worker has taken a run
-            assert time.monotonic() < deadline, "no worker took a run"
+        while first and not died.exists() and time.monotonic() < deadline:  # until a worker took a run
             time.sleep(0.01)
         return decode_run(text, first)
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from traceprof.tensorboard import layout, write_logdir
+from traceprof.tensorboard import layout, tb_profiler, write_logdir
 from traceprof.tensorboard import logdir as logdir_module
 
 from .browser import start_chromium
@@ -200,20 +200,30 @@ def test_cli_counts_the_traces_already_in_the_logdir(tmp_path):
 # ---- Ctrl-C during the compression of a copy -----------------------------------------------------
 
 # runs the command line with zlib's entry points marked: a line on stderr when the copy's
-# compression starts (gzip of more than 10 MB in one call, or a gzip stream opened)
+# compression starts (gzip of more than 10 MB in one call, or a gzip stream opened), and one per
+# chunk a gzip stream compresses: CHUNK, or AFTER once the file named by $SIGNALLED exists
 _MARKED_CLI = """
-import runpy, sys, zlib
-def mark():
-    sys.stderr.write("COMPRESSING\\n")
+import os, runpy, sys, zlib
+def mark(line="COMPRESSING"):
+    sys.stderr.write(line + "\\n")
     sys.stderr.flush()
 compress, compressobj = zlib.compress, zlib.compressobj
 def marked_compress(data, *args, **kwargs):
     if len(data) > 10_000_000:
         mark()
     return compress(data, *args, **kwargs)
+class Counted:
+    def __init__(self, inner):
+        self.inner = inner
+    def compress(self, data):
+        mark("AFTER" if os.path.exists(os.environ["SIGNALLED"]) else "CHUNK")
+        return self.inner.compress(data)
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
 def marked_compressobj(level=-1, method=zlib.DEFLATED, wbits=zlib.MAX_WBITS, *args, **kwargs):
     if wbits == 31:
         mark()
+        return Counted(compressobj(level, method, wbits, *args, **kwargs))
     return compressobj(level, method, wbits, *args, **kwargs)
 zlib.compress, zlib.compressobj = marked_compress, marked_compressobj
 sys.argv = ["traceprof", *sys.argv[1:]]
@@ -235,11 +245,13 @@ def poorly_compressible_trace(path: Path, mb: int) -> Path:
 def test_ctrl_c_during_the_compression_stops_at_once_and_leaves_nothing(tmp_path):
     trace = poorly_compressible_trace(tmp_path / "big.json", 200)
     logdir = tmp_path / "logdir"
+    signalled = tmp_path / "signalled"
     proc = subprocess.Popen(
         [sys.executable, "-c", _MARKED_CLI, "tensorboard", str(trace), "--logdir", str(logdir)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
+        env={**os.environ, "SIGNALLED": str(signalled)},
     )
     try:
         assert proc.stderr is not None
@@ -249,11 +261,10 @@ def test_ctrl_c_during_the_compression_stops_at_once_and_leaves_nothing(tmp_path
             if line.strip() == "COMPRESSING":
                 break
         assert lines and lines[-1].strip() == "COMPRESSING", "".join(lines)
-        time.sleep(0.3)  # well inside the compression (seconds)
+        time.sleep(0.3)  # well inside the compression (hundreds of chunks)
         proc.send_signal(signal.SIGINT)
-        sent = time.monotonic()
+        signalled.touch()  # after the signal: a chunk begun later would be compressed after it
         proc.wait(timeout=60)
-        stopped_s = time.monotonic() - sent
         rest = proc.stderr.read()
     finally:
         if proc.poll() is None:
@@ -261,7 +272,11 @@ def test_ctrl_c_during_the_compression_stops_at_once_and_leaves_nothing(tmp_path
             proc.wait()
     assert proc.returncode == 130, rest
     assert "traceprof: error: interrupted" in rest and "Traceback" not in rest, rest
-    assert stopped_s < 2.0, f"took {stopped_s:.1f} s to stop"
+    # stopped at once, counted in chunks instead of seconds: no chunk begun after the signal
+    # was sent, and the copy (more than one chunk of 1 MB per MB of the trace) not finished
+    marks = rest.split()
+    assert "AFTER" not in marks, rest
+    assert marks.count("CHUNK") < trace.stat().st_size // tb_profiler.COMPRESS_CHUNK_BYTES
     left = [p for p in logdir.rglob("*") if p.is_file()] if logdir.exists() else []
     assert not left, left
 

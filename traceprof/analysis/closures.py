@@ -26,6 +26,8 @@ backward ends (a ``loss.detach()``) cannot be told apart from the optimizer's an
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from traceprof.analysis.link import Links
@@ -45,10 +47,9 @@ def closure_tops(
     n = len(ev)
     if n == 0 or not len(links.levels):
         return top
-    named = ev.named(schema.is_optimizer_annotation)
-    steps = np.flatnonzero(named & np.isin(ev.kind, (Kind.ANNOTATION, Kind.CPU_OP)) & ~scope_mask)
+    steps = np.flatnonzero(np.isin(ev.kind, (Kind.ANNOTATION, Kind.CPU_OP)) & ~scope_mask)
     steps = steps[top[steps] == steps]
-    del named
+    steps = steps[_named(trace, steps, schema.is_optimizer_annotation)]
     # a step with a module scope or an op autograd recorded inside: it runs a closure
     candidate = np.zeros(n + 1, bool)  # one more: top -1 (none) reads False
     candidate[steps] = True
@@ -65,7 +66,7 @@ def closure_tops(
     fwd = np.zeros(n, bool)
     fwd[inner[scopes[under[scopes]]]] = True
     fwd[inner[made[under[made]]]] = True
-    fwd[child] |= ev.named(schema.is_zero_grad)[child]
+    fwd[child] |= _named(trace, child, schema.is_zero_grad)
     # backward evidence: backward children, and backward work of other threads inside a step
     bwd = np.zeros(n, bool)
     bwd[child] = links.backward_region[child] >= 0
@@ -88,6 +89,16 @@ def closure_tops(
     mine = event[closure_child[inner[event]]]
     out[mine] = inner[mine]
     return out
+
+
+def _named(trace: Trace, events: np.ndarray, test: Callable[[str], bool]) -> np.ndarray:
+    """Whether the name of each of ``events`` passes ``test``: one call per distinct name
+    among them, not per name of the trace."""
+    codes, inverse = np.unique(trace.events.name[events], return_inverse=True)
+    names = trace.events.names
+    passed = np.fromiter((test(names[c]) for c in codes.tolist()), bool, len(codes))
+    result: np.ndarray = passed[inverse.ravel()]
+    return result
 
 
 def _outermost_backward(links: Links) -> np.ndarray:
