@@ -154,7 +154,7 @@ def depth_first(
             stack.pop()
             yield item, level, False
         else:
-            stack.append((child, level + 1, None))  # type: ignore[arg-type]
+            stack.append((child, level + 1, None))
 
 
 _DONE: Any = object()
