@@ -65,10 +65,14 @@ def analyze(
 
         return _analyze(trace, step=step, hierarchy=hierarchy, formulas=formulas, peak_flops=peak_flops)
 
-    def loaded(path: str | os.PathLike, content: str | None) -> Trace:
-        from traceprof.read.build import load_trace  # the decoder: a cached look needs none of it
+    def loaded(path: str | os.PathLike, content: str | None) -> tuple[Trace, str | None]:
+        from traceprof.read.build import load_keyed  # the decoder: a cached look needs none of it
 
-        return load_trace(path, progress, max_memory, jobs=jobs, cache=cache, content=content)
+        return load_keyed(path, progress, max_memory, jobs=jobs, cache=cache, content=content)
+
+    def analyzed(path: str | os.PathLike, content: str | None) -> tuple[ModuleProfile, str | None]:
+        trace, read = loaded(path, content)
+        return profile_of(trace), read
 
     if isinstance(trace, Trace):
         profile = profile_of(trace)
@@ -77,15 +81,16 @@ def analyze(
         store = cache_store(cache)
         content = trace_cache.content_hash(path) if store is not None else None
         if store is None or content is None or formulas is not None:
-            profile = profile_of(loaded(path, content))
+            profile = profile_of(loaded(path, content)[0])
         else:
             options = (step, str(getattr(hierarchy, "value", hierarchy)), peak_flops)
-            profile = trace_cache.cached(
+            profile, _ = trace_cache.cached(
                 store,
-                trace_cache.entry_name(content, "profile", options),
+                content,
+                lambda read: trace_cache.entry_name(read, "profile", options),
                 "profile",
                 ModuleProfile,
-                lambda: profile_of(loaded(path, content)),
+                lambda: analyzed(path, content),
                 lambda hit: hit.with_path(str(path)),
             )
     if sort != transforms.SortKey.ORDER:

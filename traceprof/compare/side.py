@@ -23,7 +23,7 @@ import msgspec
 import numpy as np
 
 from traceprof.read import cache as trace_cache
-from traceprof.read.build import load_trace
+from traceprof.read.build import load_keyed
 from traceprof.read.cache import cache_store
 from traceprof.result.model import UNATTRIBUTED_NAME, ModuleProfile
 from traceprof.trace import schema
@@ -81,14 +81,21 @@ def side_of(
     if store is not None and content is None:
         content = trace_cache.content_hash(source)
 
-    def computed() -> Side:
-        trace = load_trace(source, progress, max_memory=max_memory, cache=cache, content=content)
-        return _side_of_trace(trace, hierarchy, step, progress)
+    def computed() -> tuple[Side, str | None]:
+        trace, read = load_keyed(source, progress, max_memory=max_memory, cache=cache, content=content)
+        return _side_of_trace(trace, hierarchy, step, progress), read
 
     if store is None or content is None:
-        return computed()
-    key = _entry(content, hierarchy, step)
-    return trace_cache.cached(store, key, "side", Side, computed, lambda hit: _named(hit, str(source)))
+        return computed()[0]
+    return trace_cache.cached(
+        store,
+        content,
+        lambda read: _entry(read, hierarchy, step),
+        "side",
+        Side,
+        computed,
+        lambda hit: _named(hit, str(source)),
+    )[0]
 
 
 def _entry(content: str, hierarchy, step: int | None) -> str:

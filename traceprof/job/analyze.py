@@ -35,6 +35,7 @@ from traceprof.result.model import (
     OpKind,
     Pass,
     find_named,
+    module_node_count,
 )
 from traceprof.result.shaping import Measure, SortKey
 from traceprof.trace import schema
@@ -85,15 +86,16 @@ def analyze_rank(task: tuple[str, RankOptions]) -> RankResult:
     store = cache_store(options.cache)
     content = trace_cache.content_hash(path) if store is not None else None
     if store is None or content is None:
-        return _analyzed_rank(path, options, content)
+        return _analyzed_rank(path, options, content)[0]
     return trace_cache.cached(
         store,
-        _rank_entry(content, options),
+        content,
+        lambda read: _rank_entry(read, options),
         "rank",
         RankResult,
         lambda: _analyzed_rank(path, options, content),
         lambda hit: _rank_named(hit, path),
-    )
+    )[0]
 
 
 def cached_ranks(paths: list[str], options: RankOptions) -> list[RankResult | None]:
@@ -124,18 +126,22 @@ def _rank_entry(content: str, options: RankOptions) -> str:
     return trace_cache.entry_name(content, "rank", (options.step, options.hierarchy, options.peak_tflops))
 
 
-def _analyzed_rank(path: str, options: RankOptions, content: str | None) -> RankResult:
+def _analyzed_rank(path: str, options: RankOptions, content: str | None) -> tuple[RankResult, str | None]:
+    """The rank's result, and the content hash of the bytes it was computed from (the cache's
+    key: :func:`traceprof.read.build.load_keyed`)."""
     from traceprof.api import analyze
-    from traceprof.read.build import load_trace
+    from traceprof.read.build import load_keyed
 
     # one process per trace: the engine's workers are the parallelism (--jobs), so the trace is
     # decoded by this process alone, also with --jobs 1 (in the command's own process)
     try:
-        trace = load_trace(path, max_memory=options.max_memory, jobs=1, cache=options.cache, content=content)
+        trace, read = load_keyed(
+            path, max_memory=options.max_memory, jobs=1, cache=options.cache, content=content
+        )
     except MemoryLimitError as e:
         raise shared_limit_error(e, options.sharing) from None
     profile = analyze(trace, step=options.step, hierarchy=options.hierarchy, peak_tflops=options.peak_tflops)
-    return RankResult(path, profile, step_timelines(trace))
+    return RankResult(path, profile, step_timelines(trace)), read
 
 
 def _rank_named(result: RankResult, path: str) -> RankResult:
@@ -291,7 +297,8 @@ class Job(msgspec.Struct, frozen=True):
     engine: str = "local"
     #: modules without time on any rank left out by :meth:`shaped` (``all_rows=False``)
     hidden_modules: int = 0
-    #: the module nodes matched across the ranks, however :meth:`shaped` shows them
+    #: the module nodes matched across the ranks (module_node_count: group nodes and the bucket
+    #: are no modules), however :meth:`shaped` shows them
     matched_modules: int = 0
 
     def shaped(
@@ -684,7 +691,7 @@ def reduce_job(
         missing_ranks=missing,
         steps=steps,
         modules=modules,
-        matched_modules=len(modules),
+        matched_modules=module_node_count(modules),
         stragglers=(),
         straggler_threshold=straggler_threshold,
         metric=metric,

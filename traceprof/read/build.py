@@ -20,6 +20,7 @@ from traceprof.read.document import RawDocument
 from traceprof.read.events import DROP_REASONS
 from traceprof.read.limits import MAX_SPEC_DEPTH, MAX_TREE_DEPTH
 from traceprof.read.load import Progress, StreamedDocument, load_raw
+from traceprof.read.source import ContentHash
 from traceprof.trace import schema
 from traceprof.trace.model import (
     CompiledTable,
@@ -61,19 +62,47 @@ def load_trace(
     ``cache``: read the decoded trace from the cache, or write it there after decoding (default:
     unless ``$TRACEPROF_CACHE`` is ``off``; see :mod:`traceprof.read.cache`); a cached trace's
     columns are memory-mapped. ``content``: the file's content hash, when the caller has it."""
+    return load_keyed(
+        path,
+        progress,
+        max_memory,
+        memory_scale=memory_scale,
+        jobs=jobs,
+        chunk_bytes=chunk_bytes,
+        cache=cache,
+        content=content,
+    )[0]
+
+
+def load_keyed(
+    path: str | os.PathLike,
+    progress: Progress | None = None,
+    max_memory: int | str | None = None,
+    *,
+    memory_scale: float = 1.0,
+    jobs: int | None = None,
+    chunk_bytes: int | None = None,
+    cache: bool | None = None,
+    content: str | None = None,
+) -> tuple[Trace, str | None]:
+    """:func:`load_trace`, and the content hash of the bytes the trace is of (decoded, or
+    looked up: what the cache keys the analyses of the trace by; None when the cache is off or
+    the file is no regular file). ``content``: the hash the look-up uses, when the caller has
+    it; the hash of what is decoded may differ (the file was replaced in between)."""
     store = trace_cache.cache_store(cache)
     if store is not None and content is None:
         content = trace_cache.content_hash(path)
     if store is None or content is None:
-        return _decoded(path, progress, max_memory, memory_scale, jobs, chunk_bytes)
+        return _decoded(path, progress, max_memory, memory_scale, jobs, chunk_bytes, hashed=False)
     if progress:
         progress(f"reading {path} (cache)")
     return trace_cache.cached(
         store,
-        trace_cache.entry_name(content, "trace"),
+        content,
+        lambda read: trace_cache.entry_name(read, "trace"),
         "trace",
         Trace,
-        lambda: _decoded(path, progress, max_memory, memory_scale, jobs, chunk_bytes),
+        lambda: _decoded(path, progress, max_memory, memory_scale, jobs, chunk_bytes, hashed=True),
         lambda trace: trace.with_path(str(path)),
     )
 
@@ -85,15 +114,21 @@ def _decoded(
     memory_scale: float,
     jobs: int | None,
     chunk_bytes: int | None,
-) -> Trace:
-    doc = load_raw(path, progress, max_memory, memory_scale, jobs=jobs, chunk_bytes=chunk_bytes)
+    hashed: bool,
+) -> tuple[Trace, str | None]:
+    """The trace decoded from ``path``, and, when ``hashed``, the hash of the bytes decoded
+    (None: not hashed, or the file could not be hashed as it was read)."""
+    content = ContentHash() if hashed else None
+    doc = load_raw(
+        path, progress, max_memory, memory_scale, jobs=jobs, chunk_bytes=chunk_bytes, content=content
+    )
     if progress:
         n = len(doc.events) if isinstance(doc, RawDocument) else len(doc.columns)
         progress(f"indexing {n:,} events")
     trace = build_trace(doc)
     del doc
     release_freed_memory()
-    return trace.with_path(str(path))
+    return trace.with_path(str(path)), content.value if content is not None else None
 
 
 def _flow_ids(ids: list) -> np.ndarray | list:

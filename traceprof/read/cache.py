@@ -408,21 +408,26 @@ def _decode(data: mmap.mmap, name: str, kind: str, type_: type[T]) -> T:
 
 def cached(
     store: Store | None,
-    name: str,
+    content: str,
+    name: Callable[[str], str],
     kind: str,
     type_: type[T],
-    build: Callable[[], T],
+    build: Callable[[], tuple[T, str | None]],
     on_hit: Callable[[T], T] = lambda v: v,
-) -> T:
-    """The entry ``name`` of ``store`` (``on_hit`` applied), else ``build()``, written there."""
+) -> tuple[T, str | None]:
+    """The entry ``name(content)`` of ``store`` (``on_hit`` applied), else the value ``build()``
+    computes with the content hash of the bytes it read, written there as ``name(read)``: an
+    entry is keyed by what it was computed from, so a file replaced between the hash that
+    looked it up and the read that decoded it is stored under its new content, never under the
+    old (not written when the read's is not known). The value and the content it is of."""
     if store is not None:
-        found = store.get(name, kind, type_)
+        found = store.get(name(content), kind, type_)
         if found is not None:
-            return on_hit(found)
-    value = build()
-    if store is not None:
-        store.put(name, kind, value)
-    return value
+            return on_hit(found), content
+    value, read = build()
+    if store is not None and read is not None:
+        store.put(name(read), kind, value)
+    return value, read
 
 
 def summary(store: Store) -> Iterator[tuple[str, str]]:

@@ -26,11 +26,13 @@ from traceprof.read.source import (
     GZIP_MAGIC,
     SNIFF_BYTES,
     WHITESPACE,
+    ContentHash,
     check_start,
     checked,
     file_blocks,
     gzip_claimed_size,
     inflate,
+    open_trace,
     read_trace_bytes,
 )
 from traceprof.trace import schema
@@ -60,11 +62,13 @@ def load_raw(
     *,
     jobs: int | None = 1,
     chunk_bytes: int | None = None,
+    content: ContentHash | None = None,
 ):
     """Read and decode one trace file (``max_memory``, ``memory_scale``: see
     :func:`~traceprof.read.source.read_trace_bytes`): a :class:`~traceprof.read.document.RawDocument`,
     or for a file of more than one run of ``chunk_bytes`` of JSON, a :class:`StreamedDocument`
-    decoded run by run by ``jobs`` workers (None: one per CPU); see :mod:`traceprof.read.parallel`."""
+    decoded run by run by ``jobs`` workers (None: one per CPU); see :mod:`traceprof.read.parallel`.
+    ``content``: set to the hash of the bytes decoded (:class:`~traceprof.read.source.ContentHash`)."""
     if progress:
         progress(f"reading {path}")
     try:
@@ -74,25 +78,28 @@ def load_raw(
             memory_scale,
             jobs if jobs is not None else parallel.default_jobs(),
             chunk_bytes or chunks.DEFAULT_CHUNK_BYTES,
+            content,
         )
     except Fallback:
         doc = None
     if doc is not None:
         return doc
-    data = read_trace_bytes(path, max_memory, memory_scale=memory_scale)
+    data = read_trace_bytes(path, max_memory, memory_scale=memory_scale, content=content)
     if progress:
         progress(f"decoding {len(data) / 1e6:.0f} MB of JSON")
     return decode_trace(path, data)
 
 
-def _load_streamed(p: Path, max_memory, memory_scale: float, jobs: int, chunk_bytes: int):
+def _load_streamed(
+    p: Path, max_memory, memory_scale: float, jobs: int, chunk_bytes: int, content: ContentHash | None
+):
     """The trace decoded run by run, or None when it is not a regular file of more than one
     run of JSON (the whole-document path reads it, and says what is wrong with it). The runs
     are cut at likely event boundaries first, and by the scanner when one of those cuts was
     not a boundary (see :class:`traceprof.read.chunks.Cutter`)."""
     for splitter in SPLITTERS:
         try:
-            read = _stream(p, max_memory, memory_scale, jobs, chunk_bytes, splitter)
+            read = _stream(p, max_memory, memory_scale, jobs, chunk_bytes, splitter, content)
             break
         except parallel.Recut:
             continue
@@ -110,13 +117,21 @@ def _load_streamed(p: Path, max_memory, memory_scale: float, jobs: int, chunk_by
     return StreamedDocument(str(p), size, top, columns, warnings, columns.dropped)
 
 
-def _stream(p: Path, max_memory, memory_scale: float, jobs: int, chunk_bytes: int, splitter: type):
+def _stream(
+    p: Path,
+    max_memory,
+    memory_scale: float,
+    jobs: int,
+    chunk_bytes: int,
+    splitter: type,
+    content: ContentHash | None = None,
+):
     """The outline and columns of a regular file of more than one run of JSON, cut into runs
     by ``splitter``; None when it is not one."""
     try:
         if not stat.S_ISREG(os.stat(p).st_mode):
             return None  # a FIFO or a device is opened once, by the whole-document path
-        f = open(p, "rb")
+        f = open_trace(p, content)
     except OSError:
         return None
     with f:

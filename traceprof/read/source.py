@@ -13,11 +13,14 @@ streamed path (:mod:`traceprof.read.load`) reads its blocks with the same checks
 
 from __future__ import annotations
 
+import io
 import os
 import stat
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
+
+import xxhash
 
 from traceprof.errors import TraceReadError
 from traceprof.read.limits import MemoryBudget
@@ -38,18 +41,74 @@ SNIFF_BYTES = 1 << 16  # the JSON must start (after whitespace) within these fir
 _MAX_DEFLATE_RATIO = 1032
 
 
+class ContentHash:
+    """The xxh3-128 of the bytes of a file as a reader read them, in order from its first byte to
+    its end: the cache keys what is decoded by it (:mod:`traceprof.read.cache`), so that a file
+    replaced or rewritten between the cache's look-up and the read is stored as what was read.
+    ``value`` is None until a reading of the file reached its end without a gap; each opening
+    (:func:`open_trace`) starts it again."""
+
+    def __init__(self) -> None:
+        self.value: str | None = None
+
+
+class _HashedFile(io.FileIO):
+    """A file whose bytes are hashed as they are read (a read that skips ahead, as the gzip
+    trailer's, is not hashed; the hash is complete when the reads in order reach the end)."""
+
+    def __init__(self, path: Path, content: ContentHash) -> None:
+        super().__init__(path, "rb")
+        self._content = content
+        self._hash = xxhash.xxh3_128()
+        self._hashed = 0  # bytes hashed from the start
+        content.value = None
+
+    def readinto(self, buffer: Any) -> int | None:
+        position = self.tell()
+        n = super().readinto(buffer)
+        if n is not None:  # None: a non-blocking file, never opened here
+            self._feed(position, memoryview(buffer).cast("B")[:n])
+        return n
+
+    def readall(self) -> bytes:
+        position = self.tell()
+        data = super().readall()
+        self._feed(position, memoryview(data))
+        self._feed(position + len(data), memoryview(b""))  # readall stops at the end
+        return data
+
+    def _feed(self, position: int, data: memoryview) -> None:
+        if position <= self._hashed < position + len(data):
+            self._hash.update(data[self._hashed - position :])
+            self._hashed = position + len(data)
+        elif not data and position == self._hashed:  # the end, every byte before it hashed
+            self._content.value = self._hash.hexdigest()
+
+
+def open_trace(path: Path, content: ContentHash | None = None) -> BinaryIO:
+    """``path`` opened to be read (buffered), its bytes hashed into ``content`` as they are read
+    when it is given."""
+    if content is None:
+        return open(path, "rb")
+    return io.BufferedReader(_HashedFile(path, content), _READ_CHUNK)
+
+
 def read_trace_bytes(
-    path: str | os.PathLike, max_memory: int | str | None = None, *, memory_scale: float = 1.0
+    path: str | os.PathLike,
+    max_memory: int | str | None = None,
+    *,
+    memory_scale: float = 1.0,
+    content: ContentHash | None = None,
 ) -> bytes:
     """The JSON bytes of a trace file, decompressed when the file is gzip, without a UTF-8 byte
     order mark. ``max_memory``: the memory limit of the load (bytes or a size such as ``"8G"``;
     default: :func:`traceprof.read.limits.resolve_max_memory`); the JSON is counted against it as it
     arrives. ``memory_scale``: how many times the usual memory per byte of JSON the caller needs
-    (a caller that keeps two copies of the trace: 2)."""
+    (a caller that keeps two copies of the trace: 2). ``content``: hashes the bytes read."""
     p = Path(path)
     budget = MemoryBudget(p, max_memory, memory_scale)
     try:
-        f = open(p, "rb")
+        f = open_trace(p, content)
     except FileNotFoundError:
         raise TraceReadError(p, "no such file") from None
     except IsADirectoryError:
