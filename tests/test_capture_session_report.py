@@ -135,7 +135,7 @@ def test_analyze_before_the_active_steps_end_is_an_error(tmp_path):
             one_line(error)
         model(x)
         prof.step()
-        assert prof.analyze().module_count == len(module_names(model))
+        assert prof.analyze().module_nodes == len(module_names(model))
 
 
 def test_a_session_that_ends_in_its_warmup_has_no_trace(tmp_path):

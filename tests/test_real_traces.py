@@ -72,7 +72,7 @@ def test_module_events_form_one_tree_rooted_at_the_model(name):
     p = profile_of(path)
     assert p.source == "nn.Module"
     # one node per module instance: every instance is called from one place
-    assert p.module_count == len(set(names))
+    assert p.module_nodes == len(set(names))
     module_roots = [p.nodes[r] for r in p.roots if p.nodes[r].kind.value == "module"]
     assert [r.class_name for r in module_roots] == [root_class]
 
@@ -96,7 +96,7 @@ def test_mi300_backward_time_reaches_every_convolution():
     assert all(n.backward.total.gpu_busy_us > 0 for n in convs)
     assert all(n.forward.total.gpu_busy_us > 0 for n in convs)
     # re-run blocks (activation checkpointing) land on their forward nodes: no duplicates
-    assert p.module_count == 73
+    assert p.module_nodes == 73
 
 
 def test_mi300_forward_backward_and_bucket_add_up_to_the_step():

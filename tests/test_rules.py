@@ -96,7 +96,7 @@ def test_modules_rerun_inside_backward_are_joined_to_their_forward_node(analyze_
     assert act.backward.own.gpu_busy_us == pytest.approx(5)
     assert act.calls == 1  # a re-run is not a forward call
     assert p.find("fc").backward.own.gpu_busy_us == pytest.approx(25)
-    assert p.module_count == 3  # no second "act" node
+    assert p.module_nodes == 3  # no second "act" node
 
 
 def test_backward_work_without_sequence_number_is_backward_and_unattributed(analyze_built):
@@ -271,7 +271,7 @@ def test_without_modules_annotations_form_the_tree_and_ops_the_bucket(analyze_bu
     groups = {p.nodes[c].name: p.nodes[c] for c in p.unattributed.children}
     assert groups["aten::copy_"].total.gpu_busy_us == pytest.approx(3)
     none = analyze_built(b, hierarchy="nn.Module")
-    assert none.module_count == 0
+    assert none.module_nodes == 0
     assert none.unattributed.total.gpu_busy_us == pytest.approx(12)
 
 

@@ -62,7 +62,7 @@ from traceprof.analysis.selection_totals import link_stats, step_selection
 from traceprof.analysis.steps import Steps, find_steps, select_steps
 from traceprof.analysis.unattributed import Groups, group_unattributed, unattributed_gpu_warnings
 from traceprof.flops import Registry
-from traceprof.result.model import ModuleProfile
+from traceprof.result.model import ModuleProfile, module_node_count
 from traceprof.trace.model import Trace, release_freed_memory
 
 #: for traces without module events (the hierarchy fell back to annotations or nothing)
@@ -239,7 +239,7 @@ def _attribute(
         roots=tuple(new_id[r] for r in shape.roots),
         selection=selection,
         stats=stats,
-        module_nodes=groups.n_modules - sum(hn.group for hn in tree.nodes),
+        module_nodes=module_node_count(nodes),
         warnings=tuple(all_warnings),
         flops=flops,
         optimizer_step=optimizer_totals(nodes, annotations=tree.source is Source.ANNOTATIONS),

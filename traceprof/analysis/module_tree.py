@@ -137,7 +137,8 @@ def module_nodes(
         p = parent_of[old]
         depth = depth_of[old] = depth_of[p] + 1 if p >= 0 else 0
         if old >= groups.n_nodes:
-            nodes.append(_uncalled_node(uncalled[old - groups.n_nodes], new_id, old, p, depth, fused_of))
+            kids = tuple(new_id[c] for c in children[old])  # uncalled submodules of an uncalled one
+            nodes.append(_uncalled_node(uncalled[old - groups.n_nodes], new_id, old, p, depth, kids, fused_of))
             continue
         if old < n_mod:
             hn = tree.nodes[old]
@@ -219,13 +220,14 @@ def _uncalled_node(
     old: int,
     parent: int,
     depth: int,
+    children: tuple[int, ...],
     fused_of: list[list[PhaseTimes]] | None,
 ) -> ModuleNode:
     """The node of a module never called: no calls, no work, the table's row."""
     return ModuleNode(
         id=new_id[old],
         parent=new_id[parent],
-        children=(),
+        children=children,
         depth=depth,
         kind=NodeKind.MODULE,
         name=u.info.name.rsplit(".", 1)[-1],

@@ -53,7 +53,7 @@ def profile_repr(profile: ModuleProfile) -> str:
         if profile.has_gpu
         else f"CPU {units.duration(sel.cpu_in_ops_us)}"
     )
-    modules = _plural(profile.module_count, "module")
+    modules = _plural(profile.module_nodes, "module")
     return f"<ModuleProfile {_base(profile.metadata.path)}: {modules}, {steps}, {time}>"
 
 
@@ -107,7 +107,7 @@ def profile_cards(profile: ModuleProfile) -> list[tuple[str, str]]:
         device += f" · rank {md.rank} of {md.world_size}"
     cards = [
         ("Device", device),
-        ("Modules", f"{profile.module_count} from {profile.source_description}"),
+        ("Modules", f"{profile.module_nodes} from {profile.source_description}"),
         ("Steps", _steps(profile)),
         ("Wall / step", units.duration(sel.wall_us)),
     ]

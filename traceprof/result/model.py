@@ -367,6 +367,21 @@ class CompiledSummary(msgspec.Struct, frozen=True):
     overhead_us: float = 0.0
 
 
+class Kinded(Protocol):
+    """A node of any tree (a profile's, a diff's, a job's): what :func:`module_node_count`
+    reads of it."""
+
+    @property
+    def kind(self) -> NodeKind: ...
+
+
+def module_node_count(nodes: Iterable[Kinded]) -> int:
+    """How many module nodes ``nodes`` holds: the modules of the tree, called or not (those of
+    the module table no step ran: MoE experts without tokens, modules the compiler removed);
+    compiled and replayed work's group nodes, the bucket and its groups are no modules."""
+    return sum(1 for n in nodes if n.kind is NodeKind.MODULE)
+
+
 class ModuleProfile(msgspec.Struct, frozen=True):
     metadata: TraceMetadata
     source: str  # hierarchy source (hierarchy.Source value)
@@ -375,7 +390,9 @@ class ModuleProfile(msgspec.Struct, frozen=True):
     roots: tuple[int, ...]  # module roots first, the unattributed bucket last
     selection: StepSelection
     stats: LinkStats
-    module_nodes: int  # module nodes in the full tree (before any depth or top-N transform)
+    #: the number of module nodes of the full tree (module_node_count; before any depth, top-N
+    #: or ignore transform): the one count every output gives (header, HTML, notebook, jobs)
+    module_nodes: int
     warnings: tuple[str, ...] = ()
     flops: FlopSummary = NO_FLOPS
     #: the "not in any module" groups that are the optimizer step (schema.OPTIMIZER_STEP_PREFIXES),
@@ -413,10 +430,6 @@ class ModuleProfile(msgspec.Struct, frozen=True):
         for a trace that ran on the CPU alone."""
         names = tuple(sorted({d.name for d in self.metadata.devices if d.name}))
         return names or ((UNNAMED_GPU,) if self.has_gpu or self.metadata.devices else ())
-
-    @property
-    def module_count(self) -> int:
-        return sum(1 for n in self.nodes if n.kind is NodeKind.MODULE)
 
     @property
     def unattributed(self) -> ModuleNode | None:

@@ -225,7 +225,11 @@ def profile_document(profile: ModuleProfile, timeline: bool = False) -> dict[str
             "world_size": md.world_size,
             "flags": md.flags,
         },
-        "hierarchy": {"source": profile.source, "description": profile.source_description},
+        "hierarchy": {
+            "source": profile.source,
+            "description": profile.source_description,
+            "module_nodes": profile.module_nodes,
+        },
         "steps": {**asdict(profile.selection), "cpu_in_ops_us": profile.selection.cpu_in_ops_us},
         "stats": asdict(profile.stats),
         "flops": flops_section(profile),

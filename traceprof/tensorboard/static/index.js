@@ -536,7 +536,9 @@ class TraceprofView {
           `ProfilerStep#${s.numbers[0]}`) : 'whole trace (no ProfilerStep)';
     const leftOut = (s.incomplete || []).filter((x) => !s.numbers.includes(x));
     if (leftOut.length) steps += `; incomplete left out: ${leftOut.join(', ')}`;
-    const moduleCount = d.nodes.filter((n) => n.kind === 'module').length;
+    // the profile's one count of module nodes (documents before it: counted here, the same way)
+    const moduleCount = typeof d.hierarchy.module_nodes === 'number' ? d.hierarchy.module_nodes :
+      d.nodes.filter((n) => n.kind === 'module').length;
     const cards = [
       ['Device', device],
       ['Modules', `${moduleCount} from ${d.hierarchy.description}`],
