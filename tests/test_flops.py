@@ -772,6 +772,93 @@ OPS = [
         (0, 0, 6400 * 4, 6400 * 4),
     ),
     ("_pin_memory", "aten::_pin_memory", [[4, 8], []], [F, ""], ["", ""], (0, 0, 128, 128)),
+    # selection by value and sorting: 1 comparison per element compared (floats); the schemas
+    # as torch 2.13 records them. topk k=3 along -1: values [4,3] fp32 (48 B) + indices (96 B)
+    (
+        "topk",
+        "aten::topk",
+        [[4, 16], [], [], [], []],
+        [F, S, S, S, S],
+        ["", "3", "-1", "True", "True"],
+        (64, 0, 256, 144),
+    ),
+    # integers: no FLOPs, the bytes still (values and indices int64: 96 + 96)
+    (
+        "topk int64",
+        "aten::topk",
+        [[4, 16], [], [], [], []],
+        [L, S, S, S, S],
+        ["", "3", "-1", "True", "True"],
+        (0, 0, 512, 192),
+    ),
+    (
+        "kthvalue",
+        "aten::kthvalue",
+        [[4, 16], [], [], []],
+        [F, S, S, S],
+        ["", "2", "1", "False"],
+        (64, 0, 256, 48),
+    ),
+    ("median all", "aten::median", [[4, 16]], [F], [""], (64, 0, 256, 4)),
+    ("median dim", "aten::median", [[4, 16], [], []], [F, S, S], ["", "1", "False"], (64, 0, 256, 48)),
+    ("mode", "aten::mode", [[4, 16], [], []], [F, S, S], ["", "1", "True"], (64, 0, 256, 48)),
+    # sorted values (256 B) and int64 indices (512 B)
+    ("sort", "aten::sort", [[4, 16], [], []], [F, S, S], ["", "1", "False"], (64, 0, 256, 768)),
+    (
+        "sort stable",
+        "aten::sort",
+        [[4, 16], [], [], []],
+        [F, S, S, S],
+        ["", "False", "1", "False"],
+        (64, 0, 256, 768),
+    ),
+    ("argsort", "aten::argsort", [[4, 16], [], []], [F, S, S], ["", "1", "False"], (64, 0, 256, 512)),
+    ("msort", "aten::msort", [[4, 16]], [F], [""], (64, 0, 256, 256)),
+    # the unique values' number depends on the values: not written
+    (
+        "_unique2",
+        "aten::_unique2",
+        [[4, 16], [], [], []],
+        [F, S, S, S],
+        ["", "True", "False", "False"],
+        (64, 0, 256, 0),
+    ),
+    # 64 values searched in 16 boundaries: reads (16 + 64) * 4, an int64 position each
+    (
+        "searchsorted",
+        "aten::searchsorted",
+        [[16], [4, 16], [], [], [], []],
+        [F, F, S, S, "", ""],
+        ["", "", "False", "False", "", ""],
+        (64, 0, 320, 512),
+    ),
+    (
+        "bucketize",
+        "aten::bucketize",
+        [[4, 16], [5], [], []],
+        [F, F, S, S],
+        ["", "", "False", "False"],
+        (64, 0, 276, 512),
+    ),
+    ("histc", "aten::histc", [[4, 16], [], [], []], [F, S, S, S], ["", "10", "0", "0"], (64, 0, 256, 40)),
+    # selection by index or mask, index building: no FLOPs
+    ("bincount", "aten::bincount", [[16], [], []], [L, "", S], ["", "", "0"], (0, 0, 128, 0)),
+    # weights: each one added (16 adds of fp32)
+    ("bincount weights", "aten::bincount", [[16], [16], []], [L, F, S], ["", "", "0"], (16, 0, 192, 0)),
+    # an int64 row of 8 classes per index: 4 * 16 * 8 * 8 bytes
+    ("one_hot", "aten::one_hot", [[4, 16], []], [L, S], ["", "8"], (0, 0, 512, 4096)),
+    ("one_hot classes unknown", "aten::one_hot", [[4, 16], []], [L, S], ["", "-1"], (0, 0, 512, 0)),
+    ("nonzero", "aten::nonzero", [[4, 16]], ["bool"], [""], (0, 0, 64, 0)),
+    ("index", "aten::index", [[4, 16], []], [F, ""], ["", ""], (0, 0, 0, 0)),
+    ("take", "aten::take", [[4, 16], [4, 16]], [F, L], ["", ""], (0, 0, 768, 256)),
+    (
+        "repeat_interleave",
+        "aten::repeat_interleave",
+        [[4, 16], [], [], []],
+        [F, S, S, ""],
+        ["", "2", "0", ""],
+        (0, 0, 256, 512),
+    ),
 ]
 
 
@@ -1281,6 +1368,7 @@ def test_registry_is_the_formula_modules_tables_combined():
             "pooling",
             "reduction",
             "rnn",
+            "selection",
         )
     ]
     names = [e.name for m in modules for e in m.FORMULAS]

@@ -102,7 +102,7 @@ def test_mi300_resnet_backward_rate_over_its_kernels_time(mi300):
     assert rate == pytest.approx(23.6e12, rel=0.03)  # was 42.3 TFLOP/s
 
 
-# --- item 5: selection, indexing and integer work have zero FLOPs -----------------------------
+# --- item 5: selection by index and integer work have zero FLOPs, comparisons of floats count -
 
 
 def test_selection_indexing_and_integer_ops_are_zero_flop_not_unsupported(tmp_path):
@@ -121,6 +121,9 @@ def test_selection_indexing_and_integer_ops_are_zero_flop_not_unsupported(tmp_pa
     counted, unsupported = _counted_and_unsupported(_load(b, tmp_path))
     assert unsupported == []
     assert counted.get("aten::aminmax") == 0  # integers: no floating-point operations
+    # selection by index or mask: no FLOPs; by value (comparisons of floats): 1 per element
+    assert counted["aten::index"] == counted["aten::nonzero"] == 0
+    assert counted["aten::topk"] == counted["aten::histc"] == 8 * 16
 
 
 def test_aminmax_on_floats_counts_a_min_and_a_max_per_element():

@@ -8,7 +8,7 @@ one per op or op family (docs/flops.md).
 - :mod:`.shapes`: decoded op arguments and the cost record;
 - :mod:`.matmul`, :mod:`.conv`, :mod:`.attention`, :mod:`.norm`, :mod:`.pointwise`,
   :mod:`.reduction`, :mod:`.data_movement`, :mod:`.losses`, :mod:`.pooling`, :mod:`.optim`,
-  :mod:`.rnn`: formulas, each module with its table ``FORMULAS``;
+  :mod:`.rnn`, :mod:`.selection`: formulas, each module with its table ``FORMULAS``;
 - :data:`REGISTRY`: those tables combined, the default of every analysis.
 
 Which ops of a trace are counted, and which are unsupported, is a stage of the analysis:
@@ -27,6 +27,7 @@ from traceprof.flops import (
     pooling,
     reduction,
     rnn,
+    selection,
 )
 from traceprof.flops.registry import FAMILIES, MATRIX_FAMILIES, Entry, Family, Registry
 from traceprof.flops.shapes import ArgumentError, OpArgs, OpCost
@@ -44,6 +45,7 @@ REGISTRY = Registry.combined(
     pooling.FORMULAS,
     reduction.FORMULAS,
     rnn.FORMULAS,
+    selection.FORMULAS,
 )
 
 __all__ = [

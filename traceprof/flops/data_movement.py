@@ -257,6 +257,7 @@ VIEW_OPS = (
     "lift_fresh",
     "lift_fresh_copy",
     "broadcast_tensors",
+    "broadcast_to",
     "meshgrid",
     "conj",
     "_conj",
@@ -379,39 +380,8 @@ WRAPPER_OPS = (
     "select_backward",
     "slice_backward",
     "diagonal_backward",
-)
-#: selection, sorting, counting and indexing: comparisons and integer work, no floating-point
-#: arithmetic (their bytes are not counted: the size of most of their outputs depends on the
-#: values). ``index`` gathers (attention masks, mixture-of-experts token gathers),
-#: ``value_selecting_reduction_backward`` is the backward of max/min/topk along a dim (a
-#: zero-filled gradient and a scatter_ inside it), ``repeat_interleave`` runs index_select
-SELECTION_OPS = (
-    "index",
-    "_unsafe_index",
-    "nonzero",
-    "nonzero_static",
-    "nonzero_numpy",
-    "argwhere",
-    "topk",
-    "sort",
-    "argsort",
-    "msort",
-    "kthvalue",
-    "mode",
-    "median",
-    "nanmedian",
-    "unique",
-    "_unique",
-    "_unique2",
-    "unique_consecutive",
-    "unique_dim",
-    "histc",
-    "histogram",
-    "bincount",
-    "searchsorted",
-    "bucketize",
+    # the backward of max/min/topk/median along a dim: a zero-filled gradient and a scatter_
     "value_selecting_reduction_backward",
-    "repeat_interleave",
 )
 #: name prefixes of zero-FLOP families: predicates (``aten::is_contiguous``, ``is_nonzero``...,
 #: ``_use_cudnn_ctc_loss``...), allocation (``aten::empty_permuted``,
@@ -425,7 +395,7 @@ ZERO_FLOP_PREFIXES = (
     "aten::_functional_sym_constrain_range",
 )
 
-_R.no_cost(*(f"aten::{n}" for n in VIEW_OPS + METADATA_OPS + ALLOCATION_OPS + WRAPPER_OPS + SELECTION_OPS))
+_R.no_cost(*(f"aten::{n}" for n in VIEW_OPS + METADATA_OPS + ALLOCATION_OPS + WRAPPER_OPS))
 _R.no_cost_prefix(*ZERO_FLOP_PREFIXES)
 # collective communication: no FLOPs counted (its GPU time is not a gap in FLOP coverage)
 _R.no_cost_namespace("c10d", "_c10d_functional", "c10d_functional", "_dtensor", "profiler")

@@ -43,7 +43,8 @@ class Family(str, enum.Enum):
     POOLING = "pooling"
     OPTIMIZER = "optimizer"
     RNN = "rnn"  # LSTM, GRU and Elman RNN layers and cells
-    MEMORY = "memory"  # copies, fills, gathers: bytes, no FLOPs
+    SORTING = "sorting"  # selection by value and sorting: topk, sort, median... (comparisons)
+    MEMORY = "memory"  # copies, fills, gathers, selection by index or mask: bytes, no FLOPs
     NO_COST = "no cost"  # views, allocation, wrappers, communication
 
 
