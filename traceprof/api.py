@@ -92,6 +92,7 @@ def analyze(
                 ModuleProfile,
                 lambda: analyzed(path, content),
                 lambda hit: hit.with_path(str(path)),
+                ModuleProfile.check_links,
             )
     if sort != transforms.SortKey.ORDER:
         profile = transforms.sort_children(profile, sort)

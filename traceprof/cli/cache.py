@@ -9,7 +9,7 @@ import click
 
 from traceprof import units
 from traceprof.cli.common import fail
-from traceprof.errors import TraceprofError
+from traceprof.errors import OutputError, TraceprofError
 from traceprof.read import cache
 
 
@@ -31,13 +31,22 @@ def _store() -> cache.Store:
 @cache_command.command("info")
 def info() -> None:
     """Where the cache is, its entries and size, and its limit."""
-    for label, value in cache.summary(_store()):
+    store = _store()
+    store.private()  # a directory that is not used says why (a warning)
+    for label, value in cache.summary(store):
         click.echo(f"{label + ':':<11}{value}")
 
 
 @cache_command.command("clear")
 def clear() -> None:
-    """Remove every entry."""
+    """Remove every entry (traceprof's own: files of its name, owner and format only)."""
     store = _store()
-    n, freed = store.clear()
+    n, freed, failed = store.clear()
+    if failed:
+        _, error = failed[0]
+        fail(
+            f"{store.directory}: cannot remove {len(failed)} of {len(failed) + n} entries "
+            f"({error.strerror or error}); removed {n} ({units.file_size(freed)})",
+            OutputError.exit_code,
+        )
     click.echo(f"removed {n} entries ({units.file_size(freed)}) from {store.directory}")

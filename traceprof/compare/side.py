@@ -95,7 +95,13 @@ def side_of(
         Side,
         computed,
         lambda hit: _named(hit, str(source)),
+        _checked,
     )[0]
+
+
+def _checked(side: Side) -> None:
+    """A side read from the cache, checked as untrusted input (Store.get)."""
+    side.profile.check_links()
 
 
 def _entry(content: str, hierarchy, step: int | None) -> str:
@@ -123,7 +129,11 @@ def cached_sides(
         progress("looking the traces up in the cache")
     out: list[tuple[Side | None, str | None]] = []
     for source, content in zip(sources, trace_cache.content_hashes([str(s) for s in sources])):
-        hit = store.get(_entry(content, hierarchy, step), "side", Side) if content is not None else None
+        hit = (
+            store.get(_entry(content, hierarchy, step), "side", Side, _checked)
+            if content is not None
+            else None
+        )
         out.append(((_named(hit, str(source)) if hit is not None else None), content))
     return out
 

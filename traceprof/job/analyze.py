@@ -95,6 +95,7 @@ def analyze_rank(task: tuple[str, RankOptions]) -> RankResult:
         RankResult,
         lambda: _analyzed_rank(path, options, content),
         lambda hit: _rank_named(hit, path),
+        _checked_rank,
     )[0]
 
 
@@ -116,8 +117,13 @@ def cached_ranks(paths: list[str], options: RankOptions) -> list[RankResult | No
 def _cached_rank(store: Store, path: str, options: RankOptions, content: str | None) -> RankResult | None:
     if content is None:
         return None
-    hit = store.get(_rank_entry(content, options), "rank", RankResult)
+    hit = store.get(_rank_entry(content, options), "rank", RankResult, _checked_rank)
     return _rank_named(hit, path) if hit is not None else None
+
+
+def _checked_rank(result: RankResult) -> None:
+    """A rank's result read from the cache, checked as untrusted input (Store.get)."""
+    result.profile.check_links()
 
 
 def _rank_entry(content: str, options: RankOptions) -> str:

@@ -33,6 +33,7 @@ from traceprof.trace.model import (
     ThreadInfo,
     Trace,
     TraceMetadata,
+    check_column,
     narrowed,
     release_freed_memory,
     unique,
@@ -104,6 +105,7 @@ def load_keyed(
         Trace,
         lambda: _decoded(path, progress, max_memory, memory_scale, jobs, chunk_bytes, hashed=True),
         lambda trace: trace.with_path(str(path)),
+        check_trace,
     )
 
 
@@ -129,6 +131,35 @@ def _decoded(
     del doc
     release_freed_memory()
     return trace.with_path(str(path)), content.value if content is not None else None
+
+
+def check_trace(trace: Trace) -> None:
+    """The invariants every Trace built here has, checked on one that was not (a cache entry,
+    mapped as untrusted input): each column as long as its table, of the type it is built in,
+    each code an index into its table, each event index an event. A ValueError naming the
+    first column that fails; the analysis never indexes with a value from outside."""
+    ev = trace.events
+    n = len(ev.kind)
+    check_column(ev.kind, "kind", n, "i", (0, max(Kind) + 1))
+    for name, table in (("name", ev.names), ("category", ev.categories), ("thread", ev.threads)):
+        check_column(getattr(ev, name), name, n, "i", (-1, len(table)))
+    for name in ("input_dims", "input_types", "concrete_inputs"):
+        check_column(getattr(ev, name), name, n, "i", (-1, len(ev.texts)))
+    for name in ("ts", "dur"):
+        check_column(getattr(ev, name), name, n, "f")
+    for name in ("correlation", "external_id", "sequence_number", "fwd_thread_id", "stream", "flow_id"):
+        check_column(getattr(ev, name), name, n, "i")
+    frames = len(trace.python.event)
+    check_column(trace.python.event, "python.event", frames, "i", (0, n))
+    check_column(trace.python.id, "python.id", frames, "i")
+    check_column(trace.python.parent_id, "python.parent_id", frames, "i")
+    if trace.memory is not None:
+        memory = trace.memory
+        m = len(memory.event)
+        check_column(memory.event, "memory.event", m, "i", (0, n))
+        check_column(memory.bytes, "memory.bytes", m, "i")
+        check_column(memory.total_allocated, "memory.total_allocated", m, "i")
+        check_column(memory.device, "memory.device", m, "i", (0, len(memory.devices)))
 
 
 def _flow_ids(ids: list) -> np.ndarray | list:

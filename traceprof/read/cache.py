@@ -5,7 +5,9 @@ An entry is found by a hash of the trace file's whole content as stored (gzip or
 bits, about 0.1 s per GB), of traceprof's code (its version and the size and time of each of its
 modules, so an edited checkout never reads entries of its former self) and of the options the
 entry depends on. A file changed in place, even with its size and time restored, hashes to
-another entry; the cache never changes a number.
+another entry; the cache never changes a number. An entry is written under the hash of the
+bytes it was computed from, taken as they were read (:class:`~traceprof.read.source.ContentHash`):
+a file replaced between the look-up and the read is stored as what was read.
 
 One file per entry, ``<content hash>-<kind>-<hash of code and options>.tpc``:
 
@@ -19,6 +21,14 @@ Entries are written to a temporary file and renamed into place, so a reader sees
 or none, and two writers of one entry both succeed. An entry that is truncated, corrupt, of
 another format or of another key is ignored with a one-line warning, removed and rebuilt.
 
+Private and untrusted (docs/security.md): the directory is made 0700 and used only when it is
+this user's and closed to others; only this user's regular files with an entry's name and
+:data:`MAGIC` are read, counted or removed (``cache clear``, eviction), never a FIFO, a link or
+another file; an entry's header (types, shapes, offsets) and the value it decodes to are checked
+as untrusted input, and anything wrong is one warning and a fresh analysis. A writer holds a
+lock on its temporary file, removes it on an error, Ctrl-C or SIGTERM, and one left by a writer
+that was killed is counted and removed by the next write.
+
 Bounded: entries past the size limit (``$TRACEPROF_CACHE_SIZE``, default 4 GB) are removed least
 recently used first (a hit touches its entry's time); an entry larger than the limit is not
 written. A directory that cannot be created or written (read-only, full) means no cache, with
@@ -29,10 +39,12 @@ platform's user cache directory (``~/.cache/traceprof`` on Linux).
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import math
 import mmap
 import os
+import re
 import stat
 import struct
 import time
@@ -44,6 +56,11 @@ from typing import Any, TypeVar
 import msgspec
 import numpy as np
 import xxhash
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not POSIX: a dead writer's temporary file stays
+    fcntl = None  # type: ignore[assignment]
 
 from traceprof import units
 from traceprof.errors import OptionError
@@ -189,12 +206,21 @@ class _Header(msgspec.Struct):
     arrays: list[tuple[str, tuple[int, ...], int, int]]  # dtype, shape, offset in the data, bytes
 
 
-#: directories found unwritable (warned about once)
-_UNWRITABLE: set[Path] = set()
+#: directories warned about (unwritable, not private), once each per process
+_WARNED: set[tuple[Path, str]] = set()
+
+#: the file name of an entry (entry_name) and of one being written (Store.put)
+_ENTRY_NAME = re.compile(r"[0-9a-f]{32}-[a-z]+-[0-9a-f]{16}" + re.escape(SUFFIX) + r"\Z")
+_TEMPORARY_NAME = re.compile(r"\.tmp-[a-z0-9_]{8}" + re.escape(SUFFIX) + r"\Z")  # tempfile.mkstemp's
+#: opening an entry: a symlink is not one, and a FIFO must not block the open
+_OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
 
 
 class Store:
-    """The entries in ``directory`` (created when first written), at most ``limit`` bytes."""
+    """The entries in ``directory`` (created private when first written), at most ``limit``
+    bytes. Only this user's entries are read, counted or removed: a file is one when its name
+    is an entry's, it is a regular file of this user's and it starts with :data:`MAGIC`; a
+    temporary file of a writer that died is removed once no writer holds its lock."""
 
     def __init__(self, directory: Path, limit: int) -> None:
         self.directory = directory
@@ -205,32 +231,97 @@ class Store:
         directory = cache_directory()
         return cls(directory, size_limit()) if directory is not None else None
 
+    def _warn_once(self, what: str, message: str) -> None:
+        if (self.directory, what) not in _WARNED:
+            _WARNED.add((self.directory, what))
+            warn(message)
+
+    def private(self, create: bool = False) -> bool:
+        """Whether the directory is this user's and closed to others (0700), so that no one
+        else can plant an entry in it or read one (``create``: made so when missing). One that
+        holds nothing but entries (made by an earlier traceprof under another umask) is made
+        private; any other is not used, with a warning naming it."""
+        if create:  # an error says why it cannot be created (Store.put warns)
+            self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        try:
+            st = os.stat(self.directory)
+        except (FileNotFoundError, NotADirectoryError):
+            return False  # nothing cached yet
+        except OSError as e:
+            self._warn_once(
+                "unwritable",
+                f"{self.directory}: cannot use the cache ({e.strerror or e}); analyzing without it",
+            )
+            return False
+        if not stat.S_ISDIR(st.st_mode):
+            self._unwritable(NotADirectoryError(errno.ENOTDIR, "Not a directory"))
+            return False
+        problem = None
+        if hasattr(os, "geteuid") and st.st_uid != os.geteuid():
+            problem = "belongs to another user"
+        elif st.st_mode & 0o077:
+            if not self._only_entries():
+                problem = f"is open to other users (mode {stat.S_IMODE(st.st_mode):o}) and holds other files"
+            else:
+                try:
+                    os.chmod(self.directory, 0o700)
+                except OSError as e:
+                    problem = f"is open to other users and cannot be made private ({e.strerror or e})"
+        if problem is not None:
+            self._warn_once(
+                "not private",
+                f"{self.directory}: not used as the cache: it {problem}; the cache needs a directory "
+                f"of its own, private to you (${DIR_ENV})",
+            )
+            return False
+        return True
+
+    def _only_entries(self) -> bool:
+        try:
+            return all(_ENTRY_NAME.match(n) or _TEMPORARY_NAME.match(n) for n in os.listdir(self.directory))
+        except OSError:
+            return False
+
     # -- reading
 
-    def get(self, name: str, kind: str, type_: type[T]) -> T | None:
+    def get(self, name: str, kind: str, type_: type[T], check: Callable[[T], None] | None = None) -> T | None:
         """The object in entry ``name``, decoded as ``type_`` (its arrays memory-mapped,
-        copy-on-write); None when there is no such entry, or a warning and None when it cannot
-        be used."""
+        copy-on-write) and passed to ``check`` (which raises ValueError for a value the code
+        that built it could not have made); None when there is no such entry, or a warning
+        and None when it cannot be used. An entry is untrusted input: whatever it holds gives
+        one warning and a fresh analysis, never an error."""
+        if not self.private():
+            return None
         path = self.directory / name
         try:
-            fd = os.open(path, os.O_RDONLY)
+            fd = os.open(path, _OPEN_FLAGS)
         except (FileNotFoundError, NotADirectoryError):
-            return None  # no entry (or no cache directory: writing it says why)
+            return None  # no entry
         except OSError as e:
-            warn(f"{path}: cannot read the cache entry ({e.strerror}); analyzing without it")
+            warn(f"{path}: cannot read the cache entry ({e.strerror or e}); analyzing without it")
             return None
         try:
             st = os.fstat(fd)
+            if not _ours(st):
+                warn(
+                    f"{path}: not a cache entry of yours (not a regular file of your own); analyzing without it"
+                )
+                return None
             size = st.st_size
             if size < _PREFIX.size:
                 raise _Unusable("is truncated")
             data = mmap.mmap(fd, size, access=mmap.ACCESS_COPY)
             value = _decode(data, name, kind, type_)
-        except (OSError, ValueError) as e:
-            self._unusable(path, f"cannot be mapped ({e})")
-            return None
+            if check is not None:
+                check(value)
         except _Unusable as e:
             self._unusable(path, str(e))
+            return None
+        except OSError as e:
+            self._unusable(path, f"cannot be mapped ({e.strerror or e})")
+            return None
+        except Exception as e:  # a forged entry: whatever the decoded value makes fail
+            self._unusable(path, f"holds what traceprof does not write ({type(e).__name__}: {e})")
             return None
         finally:
             os.close(fd)
@@ -243,7 +334,6 @@ class Store:
         warn(f"{path}: the cache entry {problem}; ignored and rebuilt")
         with contextlib.suppress(OSError):
             path.unlink()
-        return None
 
     # -- writing
 
@@ -265,14 +355,18 @@ class Store:
         import tempfile  # only to write: a hit needs none of it
 
         try:
-            self.directory.mkdir(parents=True, exist_ok=True)
+            if not self.private(create=True):
+                return False
+            if _taken(self.directory / name):
+                return False  # a file of someone else's under the entry's name (Store.get said so)
             self._evict(self.limit - size)
             fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=SUFFIX, dir=self.directory)
         except OSError as e:
             self._unwritable(e)
             return False
         try:
-            with open(fd, "wb") as f:
+            _lock(fd)  # held until the entry is in place: a writer's file is never taken for a dead one's
+            with open(fd, "wb", closefd=False) as f:
                 for p in parts:
                     f.write(p)
             os.replace(tmp, self.directory / name)
@@ -281,49 +375,122 @@ class Store:
                 os.unlink(tmp)
             self._unwritable(e)
             return False
+        except BaseException:  # SIGTERM (raised as an exception by the command), Ctrl-C
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        finally:
+            os.close(fd)
         return True
 
     def _unwritable(self, error: OSError) -> None:
         """Warn that the directory cannot be written, once per directory and process."""
-        if self.directory not in _UNWRITABLE:
-            _UNWRITABLE.add(self.directory)
-            warn(
-                f"{self.directory}: cannot write to the cache ({error.strerror or error}); analyzing without it"
-            )
+        self._warn_once(
+            "unwritable",
+            f"{self.directory}: cannot write to the cache ({error.strerror or error}); analyzing without it",
+        )
 
     def entries(self) -> list[tuple[Path, os.stat_result]]:
-        """The entries, least recently used first."""
-        found = []
+        """This user's entries, least recently used first, then the temporary files of writers
+        that died (they hold no lock), which go first of all."""
+        found, stale = [], []
         with contextlib.suppress(OSError):
             for p in self.directory.iterdir():
-                if p.suffix == SUFFIX and not p.name.startswith(".tmp-"):
-                    with contextlib.suppress(OSError):
-                        found.append((p, p.stat()))
+                if _ENTRY_NAME.match(p.name):
+                    st = _entry_stat(p)
+                    if st is not None:
+                        found.append((p, st))
+                elif _TEMPORARY_NAME.match(p.name):
+                    st = _abandoned(p)
+                    if st is not None:
+                        stale.append((p, st))
         found.sort(key=lambda e: e[1].st_mtime_ns)
-        return found
+        return stale + found
 
     def _evict(self, room: int) -> None:
-        """Remove entries, least recently used first, until they take at most ``room`` bytes."""
+        """Remove entries, least recently used first, until they take at most ``room`` bytes;
+        temporary files of writers that died first of all."""
         entries = self.entries()
         total = sum(st.st_size for _, st in entries)
         for p, st in entries:
-            if total <= room:
+            if total <= room and not p.name.startswith(".tmp-"):
                 break
             with contextlib.suppress(OSError):
                 p.unlink()
             total -= st.st_size
 
-    def clear(self) -> tuple[int, int]:
-        """Remove every entry (and leftover temporary files): (entries, bytes) removed."""
+    def clear(self) -> tuple[int, int, list[tuple[Path, OSError]]]:
+        """Remove every entry and the temporary files of writers that died: (entries, bytes)
+        removed, and the files that could not be removed, with why (a read-only directory)."""
         n = freed = 0
-        with contextlib.suppress(OSError):
-            for p in self.directory.iterdir():
-                if p.suffix == SUFFIX:
-                    with contextlib.suppress(OSError):
-                        size = p.stat().st_size
-                        p.unlink()
-                        n, freed = n + (not p.name.startswith(".tmp-")), freed + size
-        return n, freed
+        failed: list[tuple[Path, OSError]] = []
+        if not self.private():
+            return n, freed, failed
+        for p, st in self.entries():
+            try:
+                p.unlink()
+            except FileNotFoundError:
+                continue  # another process removed it
+            except OSError as e:
+                failed.append((p, e))
+                continue
+            n, freed = n + (not p.name.startswith(".tmp-")), freed + st.st_size
+        return n, freed, failed
+
+
+def _ours(st: os.stat_result) -> bool:
+    """A regular file of this user's (not a FIFO, a device, a link or someone else's file)."""
+    return stat.S_ISREG(st.st_mode) and (not hasattr(os, "geteuid") or st.st_uid == os.geteuid())
+
+
+def _taken(path: Path) -> bool:
+    """Whether ``path`` is a file that is not this user's: never replaced."""
+    try:
+        return not _ours(os.lstat(path))
+    except FileNotFoundError:
+        return False
+
+
+def _entry_stat(path: Path) -> os.stat_result | None:
+    """The stat of ``path`` when it is an entry of this user's (its first bytes are MAGIC),
+    else None: a file that only looks like one by its name is never counted or removed."""
+    try:
+        fd = os.open(path, _OPEN_FLAGS)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        return st if _ours(st) and os.pread(fd, len(MAGIC), 0) == MAGIC else None
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _abandoned(path: Path) -> os.stat_result | None:
+    """The stat of a temporary file of this user's whose writer is gone (its lock is free),
+    else None: a writer at work holds the lock until its entry is in place."""
+    try:
+        fd = os.open(path, _OPEN_FLAGS)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not _ours(st) or fcntl is None or (st.st_size and os.pread(fd, len(MAGIC), 0) != MAGIC):
+            return None  # a writer writes MAGIC first
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return None  # a writer holds it
+        return st
+    finally:
+        os.close(fd)
+
+
+def _lock(fd: int) -> None:
+    """Hold a writer's lock on its temporary file (released when it is closed, or dies)."""
+    if fcntl is not None:
+        fcntl.flock(fd, fcntl.LOCK_EX)
 
 
 # ---- encoding -------------------------------------------------------------------------------
@@ -386,21 +553,58 @@ def _decode(data: mmap.mmap, name: str, kind: str, type_: type[T]) -> T:
     if header.name != name or header.kind != kind:
         raise _Unusable(f"holds another entry ({header.name})")
     start = header_len + header.payload
+    if not 0 <= header.payload <= len(body) - header_len:
+        raise _Unusable("is corrupt (its payload lies outside it)")
     base = -(-(_PREFIX.size + start) // _ALIGN) * _ALIGN - _PREFIX.size
-    arrays = [
-        np.frombuffer(body, np.dtype(dt), count=math.prod(shape), offset=base + off).reshape(shape)
-        for dt, shape, off, _ in header.arrays
-    ]
+    arrays = _arrays(body, base, header.arrays)
+    used = [False] * len(arrays)
 
     def hook(t: type, obj: Any) -> Any:
-        if t is np.ndarray and isinstance(obj, int) and 0 <= obj < len(arrays):
+        if t is np.ndarray and type(obj) is int and 0 <= obj < len(arrays) and not used[obj]:
+            used[obj] = True
             return arrays[obj]
-        raise NotImplementedError(f"unexpected {t!r} in a cache entry")
+        raise NotImplementedError(f"an array that is not one of its own, or one of them twice ({obj!r})")
 
     try:
-        return msgspec.msgpack.Decoder(type_, dec_hook=hook).decode(body[header_len:start])
+        value: T = msgspec.msgpack.Decoder(type_, dec_hook=hook).decode(body[header_len:start])
     except (msgspec.DecodeError, NotImplementedError) as e:
         raise _Unusable(f"cannot be decoded ({e})") from None
+    if not all(used):
+        raise _Unusable("holds arrays that nothing refers to")
+    return value
+
+
+#: the types of the arrays traceprof caches: bools, integers and floats, in this machine's order
+_ARRAY_TYPES = frozenset(
+    np.dtype(t).str
+    for t in (np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64)
+    + (np.float32, np.float64)
+)
+#: dimensions of a cached array (the columns are vectors)
+_MAX_DIMENSIONS = 2
+
+
+def _arrays(
+    body: memoryview, base: int, table: list[tuple[str, tuple[int, ...], int, int]]
+) -> list[np.ndarray]:
+    """The arrays of an entry, mapped, after checking what its header says of them as untrusted
+    input: a type traceprof caches, a shape whose size is the bytes given, each one aligned,
+    inside the data and apart from the others."""
+    arrays = []
+    end = base
+    for dt, shape, offset, nbytes in table:
+        if dt not in _ARRAY_TYPES:
+            raise _Unusable(f"holds an array of a type traceprof does not cache ({dt!r})")
+        if not 1 <= len(shape) <= _MAX_DIMENSIONS or min(shape) < 0:
+            raise _Unusable(f"holds an array of an impossible shape {tuple(shape)}")
+        dtype = np.dtype(dt)
+        if math.prod(shape) * dtype.itemsize != nbytes:  # Python integers: no overflow
+            raise _Unusable(f"holds an array of shape {tuple(shape)} in {nbytes} bytes")
+        if offset % _ALIGN or base + offset < end or base + offset + nbytes > len(body):
+            raise _Unusable("holds an array outside its data, or over another")
+        end = base + offset + nbytes
+        arrays.append(np.frombuffer(body, dtype, count=math.prod(shape), offset=base + offset).reshape(shape))
+    return arrays
 
 
 # ---- use ------------------------------------------------------------------------------------
@@ -414,14 +618,17 @@ def cached(
     type_: type[T],
     build: Callable[[], tuple[T, str | None]],
     on_hit: Callable[[T], T] = lambda v: v,
+    check: Callable[[T], None] | None = None,
 ) -> tuple[T, str | None]:
     """The entry ``name(content)`` of ``store`` (``on_hit`` applied), else the value ``build()``
     computes with the content hash of the bytes it read, written there as ``name(read)``: an
     entry is keyed by what it was computed from, so a file replaced between the hash that
     looked it up and the read that decoded it is stored under its new content, never under the
-    old (not written when the read's is not known). The value and the content it is of."""
+    old (not written when the read's is not known). The value and the content it is of.
+    ``check``: raises ValueError for a found value the code could not have built (see
+    :meth:`Store.get`)."""
     if store is not None:
-        found = store.get(name(content), kind, type_)
+        found = store.get(name(content), kind, type_, check)
         if found is not None:
             return on_hit(found), content
     value, read = build()
@@ -431,13 +638,13 @@ def cached(
 
 
 def summary(store: Store) -> Iterator[tuple[str, str]]:
-    """What ``traceprof cache info`` prints: (label, value) lines."""
+    """What ``traceprof cache info`` prints: (label, value) lines. The temporary files of
+    writers that died count (the next write removes them)."""
     entries = store.entries()
     total = sum(st.st_size for _, st in entries)
     kinds: dict[str, int] = {}
     for p, _ in entries:
-        parts = p.stem.split("-")
-        kind = parts[1] if len(parts) == 3 else "other"
+        kind = "left by a writer that died" if p.name.startswith(".tmp-") else p.name.split("-")[1]
         kinds[kind] = kinds.get(kind, 0) + 1
     yield "directory", str(store.directory)
     yield "entries", ", ".join(f"{n} {k}" for k, n in sorted(kinds.items())) or "none"

@@ -438,6 +438,22 @@ class ModuleProfile(msgspec.Struct, frozen=True):
                 return self.nodes[r]
         return None
 
+    def check_links(self) -> None:
+        """Its tree and timeline as the analysis builds them, checked on a profile read from
+        elsewhere (a cache entry, mapped as untrusted input): every id, parent, child and root
+        a node of it, in pre-order; a ValueError naming the first that is not. The numbers are
+        :meth:`self_check`'s."""
+        n = len(self.nodes)
+        for i, node in enumerate(self.nodes):
+            if node.id != i or not -1 <= node.parent < i:
+                raise ValueError(f"node {i} is out of place")
+            if any(not i < c < n or self.nodes[c].parent != i for c in node.children):
+                raise ValueError(f"node {i} has a child out of place")
+        if any(not 0 <= r < n or self.nodes[r].parent != -1 for r in self.roots):
+            raise ValueError("a root is out of place")
+        if self.timeline is not None:
+            self.timeline.check()
+
     def walk(self, start: int | None = None) -> Iterator[ModuleNode]:
         """Nodes in pre-order (parents before children, siblings in stored order)."""
         stack = [start] if start is not None else list(reversed(self.roots))

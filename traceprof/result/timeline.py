@@ -9,6 +9,8 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from traceprof.trace.model import check_column
+
 #: events a timeline keeps at most (the rest merged or left out, and counted)
 MAX_EVENTS = 40_000
 TIMELINE_SCHEMA = "traceprof.timeline/1"
@@ -58,6 +60,21 @@ class Timeline(msgspec.Struct, frozen=True):
     merged_below_us: float
     dropped: int
     memory: MemoryCurve | None = None
+
+    def check(self) -> None:
+        """Its columns as the analysis builds them, checked on a timeline read from elsewhere (a
+        cache entry, mapped as untrusted input): a ValueError naming the first that is not."""
+        n = len(self.lane) if isinstance(self.lane, np.ndarray) else -1
+        check_column(self.lane, "timeline.lane", n, "i", (0, len(self.lanes)))
+        check_column(self.row, "timeline.row", n, "i", (0, max((ln.rows for ln in self.lanes), default=0)))
+        check_column(self.name, "timeline.name", n, "i", (0, len(self.names)))
+        check_column(self.module, "timeline.module", n, "i", (-1, len(self.modules)))
+        check_column(self.phase, "timeline.phase", n, "i", (0, 3))
+        check_column(self.count, "timeline.count", n, "i")
+        check_column(self.start, "timeline.start", n, "f")
+        check_column(self.dur, "timeline.dur", n, "f")
+        if self.memory is not None and not -1 <= self.memory.peak_module < len(self.modules):
+            raise ValueError("the memory peak's module is not one of the timeline's")
 
     def document(self) -> dict[str, Any]:
         """The timeline as JSON-ready columns (the HTML report and TensorBoard tab read it)."""

@@ -306,6 +306,25 @@ def narrowed(values: np.ndarray) -> np.ndarray:
     return values.astype(np.int64, copy=False)
 
 
+def check_column(
+    values: Any, name: str, length: int, kind: str, within: tuple[int, int] | None = None
+) -> None:
+    """Check a column of a table read from elsewhere (a cache entry) as the code that built it
+    would have made it: a one-dimensional array of ``length`` values of ``kind`` (numpy's
+    ``dtype.kind``: "i" integers, "f" floats, "b" bools), each in ``within`` (lowest, end) when
+    given; a ValueError naming the column otherwise."""
+    if not isinstance(values, np.ndarray) or values.ndim != 1 or values.dtype.kind != kind:
+        raise ValueError(f"column {name} is not a vector of the type it is built in")
+    if len(values) != length:
+        raise ValueError(f"column {name} has {len(values)} values, not {length}")
+    if (
+        within is not None
+        and len(values)
+        and (int(values.min()) < within[0] or int(values.max()) >= within[1])
+    ):
+        raise ValueError(f"column {name} holds values outside {within[0]}..{within[1] - 1}")
+
+
 def index_dtype(n_events: int) -> type[np.signedinteger]:
     """The integer type of arrays of event indices (with -1 for none) over ``n_events``
     events: int32 below 2**31 events, which halves every per-event link array."""
