@@ -22,6 +22,7 @@ from traceprof.capture.compiled import (  # noqa: E402
     module_path,
     parse_wrapper_source,
 )
+from traceprof.capture.module_paths import ModulePaths  # noqa: E402
 from traceprof.trace.schema import COMPILED_TABLE_KEY, MODULE_TABLE_KEY  # noqa: E402
 
 from .compiled_models import (  # noqa: E402
@@ -108,7 +109,47 @@ def test_module_path_parses_dynamo_source_names():
     assert module_path("L['self']._modules['fc']") == ("L['self']", "fc")
     assert module_path("L['model']") == ("L['model']", "")
     assert module_path("G['net'].layers['a']") == ("G['net']", "layers.a")
-    assert module_path("getattr(L['self'], 'x')")[1] is None
+    # every spelling Dynamo gives: getattr, odict items, a decorator's args[0], a bound method's
+    # object, a closure's cell, a compile wrapper's module; anything else does not parse
+    assert module_path("getattr(L['self'], 'x')") == ("L['self']", "x")
+    assert module_path("___odict_getitem(L['self']._modules, 'fc').x") == ("L['self']", "fc.x")
+    assert module_path("L['args'][0].model.layers.0") == ("L['args'][0]", "model.layers.0")
+    assert module_path("L['kwargs']['model'].fc") == ("L['kwargs']['model']", "fc")
+    assert module_path("L['fn'].__self__.h[0]") == ("L['fn'].__self__", "h.0")
+    assert module_path("L['fn'].__closure__[0].cell_contents.fc") == (
+        "L['fn'].__closure__[0].cell_contents",
+        "fc",
+    )
+    assert module_path("L['self'].blocks[0]._orig_mod.attn") == ("L['self']", "blocks.0.attn")
+    assert module_path("weird(L['self'])")[1] is None
+    assert module_path("")[1] is None
+
+
+def test_module_paths_resolve_by_module_id_whatever_the_spelling():
+    """With the model's modules by id, a stack entry's path is its qualified name relative to
+    the frame's root, which every entry must fit: a decorator's ``args[0]`` is not a module."""
+    names = {1: "", 2: "model", 3: "model.layers", 4: "model.layers.0", 5: "lm_head"}
+    paths = ModulePaths(
+        [("2", "L['args'][0].model"), ("4", "L['args'][0].model.layers.0"), ("5@1", "L['args'][0].lm_head")],
+        names,
+    )
+    assert paths.root == ""
+    assert paths.resolve("4", "L['args'][0].model.layers.0") == ("L['args'][0]", "model.layers.0")
+    assert paths.resolve("5@1", "L['args'][0].lm_head")[1] == "lm_head"
+    # a block compiled alone: paths relative to the block, which the ids name
+    blocks = {1: "", 2: "h", 3: "h.0", 4: "h.0.attn", 5: "h.0.mlp", 6: "h.1", 7: "h.1.attn"}
+    paths = ModulePaths([("4", "L['self'].attn"), ("5", "L['self']._modules['mlp']")], blocks)
+    assert paths.root == "h.0"
+    assert paths.resolve("5", "L['self']._modules['mlp']")[1] == "mlp"
+    # the spelling alone decides between two roots that both fit (args[0] is the wrapped self)
+    paths = ModulePaths([("4", "L['args'][0].attn"), ("5", "L['args'][0].mlp")], blocks)
+    assert paths.root == "h.0"
+    # a module that is not the model's, and a spelling that does not parse: kept as written
+    paths = ModulePaths([("99", "L['self'].extra.fc"), ("98", "odd(L['self'])")], blocks)
+    assert paths.root is None
+    assert paths.resolve("99", "L['self'].extra.fc")[1] == "extra.fc"
+    assert paths.resolve("98", "odd(L['self'])")[1] == "odd(L['self'])"
+    assert paths.unresolved == ["odd(L['self'])"]
 
 
 def test_expected_event_names_of_wrapper_calls():
@@ -278,7 +319,7 @@ def test_replaced_nodes_take_the_stack_of_the_heaviest_matched_node():
         new.meta[compiled_mod._REPLACED_KEY] == mm_b.meta["fwd_nn_module_stack"]
     )  # a matmul; ties: the first
     assert compiled_mod._REPLACED_KEY not in own.meta  # a node with a stack of its own keeps it
-    row = compiled_mod._describe_node(SimpleNamespace(**vars(new), args=(), kwargs={}))
+    row = compiled_mod._describe_node(SimpleNamespace(**vars(new), args=(), kwargs={}), ModulePaths([], {}))
     assert (row["module"], row["module_class"], row["module_from"]) == ("b", "Linear", "replaced")
     pointwise = fx_node(aten.addmm.default)
     compiled_mod._tag_replaced([bare, add_a], [pointwise])  # only pointwise nodes: the first with a stack
@@ -443,7 +484,12 @@ def failing_recorder(tmp_path, monkeypatch):
         with capture.profile(model, logdir=tmp_path / "a", wait=0, warmup=1, active=1) as prof:
             train(model, 2, prof)
     trace = load_trace(prof.trace_paths[0])
-    assert MODULE_TABLE_KEY in trace and COMPILED_TABLE_KEY not in trace
+    # the trace says why it has no rows: the analysis repeats it instead of asking for a capture
+    table = compiled_table(trace)
+    assert MODULE_TABLE_KEY in trace and table["graphs"] == {}
+    assert any("recorder bug" in w for w in table["warnings"])
+    advice = [w for w in traceprof_analyze(prof.trace_paths[0]).warnings if "compiled regions" in w]
+    assert advice and "recorder bug" in advice[0] and "Capture with" not in advice[0]
     monkeypatch.undo()
     assert inductor_state() == before
 
@@ -466,7 +512,11 @@ def failing_recorder(tmp_path, monkeypatch):
         with capture.profile(model, logdir=tmp_path / "c", wait=0, warmup=1, active=1) as prof:
             train(model, 2, prof)
     trace = load_trace(prof.trace_paths[0])
-    assert MODULE_TABLE_KEY in trace and COMPILED_TABLE_KEY not in trace
+    table = compiled_table(trace)  # a table without graphs that records the failure
+    assert MODULE_TABLE_KEY in trace and table["graphs"] == {}
+    assert table["omitted"] and "recorder bug" in table["omitted"][0]["reason"]
+    advice = [w for w in traceprof_analyze(prof.trace_paths[0]).warnings if "compiled regions" in w]
+    assert advice and "recorder bug" in advice[0] and "Capture with" not in advice[0]
     monkeypatch.undo()
     assert inductor_state() == before
 
@@ -524,3 +574,100 @@ def test_compiled_cpu_sample_trace_joins():
     counts = join_compiled_events(trace)["counts"]
     assert counts["events"] > 50 and counts["matched"] == counts["events"], counts
     assert counts["with_module"] >= 0.95 * counts["events"], counts
+
+
+# -- values the table cannot hold as plain JSON ------------------------------------------------
+
+
+def test_values_are_encoded_as_strict_json():
+    """Every value the recorder meets becomes JSON that a strict writer accepts, in the
+    encoding docs/trace-conventions.md ("Values") defines; the table's writer never fails."""
+    import json
+    import math
+
+    from traceprof.capture.compiled import encode_value
+
+    assert encode_value(float("-inf")) == {"float": "-inf"}
+    assert encode_value(float("inf")) == {"float": "inf"}
+    assert encode_value(math.nan) == {"float": "nan"}
+    assert encode_value(torch.finfo(torch.float32).min) == torch.finfo(torch.float32).min
+    assert encode_value(2**70) == {"int": str(2**70)}
+    assert encode_value(-(2**63)) == -(2**63)
+    assert encode_value(torch.float16) == {"dtype": "float16"}
+    assert encode_value(torch.device("cpu")) == {"device": "cpu"}
+    assert encode_value(torch.contiguous_format) == {"enum": "torch.contiguous_format"}
+    assert encode_value(torch.zeros(2, 3)) == {"shape": [2, 3], "dtype": "float32"}
+    assert encode_value({"a": [1.5, float("nan")]}) == {"a": [1.5, {"float": "nan"}]}
+    assert encode_value("x" * 1000) == "x" * 200
+    deep: list = []
+    for _ in range(50):
+        deep = [deep]
+    values = [float("-inf"), 2**80, torch.int64, torch.device("cpu"), torch.strided, object(), deep]
+    json.dumps([encode_value(v) for v in values], allow_nan=False)
+
+
+class MaskedDecoder(nn.Module):
+    """Two pre-norm blocks of causal self-attention whose mask is filled with ``-inf``, as every
+    decoder's is: a non-finite constant in the compiled graphs."""
+
+    def __init__(self, d: int = 32, n: int = 2, vocab: int = 64) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(vocab, d)
+        self.blocks = nn.ModuleList(Block(d) for _ in range(n))
+        self.head = nn.Linear(d, vocab)
+
+    def forward(self, idx):
+        x = self.emb(idx)
+        for block in self.blocks:
+            x = block(x)
+        return self.head(x)
+
+
+class Block(nn.Module):
+    def __init__(self, d: int) -> None:
+        super().__init__()
+        self.ln = nn.LayerNorm(d)
+        self.qkv = nn.Linear(d, 3 * d)
+        self.mlp = nn.Sequential(nn.Linear(d, 2 * d), nn.GELU(), nn.Linear(2 * d, d))
+
+    def forward(self, x):
+        q, k, v = self.qkv(self.ln(x)).chunk(3, dim=-1)
+        t = x.shape[1]
+        mask = torch.ones(t, t, dtype=torch.bool).triu(1)
+        scores = (q @ k.transpose(-1, -2)).masked_fill(mask, float("-inf"))
+        x = x + scores.softmax(-1) @ v
+        return x + self.mlp(x)
+
+
+@needs_compiler
+def test_a_graph_with_minus_infinity_keeps_its_table_and_its_blocks(tmp_path):
+    """The causal mask's -inf is a constant of the compiled graphs: the table is embedded (no
+    node left out) and the blocks are under the root, as in the eager trace."""
+    import traceprof
+
+    torch.manual_seed(0)
+    model = torch.compile(MaskedDecoder())
+    idx = torch.randint(0, 64, (2, 16))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with capture.profile(model, logdir=tmp_path, wait=0, warmup=1, active=1) as prof:
+            for _ in range(2):
+                model(idx).sum().backward()
+                prof.step()
+    assert not [w for w in caught if "traceprof" in str(w.message)], [str(w.message) for w in caught]
+    table = compiled_table(load_trace(prof.trace_paths[0]))
+    assert table["graphs"] and table["omitted"] == []
+    encoded = [
+        v
+        for g in table["graphs"].values()
+        for n in g["nodes"].values()
+        for v in n["inputs"]
+        if isinstance(v, dict) and "float" in v
+    ]
+    assert {"float": "-inf"} in encoded
+    profile = traceprof.analyze(prof.trace_paths[0])
+    profile.self_check()
+    for name in ("blocks.0", "blocks.1", "blocks.0.qkv", "blocks.1.mlp.0"):
+        node = profile.find(name)
+        assert node.qualified_name == name and node.total.cpu_us > 0
+    assert not [w for w in profile.warnings if "compiled regions" in w]

@@ -30,9 +30,11 @@ node's fused record too, and ``--ops`` names the modules it spans.
 **FLOPs** of generated kernels, whose events carry no shapes, come from their nodes through the
 same formula registry as eager ops (each node's op and arguments as a trace would record them);
 each node's cost goes to the node's own module, so that a module's FLOPs are the same compiled
-or not. The nodes of one decomposed op call (``original_group``) count as that op, once. Extern kernels are aten events with shapes, counted as in eager traces. Forward ops that
-a backward graph computes again (activation recomputation) are counted in the backward, and
-their FLOPs reported.
+or not. The nodes of one decomposed op call (``original_group``) count as that op, once. Extern
+kernels are aten events with shapes, counted as in eager traces. Forward ops that a backward
+graph computes again (activation recomputation) are reported apart (the summary's
+``recomputed_flops``), not in the backward's FLOPs: a module's FLOPs in each pass are the
+model's, as an eager trace counts them and as MFU counts them.
 
 Python loops here run over graphs, call sites and distinct (root, site) pairs; per-event work is
 numpy over columns, except the in-order walk of runs whose children do not follow the table's
@@ -320,7 +322,22 @@ class _Join:
         return tree, work
 
     def table_warnings(self) -> list[str]:
-        return [f"compiled-kernel table: {w}" for w in self.table.warnings]
+        out = [f"compiled-kernel table: {w}" for w in self.table.warnings]
+        omitted = self.table.omitted
+        if omitted:
+            first = omitted[0]
+            what = (
+                f"node {first.node} of graph {first.graph}"
+                if first.node is not None
+                else f"graph {first.graph}"
+            )
+            nodes = sum(1 for o in omitted if o.node is not None)
+            out.append(
+                f"compiled-kernel table: the capture left out {nodes} node(s) and "
+                f"{len(omitted) - nodes} graph(s) it could not write (the first: {what}, {first.reason}); "
+                "their kernels count on the module of their call site without their FLOPs"
+            )
+        return out
 
     def _children(self) -> tuple[np.ndarray, np.ndarray]:
         """The direct children of every run, by run then time, and the run of each."""
@@ -483,14 +500,27 @@ class _Join:
         scope_of = links.nearest(tree.scope_mask)
         node, _ = classify_events(self.runs, links, tree, scope_of)
         roots = node.astype(np.int64)
-        for k in np.flatnonzero((roots < 0) & (run_graph >= 0)).tolist():
-            key = self.graph_keys[int(run_graph[k])]
-            recorded = {c.root for c in self.table.compiles if c.key == key and c.root is not None}
-            name = recorded.pop() if len(recorded) == 1 else None
+        recorded_roots: dict[str, set[str]] = {}
+        for c in self.table.compiles:
+            if c.root is not None:
+                recorded_roots.setdefault(c.key, set()).add(c.root)
+        for k in np.flatnonzero(run_graph >= 0).tolist():
+            recorded = recorded_roots.get(self.graph_keys[int(run_graph[k])], set())
+            name = next(iter(recorded)) if len(recorded) == 1 else None
+            first_ts = float(self.trace.events.ts[self.runs[k]])
+            if roots[k] >= 0:
+                # a frame of a submodule (a graph break inside the model, Lightning's compiled
+                # training_step calling the model) inside the scope of the module around it
+                scope = self.nodes[int(roots[k])].qualified_name
+                if name is not None and name != scope and (scope == "" or name.startswith(scope + ".")):
+                    roots[k] = self._node_for(
+                        int(roots[k]), name[len(scope) + 1 :] if scope else name, first_ts
+                    )
+                continue
             if name is None and not tree.nodes and not recorded:
                 name = ""  # a trace without module scopes: the model's root
             if name is not None:  # else a compiled function outside the modules: left alone
-                roots[k] = self._root_node(name, float(self.trace.events.ts[self.runs[k]]))
+                roots[k] = self._root_node(name, first_ts)
         return roots
 
     # -- nodes ---------------------------------------------------------------------------------
@@ -508,10 +538,19 @@ class _Join:
         return node
 
     def _root_node(self, qualified: str, first_ts: float) -> int:
-        """A node of the tree with this qualified name (the first), or a new root."""
-        for n in self.nodes:
-            if n.qualified_name == qualified:
-                return n.id
+        """A node of the tree with this qualified name (the first), else one made under the
+        deepest module node that holds it; without one, under the model's root when the module
+        table lists the model (``""``), else a new root."""
+        named = {n.qualified_name: n.id for n in reversed(self.nodes) if not n.group}
+        if qualified in named:
+            return named[qualified]
+        parts = qualified.split(".") if qualified else []
+        for k in range(len(parts) - 1, -1, -1):
+            holder = named.get(".".join(parts[:k]))
+            if holder is not None:
+                return self._node_for(holder, ".".join(parts[k:]), first_ts)
+        if parts and self.module_table is not None and "" in self.module_table.modules:
+            return self._node_for(self._add(-1, "", self._class_of("", ""), first_ts), qualified, first_ts)
         return self._add(-1, qualified, self._class_of(qualified, ""), first_ts)
 
     def _node_for(self, root: int, module: str, first_ts: float) -> int:
@@ -796,6 +835,9 @@ def _site_costs(
     cost, family of its largest node, FLOPs of recomputed forward ops); ``sizes``: the run's
     symbolic sizes; ``memo``: the costs of the distinct (op, arguments) met so far.
 
+    Forward ops that a backward graph computes again (nodes with a module stack of their own in
+    a backward graph) cost nothing in it: their FLOPs are the last element, reported apart.
+
     The nodes of one decomposed op call (a group of ``originals``, see _original_groups) count
     as that op, once: the node with its arguments takes the op's cost (its own when the op's
     arguments are not understood), the group's other nodes none."""
@@ -823,8 +865,14 @@ def _site_costs(
         if found is None:
             continue
         cost, family = found
-        recomputed = cost.flops if backward and node.module_from == schema.COMPILED_OWN_STACK else 0.0
-        by_module.setdefault(node.module, []).append((cost, family, recomputed))
+        if backward and node.module_from == schema.COMPILED_OWN_STACK:
+            # a forward op the backward graph computes again: reported apart, not in the pass's
+            # FLOPs, so that a module's FLOPs are the same compiled or not (model FLOPs)
+            by_module.setdefault(node.module, []).append(
+                (OpCost(0.0, 0.0, 0.0, 0.0, cost.dtype), family, cost.flops)
+            )
+            continue
+        by_module.setdefault(node.module, []).append((cost, family, 0.0))
     out = []
     for module, parts in by_module.items():
         largest = max(parts, key=lambda p: p[0].flops)
@@ -882,6 +930,8 @@ def _argument(value: Any, sizes: dict[str, int]) -> tuple[Any, str, str]:
         )
     if isinstance(value, dict) and "sym" in value:
         return [], schema.SCALAR_TYPE, str(_size(value["sym"], sizes))
+    if _is_encoded_number(value):  # {"float": "-inf"}, {"int": "<digits>"}: as a trace spells them
+        return [], schema.SCALAR_TYPE, str(value.get("float", value.get("int")))
     if isinstance(value, bool):
         return [], schema.SCALAR_TYPE, schema.CONCRETE_TRUE if value else schema.CONCRETE_FALSE
     if isinstance(value, (int, float)):
@@ -889,10 +939,21 @@ def _argument(value: Any, sizes: dict[str, int]) -> tuple[Any, str, str]:
     if isinstance(value, (list, tuple)):
         if value and all(_is_tensor(v) for v in value):
             return [[_size(s, sizes) for s in v["shape"]] for v in value], schema.TENSOR_LIST_TYPE, ""
-        if all(isinstance(v, (int, float, bool, str)) or (isinstance(v, dict) and "sym" in v) for v in value):
+        if all(
+            isinstance(v, (int, float, bool, str))
+            or (isinstance(v, dict) and "sym" in v)
+            or _is_encoded_number(v)
+            for v in value
+        ):
             items = [_argument(v, sizes)[2] for v in value]
             return [], schema.SCALAR_LIST_TYPE, "[" + ", ".join(items) + "]"
     return [], "", ""
+
+
+def _is_encoded_number(value: Any) -> bool:
+    """A number the table spells as an object (docs/trace-conventions.md "Values"): a
+    non-finite float, an int beyond 64 bits."""
+    return isinstance(value, dict) and len(value) == 1 and ("float" in value or "int" in value)
 
 
 def _is_tensor(value: Any) -> bool:

@@ -39,7 +39,7 @@ from traceprof.analysis.hierarchy import Hierarchy, HierarchyNode
 from traceprof.analysis.link import Links
 from traceprof.result.model import StepSelection
 from traceprof.trace import schema
-from traceprof.trace.model import EventTable, Trace, index_dtype
+from traceprof.trace.model import CompiledTable, EventTable, Trace, index_dtype
 from traceprof.trace.schema import Kind
 
 #: the smallest share of the step worth a warning
@@ -67,6 +67,28 @@ def _families_text(codes: np.ndarray, names: Sequence[str], weights: np.ndarray,
     share = np.bincount(family, weights=weights, minlength=len(FAMILY_NAMES))
     ranked = sorted(range(len(FAMILY_NAMES)), key=lambda f: -share[f])
     return ", ".join(f"{FAMILY_NAMES[f]} {units.percent(share[f] / total)}" for f in ranked if share[f] > 0)
+
+
+def _table_advice(table: CompiledTable | None) -> str:
+    """Why the regions' work has no module information, from what the capture recorded: the
+    compiled-kernel table's own account when the trace has one, else how to get one."""
+    if table is None:
+        return "Capture with traceprof.capture.profile, which records the compiled-kernel table (docs/capture.md)"
+    if table.omitted:
+        first = table.omitted[0]
+        what = (
+            f"node {first.node} of graph {first.graph}" if first.node is not None else f"graph {first.graph}"
+        )
+        return (
+            f"The trace's compiled-kernel table left out {_counted(len(table.omitted), 'item')} "
+            f"(the first: {what}, {first.reason})"
+        )
+    if table.warnings:
+        return (
+            f"The trace's compiled-kernel table has no rows for these graphs; the capture "
+            f"recorded {_counted(len(table.warnings), 'problem')} (the first: {table.warnings[0]})"
+        )
+    return "The trace's compiled-kernel table has no rows for these graphs"
 
 
 def compiled_work_warnings(
@@ -124,9 +146,8 @@ def compiled_work_warnings(
             f"{units.percent(share - bwd_share)}, backward {units.percent(bwd_share)}) without "
             f"module information: it is grouped under the module around each region by graph "
             f"and kernel family (the [compiled <frame> forward|backward] nodes), not on its "
-            f"submodules. Kernels: {_families_text(kernels, names, weight, total)}. Capture with "
-            "traceprof.capture.profile, which records the compiled-kernel table "
-            "(docs/capture.md)"
+            f"submodules. Kernels: {_families_text(kernels, names, weight, total)}. "
+            + _table_advice(ctx.trace.metadata.compiled_table)
         )
 
     # graph replays: every kernel of a captured graph comes from one launch

@@ -56,7 +56,9 @@ This module imports torch only inside functions: importing it does not import to
 
 from __future__ import annotations
 
+import enum
 import json
+import math
 import os
 import re
 import threading
@@ -64,6 +66,7 @@ from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Iterator
 from typing import Any, ClassVar
 
+from traceprof.capture.module_paths import ModulePaths, module_path
 from traceprof.capture.module_table import decode_table, encode_table
 from traceprof.trace.schema import COMPILED_TABLE_KEY, traceprof_scope_name
 
@@ -74,10 +77,13 @@ __all__ = [
     "CompiledGraphRecorder",
     "RecorderUnavailable",
     "compiled_in_place",
+    "compiled_methods",
     "compiled_module_scopes",
     "decode_table",
     "encode_table",
+    "encode_value",
     "expected_event_name",
+    "failure_table",
     "inside_compiled",
     "is_compiled_model",
     "iter_call_sites",
@@ -90,9 +96,6 @@ __all__ = [
 TABLE_FORMAT = "traceprof.compiled"
 TABLE_VERSION = 1
 
-#: ``"L['self'].blocks.0.ln"`` -> root ``"L['self']"``, rest ``".blocks.0.ln"``
-_ROOT_RE = re.compile(r"""^([A-Za-z_]\w*\[(['"]).*?\2\])""")
-_TOKEN_RE = re.compile(r"""\.(\w+)|\[(-?\d+)\]|\[(['"])(.*?)\3\]""")
 _KERNEL_DEF_RE = re.compile(r"^(?P<name>\w+) = async_compile\.(?P<kind>cpp_pybinding|cpp|triton)\(", re.M)
 _RECORD_RE = re.compile(r'RAIIAtenRecordFunctionHandle\s+\w+\("(?P<event>[^"]+)"')
 _TRITON_NAME_RE = re.compile(r"""async_compile\.triton\(\s*['"](?P<name>\w+)['"]""")
@@ -103,12 +106,15 @@ _PREFIX_RE = re.compile(r"(graph_\d+_)")
 _SAFE_KEY_RE = re.compile(r"[A-Za-z0-9_-]{1,200}")
 #: goes into every FX graph cache key through the recorder's pass (``uuid()``); change it when the
 #: recorder changes what it records, so that graphs cached by an older version compile again
-_SALT = "6"
+_SALT = "7"
 #: the format of the files that keep a graph's row next to Inductor's cache
 _PERSIST_FORMAT = "traceprof.compiled.graph/1"
 _OP_NAMESPACES = ("aten", "prims", "quantized", "mkldnn", "onednn")
 #: nesting depth past which a described value is written as ``null``
 _MAX_DEPTH = 6
+#: characters of a value written as text, past which it is cut
+_MAX_TEXT = 200
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 #: ``node.meta`` key of the module stack a pattern replacement gave a node it created
 _REPLACED_KEY = "traceprof_replaced"
 #: op names (without namespace and overload) of matmul, convolution and attention ops: a
@@ -121,32 +127,6 @@ class RecorderUnavailable(RuntimeError):
 
 
 # -- module paths ------------------------------------------------------------------------------
-
-
-def module_path(source_name: str) -> tuple[str, str | None]:
-    """Split a Dynamo module source name into ``(root_local, qualified_name)``.
-
-    ``"L['self'].blocks.0.ln"`` -> ``("L['self']", "blocks.0.ln")``;
-    ``"L['self'].blocks[0]"`` -> ``("L['self']", "blocks.0")``; ``"L['model']"`` ->
-    ``("L['model']", "")``. ``_orig_mod`` and ``_modules`` components are dropped. When the name
-    does not parse: ``(source_name, None)``.
-    """
-    m = _ROOT_RE.match(source_name)
-    if not m:
-        return source_name, None
-    root = m.group(1)
-    rest = source_name[m.end() :]
-    parts: list[str] = []
-    pos = 0
-    while pos < len(rest):
-        t = _TOKEN_RE.match(rest, pos)
-        if t is None:
-            return root, None
-        part = next(g for g in (t.group(1), t.group(2), t.group(4)) if g is not None)
-        if part not in ("_orig_mod", "_modules"):
-            parts.append(part)
-        pos = t.end()
-    return root, ".".join(parts)
 
 
 def _common_module(paths: Iterable[str]) -> str:
@@ -204,9 +184,29 @@ def compiled_in_place(module: Any) -> Any:
     return getattr(module, "__dict__", {}).get("_compiled_call_impl")
 
 
+def compiled_methods(module: Any) -> dict[str, Any]:
+    """Methods of ``module`` replaced on the instance by ``torch.compile``d callables, by name:
+    ``model.forward = torch.compile(model.forward)``, or Lightning's ``from_compiled`` (what
+    ``trainer.fit(torch.compile(lit_module))`` does), which compiles ``forward``,
+    ``training_step`` and the other step methods this way. Functions that
+    ``torch.compiler.disable`` wrapped are not compiled."""
+    out = {}
+    for name, value in getattr(module, "__dict__", {}).items():
+        if (
+            callable(value)
+            and getattr(value, "_torchdynamo_orig_callable", None) is not None
+            and not getattr(value, "_torchdynamo_disable", False)
+        ):
+            out[str(name)] = value
+    return out
+
+
 def runs_compiled(name: str, module: Any, call_target: Any) -> bool:
-    """The module's calls run compiled code: a ``torch.compile`` wrapper or compiled in place."""
-    return call_target is not module or compiled_in_place(module) is not None
+    """The module's calls run compiled code: a ``torch.compile`` wrapper, compiled in place, or
+    with compiled methods (:func:`compiled_methods`)."""
+    return (
+        call_target is not module or compiled_in_place(module) is not None or bool(compiled_methods(module))
+    )
 
 
 def inside_compiled(named: list[tuple[str, Any, Any]]) -> set[str]:
@@ -345,34 +345,73 @@ def parse_wrapper_source(source: str) -> tuple[dict[str, dict[str, Any]], list[d
 
 
 def _describe_val(val: Any, depth: int = 0) -> Any:
-    """Shape and dtype of a ``node.meta["val"]`` (fake tensor, SymInt, tuples of them)."""
+    """Shape and dtype of a ``node.meta["val"]`` (fake tensor, SymInt, tuples of them), or any
+    other value, in the table's value encoding (:func:`encode_value`)."""
+    return encode_value(val, depth)
+
+
+def encode_value(value: Any, depth: int = 0) -> Any:
+    """A value met in a graph (a node's argument or output, a constant) as JSON that any strict
+    writer accepts, in the encoding of ``docs/trace-conventions.md`` ("Values"):
+
+    - a tensor (fake or real, a constant too): ``{"shape": [...], "dtype": "float32"}``, a
+      symbolic size as its expression (``"s0"``, ``"2*s1"``); int() would specialize it;
+    - ``None``, a bool, a str, an int within 64 bits, a finite float: as it is;
+    - a non-finite float: ``{"float": "inf"}``, ``"-inf"`` or ``"nan"`` (causal masks filled
+      with ``-inf``); an int beyond 64 bits: ``{"int": "<decimal digits>"}``;
+    - a symbolic scalar: ``{"sym": "s0"}``; a dtype: ``{"dtype": "float32"}``; a device:
+      ``{"device": "cpu"}``; an enum or torch constant (layout, memory format):
+      ``{"enum": "torch.contiguous_format"}``;
+    - a list or tuple: a list; a dict: an object with text keys;
+    - anything else: its ``str()``, cut to ``_MAX_TEXT`` characters; nesting past ``_MAX_DEPTH``:
+      ``null``.
+    """
     if depth > _MAX_DEPTH:
         return None
-    shape = getattr(val, "shape", None)
-    dtype = getattr(val, "dtype", None)
-    if shape is not None and dtype is not None:
-        # a symbolic size keeps its expression ("s0", "2*s1"); int() would specialize it
-        dims = [d if isinstance(d, int) else str(d) for d in shape]
-        return {"shape": dims, "dtype": str(dtype).removeprefix("torch.")}
-    if isinstance(val, (list, tuple)):
-        return [_describe_val(v, depth + 1) for v in val]
-    if val is None or isinstance(val, (bool, int, float, str)):
-        return val
-    if type(val).__name__ in ("SymInt", "SymFloat", "SymBool"):
-        return {"sym": str(val)}
-    return str(val)
+    if value is None or isinstance(value, (bool, str)):
+        return value if not isinstance(value, str) else value[:_MAX_TEXT]
+    if isinstance(value, int):
+        return value if _INT64_MIN <= value <= _INT64_MAX else {"int": str(value)}
+    if isinstance(value, float):
+        if math.isfinite(value):
+            return value
+        return {"float": "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")}
+    kind = type(value).__name__
+    if kind in ("SymInt", "SymFloat", "SymBool"):
+        return {"sym": str(value)[:_MAX_TEXT]}
+    if hasattr(value, "op") and hasattr(value, "meta") and hasattr(value, "target"):  # an fx.Node
+        return encode_value(value.meta.get("val"), depth)
+    shape = getattr(value, "shape", None)
+    dtype = getattr(value, "dtype", None)
+    if shape is not None and dtype is not None and not isinstance(value, type):
+        try:
+            dims = [d if isinstance(d, int) else str(d)[:_MAX_TEXT] for d in shape]
+        except TypeError:  # a shape that is not a sequence
+            dims = None
+        if dims is not None:
+            return {"shape": dims, "dtype": _dtype_name(dtype)}
+    if kind == "dtype":
+        return {"dtype": _dtype_name(value)}
+    if kind == "device":
+        return {"device": str(value)[:_MAX_TEXT]}
+    if kind in ("layout", "memory_format", "qscheme") or isinstance(value, enum.Enum):
+        return {"enum": str(value)[:_MAX_TEXT]}
+    if isinstance(value, (list, tuple)):
+        return [encode_value(v, depth + 1) for v in value]
+    if isinstance(value, dict):
+        return {str(k)[:_MAX_TEXT]: encode_value(v, depth + 1) for k, v in value.items()}
+    try:
+        return str(value)[:_MAX_TEXT]
+    except Exception:  # a str() that fails: only a description is lost
+        return f"<{kind}>"
+
+
+def _dtype_name(dtype: Any) -> str:
+    return str(dtype).removeprefix("torch.")[:_MAX_TEXT]
 
 
 def _describe_arg(arg: Any, depth: int = 0) -> Any:
-    if depth > _MAX_DEPTH:
-        return None
-    if hasattr(arg, "op") and hasattr(arg, "meta") and hasattr(arg, "target"):  # an fx.Node
-        return _describe_val(arg.meta.get("val"))
-    if isinstance(arg, (list, tuple)):
-        return [_describe_arg(a, depth + 1) for a in arg]
-    if arg is None or isinstance(arg, (bool, int, float, str)):
-        return arg
-    return str(arg)
+    return encode_value(arg, depth)
 
 
 def _event_of_op(op: str) -> str | None:
@@ -408,7 +447,7 @@ def _module_stack(node: Any, replaced: bool = False) -> list[tuple[str, str, str
     return out
 
 
-def _describe_node(node: Any) -> dict[str, Any]:
+def _describe_node(node: Any, paths: ModulePaths) -> dict[str, Any]:
     """Op, input and output shapes, and module of a post-grad node.
 
     ``module`` is the qualified name of the innermost module of the node's module stack,
@@ -438,7 +477,7 @@ def _describe_node(node: Any) -> dict[str, Any]:
         stack = _module_stack(node.args[1])
         module_from = "copy_source" if stack else None
     elif _pattern_made(node):
-        derived = _module_of_inputs(node, {})
+        derived = _module_of_inputs(node, {}, paths)
         module_from = "inputs" if derived is not None else None
     row: dict[str, Any] = {
         "op": _op_name(node.target),
@@ -448,11 +487,9 @@ def _describe_node(node: Any) -> dict[str, Any]:
     if node.kwargs:
         row["kwargs"] = {str(k): _describe_arg(v) for k, v in node.kwargs.items()}
     if stack:
-        _, source, cls_name = stack[-1]
-        root, qualified = module_path(source)
-        row["module"] = qualified if qualified is not None else source
+        key, source, cls_name = stack[-1]
+        row["root_local"], row["module"] = paths.resolve(key, source)
         row["module_class"] = cls_name
-        row["root_local"] = root
     elif derived is not None:
         row["module"], row["module_class"], row["root_local"] = derived
     else:
@@ -482,7 +519,10 @@ def _pattern_made(node: Any) -> bool:
 
 
 def _module_of_inputs(
-    node: Any, memo: dict[str, tuple[str, str | None, str | None] | None], depth: int = 0
+    node: Any,
+    memo: dict[str, tuple[str, str | None, str | None] | None],
+    paths: ModulePaths,
+    depth: int = 0,
 ) -> tuple[str, str | None, str | None] | None:
     """``(module, class, root_local)`` of a pass-made node: the deepest module common to its
     input nodes that have one (their own stack, one a pattern replacement gave them, or derived
@@ -497,11 +537,11 @@ def _module_of_inputs(
     for arg in node.all_input_nodes:
         stack = _module_stack(arg, replaced=True)
         if stack:
-            _, source, cls_name = stack[-1]
-            root, qualified = module_path(source)
-            found.append((qualified if qualified is not None else source, cls_name, root))
+            key, source, cls_name = stack[-1]
+            root, qualified = paths.resolve(key, source)
+            found.append((qualified, cls_name, root))
         elif depth < _MAX_DEPTH and _pattern_made(arg):
-            inner = _module_of_inputs(arg, memo, depth + 1)
+            inner = _module_of_inputs(arg, memo, paths, depth + 1)
             if inner is not None:
                 found.append(inner)
     if not found:
@@ -518,6 +558,7 @@ def _assign_modules(
     nodes: dict[str, Any],
     provenance: dict[str, list[str]],
     offsets: dict[str, int],
+    paths: ModulePaths,
 ) -> dict[str, dict[str, Any]]:
     """Fill ``nodes``, ``module``, ``modules``, ``module_from`` (and ``primary_node``) of each call
     site from the provenance map; return the described nodes by name."""
@@ -537,7 +578,7 @@ def _assign_modules(
             if node is None:
                 continue
             if name not in used:
-                used[name] = _describe_node(node)
+                used[name] = _describe_node(node, paths)
             modules.append(used[name]["module"])
             if used[name]["module_from"] is not None:
                 known.append(used[name]["module"])
@@ -576,10 +617,11 @@ def _assign_modules(
 class _PendingGraph:
     """A post-grad graph seen by the recorder's pass, waiting for its ``post_compile``."""
 
-    __slots__ = ("graph", "placeholders", "provenance_lengths")
+    __slots__ = ("graph", "paths", "placeholders", "provenance_lengths")
 
     def __init__(self, graph: Any, provenance_lengths: dict[str, int]) -> None:
         self.graph = graph
+        self.paths: ModulePaths | None = None
         self.provenance_lengths = provenance_lengths
         self.placeholders = sum(1 for n in graph.nodes if n.op == "placeholder")
 
@@ -980,7 +1022,13 @@ class CompiledGraphRecorder:
         inputs: list[dict[str, Any]] = []
         if pending is not None:
             nodes = {n.name: n for n in pending.graph.nodes}
-            used = _assign_modules(calls, nodes, _provenance_map(), pending.provenance_lengths)
+            paths = self._paths(pending)
+            used = _assign_modules(calls, nodes, _provenance_map(), pending.provenance_lengths, paths)
+            for spelling in dict.fromkeys(paths.unresolved):
+                self.warnings.append(
+                    f"graph {table_key}: the module path {spelling!r} could not be resolved to a"
+                    " module of the model; its nodes keep it as written"
+                )
             # binds symbolic sizes ("s77") to a run's concrete inputs
             inputs = [
                 {"name": n.name, "val": _describe_val(n.meta.get("val"))}
@@ -1022,39 +1070,24 @@ class CompiledGraphRecorder:
     def _classes_by_name(self) -> dict[str, str]:
         return dict(self._modules_by_id().values())
 
-    def _root_module(self, pending: _PendingGraph) -> tuple[str | None, str | None]:
-        """``(qualified name, class)`` in ``self.model`` of the module the compiled frame ran on.
+    def _paths(self, pending: _PendingGraph) -> ModulePaths:
+        """The module paths of a post-grad graph's stack entries (once per graph)."""
+        if pending.paths is None:
+            entries = [
+                (key, source)
+                for node in pending.graph.nodes
+                for key, source, _ in _module_stack(node, replaced=True)
+            ]
+            names = {ident: name for ident, (name, _) in self._modules_by_id().items()}
+            pending.paths = ModulePaths(entries, names)
+        return pending.paths
 
-        Each node's module stack pairs a module's id (its key) with its path relative to the
-        frame's root local; a module found in the model under ``"<root>.<path>"`` votes for
-        ``<root>``. ``(None, None)`` without a model or a vote (a frame that is not a module of
-        the model, a graph without module stacks).
-        """
-        if self.model is None:
-            return None, None
-        names = self._modules_by_id()
-        classes = self._classes_by_name()
-        votes: Counter[str] = Counter()
-        for node in pending.graph.nodes:
-            for key, source, _ in _module_stack(node):
-                try:
-                    found = names.get(int(key.split("@", 1)[0]))
-                except ValueError:
-                    continue
-                _, relative = module_path(source)
-                if found is None or relative is None:
-                    continue
-                qualified = found[0]
-                if relative == "":
-                    votes[qualified] += 1
-                elif qualified == relative:
-                    votes[""] += 1
-                elif qualified.endswith("." + relative):
-                    votes[qualified[: -len(relative) - 1]] += 1
-        if not votes:
-            return None, None
-        root = votes.most_common(1)[0][0]
-        return root, classes.get(root)
+    def _root_module(self, pending: _PendingGraph) -> tuple[str | None, str | None]:
+        """``(qualified name, class)`` in ``self.model`` of the module the compiled frame ran on
+        (:attr:`ModulePaths.root`); ``(None, None)`` without a model, or for a frame that is not
+        a module of the model or a graph without module stacks."""
+        root = self._paths(pending).root
+        return root, self._classes_by_name().get(root) if root is not None else None
 
     # -- output ---------------------------------------------------------------------------------
 
@@ -1090,8 +1123,8 @@ class CompiledGraphRecorder:
         with self._mutex:
             graphs.update(self.graphs)
             compiles.extend(self.compiles)
-            graphs = json.loads(json.dumps(graphs, default=str))
-            compiles = json.loads(json.dumps(compiles, default=str))
+            graphs, omitted = _strict_graphs(graphs)
+            compiles = _strict(compiles)
             warnings = list(self.warnings)
         return {
             "format": TABLE_FORMAT,
@@ -1108,7 +1141,57 @@ class CompiledGraphRecorder:
             "graphs": graphs,
             "compiles": compiles,
             "warnings": warnings,
+            "omitted": omitted,
         }
+
+
+def failure_table(reason: str, torch_version: str) -> dict[str, Any]:
+    """A table without graphs that records why the real one could not be written."""
+    return {
+        "format": TABLE_FORMAT,
+        "version": TABLE_VERSION,
+        "torch_version": torch_version,
+        "graphs": {},
+        "compiles": [],
+        "warnings": [reason],
+        "omitted": [{"graph": None, "node": None, "reason": reason[:_MAX_TEXT]}],
+    }
+
+
+def _strict(value: Any) -> Any:
+    """``value`` through a strict JSON round trip (no NaN or infinity; other objects as text)."""
+    return json.loads(json.dumps(value, default=str, allow_nan=False))
+
+
+def _strict_graphs(graphs: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Each graph through :func:`_strict`: a node that still cannot be written is left out of
+    its graph alone, a graph that cannot be written without it is left out; ``(graphs,
+    omitted)``, where each omission is ``{"graph", "node", "reason"}`` (``node`` ``None``: the
+    whole graph), as the table records them (``docs/trace-conventions.md``)."""
+    out: dict[str, Any] = {}
+    omitted: list[dict[str, Any]] = []
+    for key, graph in graphs.items():
+        try:
+            out[key] = _strict(graph)
+            continue
+        except Exception:  # find what cannot be written, below
+            pass
+        nodes = dict(graph.get("nodes") or {})
+        for name, node in list(nodes.items()):
+            try:
+                _strict(node)
+            except Exception as e:
+                del nodes[name]
+                omitted.append({"graph": str(key), "node": str(name), "reason": _reason(e)})
+        try:
+            out[key] = _strict({**graph, "nodes": nodes})
+        except Exception as e:
+            omitted.append({"graph": str(key), "node": None, "reason": _reason(e)})
+    return out, omitted
+
+
+def _reason(error: BaseException) -> str:
+    return f"{type(error).__name__}: {error}"[:_MAX_TEXT]
 
 
 def _wrap_post_compile(recorder: CompiledGraphRecorder, original: Any) -> Any:

@@ -37,6 +37,7 @@ from typing import Any
 
 import torch
 
+from traceprof.capture.compiled import compiled_methods
 from traceprof.capture.module_table import describe_call
 from traceprof.trace.schema import traceprof_scope_name as scope_name  # the spelling lives in schema.py
 
@@ -225,17 +226,24 @@ class ScopeHooks:
         self.kind, make_record = _record_factory()
         is_compiling = _is_compiling()
         self._handles: list[Any] = []
-        self._patched: list[tuple[Any, Any, Any]] = []  # (module, compiled call, our wrapper)
+        #: (module, attribute, compiled callable, our wrapper)
+        self._patched: list[tuple[Any, str, Any, Any]] = []
         try:
             for name, class_name, module in modules:
                 open_scope, close_scope = _make_hooks(
                     state, make_record, name, scope_name(class_name, name), is_compiling
                 )
+                # compiled entry points other than forward (which runs inside the hooks below):
+                # Lightning's compiled training_step, a compiled _call_impl (module.compile())
+                entries = {k: v for k, v in compiled_methods(module).items() if k != "forward"}
                 impl = getattr(module, "__dict__", {}).get("_compiled_call_impl")
                 if impl is not None:
-                    wrapper = _scoped_compiled_call(impl, module, open_scope, close_scope, is_compiling)
-                    module.__dict__["_compiled_call_impl"] = wrapper
-                    self._patched.append((module, impl, wrapper))
+                    entries["_compiled_call_impl"] = impl
+                for attribute, compiled in entries.items():
+                    wrapper = _scoped_compiled_call(compiled, module, open_scope, close_scope, is_compiling)
+                    module.__dict__[attribute] = wrapper
+                    self._patched.append((module, attribute, compiled, wrapper))
+                if impl is not None:
                     continue
                 # prepend: our scope encloses the time of hooks that others registered.
                 self._handles.append(module.register_forward_pre_hook(open_scope, prepend=True))
@@ -250,9 +258,9 @@ class ScopeHooks:
         while self._handles:
             self._handles.pop().remove()
         while self._patched:
-            module, impl, wrapper = self._patched.pop()
-            if module.__dict__.get("_compiled_call_impl") is wrapper:  # not recompiled since
-                module.__dict__["_compiled_call_impl"] = impl
+            module, attribute, compiled, wrapper = self._patched.pop()
+            if module.__dict__.get(attribute) is wrapper:  # not recompiled or replaced since
+                module.__dict__[attribute] = compiled
         self.state.scopes_on = False
         self.state.capture_on = False
         self.state.close_all()

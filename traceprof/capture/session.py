@@ -15,7 +15,12 @@ from typing import Any, Literal, TextIO
 import msgspec
 
 from traceprof.api import analyze as analyze_trace
-from traceprof.capture.compiled import inside_compiled, named_model_modules, runs_compiled
+from traceprof.capture.compiled import (
+    failure_table,
+    inside_compiled,
+    named_model_modules,
+    runs_compiled,
+)
 from traceprof.capture.module_table import build_table, describe_modules, encode_table
 from traceprof.errors import TraceprofError
 from traceprof.render.registry import RenderOptions
@@ -401,15 +406,27 @@ class profile:
                 # with the graphs an earlier session recorded for this model's classes, which
                 # Dynamo runs again without compiling them (none for an eager model)
                 table = recorder.table(earlier=self._earlier_classes)
-                self._compiled_payload = encode_table(table) if table["graphs"] else None
+                # empty (nothing compiled) only when the recorder has nothing to say either: a
+                # table that could not record anything says why, for the analysis to repeat
+                kept = table["graphs"] or table["warnings"] or table["omitted"]
+                self._compiled_payload = encode_table(table) if kept else None
                 self._compiled_payload_changes = changes
             if self._compiled_payload is not None:
                 self.profiler.add_metadata(COMPILED_TABLE_KEY, self._compiled_payload)
             self._compiled_embedded_changes = changes
         except Exception as e:
-            self._recorder_failed(
-                f"the compiled-kernel table could not be embedded ({type(e).__name__}: {e})"
-            )
+            what = f"the compiled-kernel table could not be embedded ({type(e).__name__}: {e})"
+            self._embed_failure(what)
+            self._recorder_failed(what)
+
+    def _embed_failure(self, what: str) -> None:
+        """Put a table without graphs that says why in place of one that could not be written,
+        so that the analysis states the cause instead of asking for a capture with the table."""
+        try:
+            failed = failure_table(what, self._torch_version)
+            self.profiler.add_metadata(COMPILED_TABLE_KEY, encode_table(failed))
+        except Exception:  # the warning below still tells the user
+            pass
 
     def _recorder_failed(self, what: str) -> None:
         """Warn and go on without the compiled table."""

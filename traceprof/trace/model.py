@@ -139,6 +139,14 @@ class CompiledCompile(msgspec.Struct, frozen=True):
     root: str | None = None  # qualified name of the module Dynamo compiled (None: not known)
 
 
+class CompiledOmission(msgspec.Struct, frozen=True):
+    """Something the capture could not write into the table, and why."""
+
+    graph: str | None = None  # the graph's table key (None: the whole table)
+    node: str | None = None  # the node left out of it (None: the whole graph)
+    reason: str = ""
+
+
 class CompiledTable(msgspec.Struct, frozen=True):
     """The compiled-kernel table that traceprof.capture embeds for ``torch.compile`` graphs:
     for every call site of every compiled graph, the event it leaves and the nodes (and so the
@@ -149,6 +157,8 @@ class CompiledTable(msgspec.Struct, frozen=True):
     compiles: tuple[CompiledCompile, ...] = ()
     torch_version: str | None = None
     warnings: tuple[str, ...] = ()
+    #: what the capture left out (a value it could not write), each with its reason
+    omitted: tuple[CompiledOmission, ...] = ()
 
 
 class TraceMetadata(msgspec.Struct, frozen=True):
