@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
+from traceprof import options
 from traceprof.analysis.hierarchy import Source
 from traceprof.read import cache as trace_cache
 from traceprof.read.cache import cache_store
@@ -56,6 +57,12 @@ def analyze(
     >>> profile = analyze("sample_traces/resnet18_train_cpu.pt.trace.json.gz")  # doctest: +SKIP
     >>> profile.to_dataframe()  # doctest: +SKIP
     """
+    # checked and made plain int and float once, as the command line does (numpy.int64(2) is 2)
+    step = options.argument("step", step, int, min=0)
+    depth = options.argument("depth", depth, int, min=0)
+    top = options.argument("top", top, int, min=1)
+    jobs = options.argument("jobs", jobs, int, min=1)
+    peak_tflops = options.argument("peak_tflops", peak_tflops, float, min=0, min_open=True)
     peak_flops = peak_tflops * 1e12 if peak_tflops is not None else None
 
     def profile_of(trace: Trace) -> ModuleProfile:
@@ -83,11 +90,11 @@ def analyze(
         if store is None or content is None or formulas is not None:
             profile = profile_of(loaded(path, content)[0])
         else:
-            options = (step, str(getattr(hierarchy, "value", hierarchy)), peak_flops)
+            key_options = (step, str(getattr(hierarchy, "value", hierarchy)), peak_flops)
             profile, _ = trace_cache.cached(
                 store,
                 content,
-                lambda read: trace_cache.entry_name(read, "profile", options),
+                lambda read: trace_cache.entry_name(read, "profile", key_options),
                 "profile",
                 ModuleProfile,
                 lambda: analyzed(path, content),

@@ -14,7 +14,7 @@ from typing import Any, NoReturn
 
 import click
 
-from traceprof import units
+from traceprof import options, units
 from traceprof.analysis.hierarchy import Source
 from traceprof.engine import EngineWarning
 from traceprof.errors import TraceprofError
@@ -99,22 +99,10 @@ class Number(click.ParamType):
         self.name = "integer" if kind is int else "number"
 
     def convert(self, value, param, ctx):
-        import math
-
-        text = str(value).strip()
         try:
-            number = self.kind(value if isinstance(value, (int, float)) else text)
-        except (TypeError, ValueError, OverflowError):
-            self.fail(f"{text!r} is not {'an integer' if self.kind is int else 'a number'}", param, ctx)
-        if not math.isfinite(number):
-            self.fail(f"{text!r} is not a finite number", param, ctx)
-        if number == 0 and (text.startswith("-") or math.copysign(1.0, number) < 0):
-            self.fail(f"{text!r} is a negative zero: give 0", param, ctx)
-        if self.min is not None and (number <= self.min if self.min_open else number < self.min):
-            self.fail(f"{text} is not {'above' if self.min_open else 'at least'} {self.min:g}", param, ctx)
-        if self.max is not None and number > self.max:
-            self.fail(f"{text} is not at most {self.max:g}", param, ctx)
-        return number
+            return options.number(value, self.kind, min=self.min, max=self.max, min_open=self.min_open)
+        except ValueError as e:
+            self.fail(str(e), param, ctx)
 
     def __repr__(self) -> str:
         return f"Number({self.kind.__name__}, {self.min}, {self.max})"

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 import msgspec
 from msgspec.structs import replace
 
+from traceprof import options
 from traceprof.compare.side import BUCKET_PATH, Side, cached_sides, side_of
 from traceprof.errors import ModuleLookupError, OptionError
 from traceprof.result.model import (
@@ -361,6 +362,10 @@ def diff(
     mean of their complete steps. ``depth``, ``top``, ``sort``, ``ignore``: the result
     :meth:`DiffProfile.shaped`. ``progress``: called with what the diff is doing (the stages
     of each trace analyzed in this process, as :func:`traceprof.analyze`'s)."""
+    # checked and made plain int once, as the command line does (numpy.int64(2) is 2)
+    step = options.argument("step", step, int, min=0)
+    depth = options.argument("depth", depth, int, min=0)
+    top = options.argument("top", top, int, min=1)
     sides = _sides([base, new], hierarchy, max_memory, parallel, cache, step, progress)
     if progress:
         progress("comparing")
@@ -732,6 +737,9 @@ def diff_jobs(
     ``top``, ``sort``, ``ignore``, ``progress``: as :func:`diff`'s."""
     from traceprof.read.discovery import find_traces
 
+    step = options.argument("step", step, int, min=0)
+    depth = options.argument("depth", depth, int, min=0)
+    top = options.argument("top", top, int, min=1)
     hierarchy = None if hierarchy == "auto" else hierarchy
     sides = []
     for d in (base_dir, new_dir):

@@ -852,8 +852,17 @@ def analyze_job(
     >>> df = job.to_dataframe()  # doctest: +SKIP
     >>> df.pivot_table(index="module", columns="rank", values="gpu_busy_us")  # doctest: +SKIP
     """
+    from traceprof import options as checked
     from traceprof.engine import make_engine
 
+    # checked and made plain int and float once, as the command line does (numpy.int64(2) is 2)
+    step = checked.argument("step", step, int, min=0)
+    depth = checked.argument("depth", depth, int, min=0)
+    top = checked.argument("top", top, int, min=1)
+    jobs = checked.argument("jobs", jobs, int, min=1)
+    peak_tflops = checked.argument("peak_tflops", peak_tflops, float, min=0, min_open=True)
+    scheduler_timeout = checked.argument("scheduler_timeout", scheduler_timeout, float, min=0, min_open=True)
+    straggler_threshold = checked.argument("straggler_threshold", straggler_threshold, float, min=0) or 0.0
     if newest_run is None:
         newest_run = isinstance(paths, (str, os.PathLike)) and os.path.isdir(paths)
     paths = find_traces(paths)
