@@ -111,3 +111,44 @@ def test_a_module_list_is_a_level_of_the_tree_as_in_the_model(tmp_path):
     torchinfo = pytest.importorskip("torchinfo")
     summary = str(torchinfo.summary(model, input_data=torch.randn(4, 8), verbose=0))
     assert "├─ModuleList: 1-2" in summary and "│    └─Block: 2-1" in summary
+
+
+def test_the_tied_marker_is_in_every_output(tmp_path):
+    """The text reports mark a module whose parameters are counted elsewhere ``(tied)``; JSON
+    and CSV say how many (``params_tied``) and the HTML report's Params cell marks it too."""
+    import csv
+    import io
+    import json
+
+    torch.manual_seed(0)
+    profile = _profile(TiedLM(), torch.randint(0, 50, (2, 5)), tmp_path)
+    nodes = {n["qualified_name"]: n for n in json.loads(render.render(profile, "json"))["nodes"]}
+    assert (nodes["head"]["params_total"], nodes["head"]["params_tied"]) == (800, 800)
+    assert nodes[""]["params_tied"] == nodes["embed"]["params_tied"] == nodes["proj"]["params_tied"] == 0
+    rows = {r["qualified_name"]: r for r in csv.DictReader(io.StringIO(render.render(profile, "csv")))}
+    assert rows["head"]["params_tied"] == "800" and rows["embed"]["params_tied"] == "0"
+    assert "Params (tied)" in render.render(profile, "tree")
+
+    pytest.importorskip("selenium")
+    from selenium.webdriver.common.by import By
+
+    from .browser import start_chromium
+    from .test_html_report import open_report
+
+    page = tmp_path / "tied.html"
+    page.write_text(render.render(profile, "html"), encoding="utf-8")
+    driver = start_chromium()
+    try:
+        open_report(driver, page)
+        driver.find_element(By.XPATH, "//button[text()='Expand all']").click()
+        header = [th.text for th in driver.find_elements(By.CSS_SELECTOR, ".tp-tree th")]
+        column = header.index("Params")
+        cells = {}
+        for row in driver.find_elements(By.CSS_SELECTOR, "tr.tp-row"):
+            cell = row.find_elements(By.TAG_NAME, "td")[column]
+            name = row.find_element(By.CSS_SELECTOR, ".tp-name").get_attribute("title")
+            cells[name] = (cell.text, cell.get_attribute("title"))
+    finally:
+        driver.quit()
+    assert cells["head"][0] == "800 (tied)" and "800 of them tied to a module outside it" in cells["head"][1]
+    assert cells["embed"][0] == "800" and not cells["embed"][1]

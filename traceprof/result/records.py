@@ -17,6 +17,7 @@ from msgspec.structs import asdict
 from traceprof.errors import MissingDependencyError
 from traceprof.result.memory import MemoryUse
 from traceprof.result.model import FUSED_FIELDS, PASSES, ModuleNode, ModuleProfile, OpStat, PhaseTimes, Times
+from traceprof.result.params import CountedOnce, params_counted_once
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -33,8 +34,13 @@ def times_record(t: Times) -> dict[str, float]:
     return {f: getattr(t, f) for f in Times.__struct_fields__}
 
 
-def node_record(profile: ModuleProfile, node: ModuleNode) -> dict[str, Any]:
+def node_record(
+    profile: ModuleProfile, node: ModuleNode, once: dict[str, CountedOnce] | None = None
+) -> dict[str, Any]:
+    """The node's fields; ``once``: the profile's params_counted_once (computed when None)."""
     info = node.info
+    if once is None:
+        once = params_counted_once(profile)
     rec: dict[str, Any] = {
         "id": node.id,
         "parent": node.parent,
@@ -68,6 +74,9 @@ def node_record(profile: ModuleProfile, node: ModuleNode) -> dict[str, Any]:
                     rec[f"{phase.value}_{scope}_fused_{key}"] = getattr(part, key)
     rec["params_total"] = info.params_total if info else None
     rec["params"] = info.params if info else None
+    counted = once.get(info.name) if info else None
+    # of params_total, those counted in a module outside it (tied weights; result/params.py)
+    rec["params_tied"] = (info.params_total or 0) - counted.params if info and counted else None
     rec["input_shapes"] = info.inputs if info else None
     rec["output_shapes"] = info.outputs if info else None
     rec["extra_repr"] = info.extra_repr if info else None
@@ -77,12 +86,14 @@ def node_record(profile: ModuleProfile, node: ModuleNode) -> dict[str, Any]:
 def profile_rows(profile: ModuleProfile) -> list[dict[str, Any]]:
     """Flat rows (nested shapes as JSON text) for CSV and pandas."""
     rows = []
+    once = params_counted_once(profile)
     for node in profile.walk():
-        rec = node_record(profile, node)
+        rec = node_record(profile, node, once)
         for key in ("input_shapes", "output_shapes"):
             rec[key] = json.dumps(rec[key], separators=(",", ":")) if rec[key] is not None else ""
         rec["params_total"] = rec["params_total"] if rec["params_total"] is not None else -1
         rec["params"] = rec["params"] if rec["params"] is not None else -1
+        rec["params_tied"] = rec["params_tied"] if rec["params_tied"] is not None else -1
         rec["extra_repr"] = rec["extra_repr"] or ""
         rec["memory_device"] = rec["memory_device"] or ""
         rows.append(rec)
@@ -214,6 +225,7 @@ def profile_document(profile: ModuleProfile, timeline: bool = False) -> dict[str
     """The JSON document; ``timeline``: with the profile's timeline of a step (``timeline``,
     schema ``traceprof.timeline/1``), as the TensorBoard tab reads it."""
     md = profile.metadata
+    once = params_counted_once(profile)
     doc: dict[str, Any] = {
         "schema": JSON_SCHEMA,
         "trace": {
@@ -237,7 +249,7 @@ def profile_document(profile: ModuleProfile, timeline: bool = False) -> dict[str
         "roots": list(profile.roots),
         "nodes": [  # memory: its passes as dicts too
             {
-                **node_record(profile, n),
+                **node_record(profile, n, once),
                 "children": list(n.children),
                 "path": list(n.path),
                 "memory": [_memory_record(m) for m in n.memory],

@@ -965,8 +965,12 @@ class TraceprofView {
     // parameters and shapes come from a module table (traceprof.capture): no column without one
     const known = (v) => v !== null && v !== undefined;
     if (this.doc.nodes.some((n) => known(n.params_total))) {
+      // "(tied)": some of them are counted in a module outside it (params_tied), as the text
+      // reports mark them
       cols.push({key: 'params', label: 'Params', num: true, get: (n) => n.params_total,
-        fmt: (v) => bigNumber(v)});
+        fmt: (v, n) => (n && n.params_tied > 0 ? `${bigNumber(v)} (tied)` : bigNumber(v)),
+        title: (n) => (n.params_tied > 0 ?
+          `${count(n.params_tied)} of them tied to a module outside it, counted there` : null)});
     }
     if (this.doc.nodes.some((n) => known(n.input_shapes) || known(n.output_shapes))) {
       cols.push({key: 'shapes', label: 'Input → output shapes', shapes: true});
@@ -1030,7 +1034,8 @@ class TraceprofView {
           return el('td', {class: 'tp-shapes', title: text}, text);
         }
         const v = c.get(n);
-        return el('td', {class: 'tp-num' + (v ? '' : ' tp-zero')}, c.fmt(v));
+        const title = c.title ? c.title(n) : null;
+        return el('td', {class: 'tp-num' + (v ? '' : ' tp-zero'), ...(title ? {title} : {})}, c.fmt(v, n));
       });
       const row = el('tr', {class: `tp-row tp-kind-${n.kind}${this.selected === n.id ? ' tp-selected' : ''}`,
         'data-id': n.id, 'data-depth': n.depth,
