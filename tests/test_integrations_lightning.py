@@ -144,6 +144,47 @@ def test_the_optimizer_closure_is_not_counted_as_forward(tmp_path):
     assert "aten::lerp_" in {row[2] for row in rows} and "aten::mse_loss" not in r.stdout
 
 
+class Parts(L.LightningModule):
+    """training_step calls the submodules, never forward."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.encoder = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU())
+        self.norm = torch.nn.LayerNorm(32)
+        self.head = torch.nn.Linear(32, 1)
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        return torch.nn.functional.mse_loss(self.head(self.norm(self.encoder(x))), y)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+def test_the_model_is_the_root_when_its_forward_is_not_called(tmp_path):
+    """The submodules hang under the LightningModule, by their names: ``head`` and ``norm``
+    are told apart, not two roots ``Linear(`` and ``LayerNorm(``."""
+    from traceprof.render import render
+
+    callback = TraceprofCallback(wait=1, warmup=1, active=2)
+    fit(tmp_path, callback, max_steps=5, model_class=Parts)
+    result = callback.profile
+    result.self_check()
+    modules = [n for n in result.nodes if n.kind is traceprof.NodeKind.MODULE]
+    root = result.find("")
+    assert [result.nodes[r].qualified_name for r in result.roots[:-1]] == [""]
+    assert root.class_name == "Parts" and root.calls == 0  # never called itself
+    assert [result.nodes[c].qualified_name for c in root.children] == ["encoder", "norm", "head"]
+    assert root.forward.total.cpu_us == pytest.approx(
+        sum(result.nodes[c].forward.total.cpu_us for c in root.children)
+    )
+    assert len(modules) == result.module_nodes == 6
+    tree = render(result, "tree")
+    assert "\nParts(\n" in tree and "(head): Linear(" in tree and "(norm): LayerNorm(" in tree
+    table = render(result, "table")
+    assert re.search(r"^Parts ", table, re.M) and "LayerNorm: 1-2" in table
+
+
 def test_repeated_cycles_each_analyzed(tmp_path, caplog):
     caplog.set_level(logging.INFO, logger=LOGGER)
     callback = TraceprofCallback(wait=0, warmup=1, active=1, repeat=2, logdir=tmp_path / "traces")

@@ -17,6 +17,7 @@ from traceprof.analysis.compiled import CompiledWork
 from traceprof.analysis.counted_ops import Ops
 from traceprof.analysis.cpu_time import CpuTime
 from traceprof.analysis.gpu_work import GpuWork
+from traceprof.analysis.hierarchy import scope_labels
 from traceprof.analysis.memory_events import SelectedMemory
 from traceprof.analysis.op_costs import OpCosts
 from traceprof.analysis.stage import gives_memory_back
@@ -157,6 +158,7 @@ def first_step_timeline(
         gpu=step_timeline.StepEvents(gpu.work, gpu.node, gpu.pass_code, launch_times(ev, gpu)),
         memory=mem,
         memory_device=memory_device,
+        scope_labels=scope_labels(ctx.trace, ctx.tree),
     )
 
 

@@ -120,6 +120,24 @@ class Hierarchy(msgspec.Struct, frozen=True):
         return self.source.nodes_description
 
 
+def scope_labels(trace: Trace, tree: Hierarchy) -> dict[int, str]:
+    """Name code -> how a viewer names the scope events of that name (a timeline's labels): the
+    module's qualified name (its class for the model itself, ``""``) for traceprof and Lightning
+    scopes, the node's key for the others (``GPT2Block_0``, an annotation's name); never the raw
+    spelling (``[traceprof:1]GPT2LMHeadModel: ``)."""
+    scopes = np.flatnonzero(tree.scope_mask)
+    if not len(scopes) or not tree.nodes:
+        return {}
+    codes, first = np.unique(trace.events.name[scopes], return_index=True)
+    named = tree.source in (Source.TRACEPROF, Source.LIGHTNING)
+    out: dict[int, str] = {}
+    for code, node in zip(codes.tolist(), tree.node_of_scope[scopes[first]].tolist()):
+        if 0 <= node < len(tree.nodes):
+            hn = tree.nodes[node]
+            out[code] = (hn.qualified_name or hn.class_name) if named else hn.key
+    return out
+
+
 def _missing(requested: Source) -> str:
     return f"the trace has no {requested.description} (--hierarchy {requested.value})"
 
@@ -295,9 +313,30 @@ def _containers(
     """The node a module scope hangs under: its enclosing scope's node, or, between the two, the
     containers that are never called (a ``ModuleList`` ``blocks`` between the root and
     ``blocks.0``), made nodes from the module table so that the tree has the model's levels.
-    Containers have no scope, so no time of their own."""
-    if table is None or pnode < 0 or sk.qualified_name is None:
+    Containers have no scope, so no time of their own. A module scope outside every other
+    hangs under the model (the table's root, ``""``) when the model itself was not called
+    (PyTorch Lightning's ``training_step`` calling ``self.encoder`` and ``self.head``, never
+    ``forward``): the model stays the root, its submodules named by their qualified names."""
+    if table is None or sk.qualified_name is None:
         return pnode
+    if pnode < 0:
+        if not sk.qualified_name or "" not in table.modules:
+            return pnode
+        pnode = index.get((-1, ""), -1)
+        if pnode < 0:
+            pnode = len(nodes)
+            nodes.append(
+                HierarchyNode(
+                    id=pnode,
+                    parent=-1,
+                    path=("",),
+                    key="",
+                    class_name=table.modules[""].class_name,
+                    qualified_name="",
+                    first_ts=first_ts,
+                )
+            )
+            index[(-1, "")] = pnode
     outer = nodes[pnode].qualified_name
     parts = sk.qualified_name.split(".")
     holder = pnode

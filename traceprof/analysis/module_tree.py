@@ -138,7 +138,9 @@ def module_nodes(
         depth = depth_of[old] = depth_of[p] + 1 if p >= 0 else 0
         if old >= groups.n_nodes:
             kids = tuple(new_id[c] for c in children[old])  # uncalled submodules of an uncalled one
-            nodes.append(_uncalled_node(uncalled[old - groups.n_nodes], new_id, old, p, depth, kids, fused_of))
+            nodes.append(
+                _uncalled_node(uncalled[old - groups.n_nodes], new_id, old, p, depth, kids, fused_of)
+            )
             continue
         if old < n_mod:
             hn = tree.nodes[old]

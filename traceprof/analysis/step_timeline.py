@@ -66,11 +66,13 @@ def build_timeline(
     gpu: StepEvents,
     memory: StepEvents | None,
     memory_device: str | None,
+    scope_labels: dict[int, str] | None = None,
 ) -> Timeline:
     """The timeline of the step in ``window`` (trace times). ``path_of[node]`` and
     ``depth_of[node]`` for attribution's node ids; ``cpu`` and ``gpu`` the selection's events
     (they are cut to the window here); ``memory``: its ``[memory]`` events (rows of
-    ``trace.memory``), with their node and pass."""
+    ``trace.memory``), with their node and pass; ``scope_labels``: name code -> the label of
+    module scope events (hierarchy.scope_labels), in place of their raw names."""
     ev = trace.events
     t0, t1 = window
     lanes: list[Lane] = []
@@ -165,7 +167,7 @@ def build_timeline(
         start_us=float(t0),
         span_us=float(span),
         modules=tuple(tuple(path_of[c]) for c in mod_codes),
-        names=tuple(ev.names[c] for c in name_codes),
+        names=tuple((scope_labels or {}).get(c, ev.names[c]) for c in name_codes),
         lanes=tuple(lanes),
         lane=lane,
         row=row,
