@@ -243,6 +243,12 @@ def label_middle(text: str, width: int) -> str:
     return text[:head] + "…" + text[len(text) - (width - 1 - head) :]
 
 
+def counted(n: float, noun: str, plural: str | None = None) -> str:
+    """``n`` and the noun it counts, singular for one (``"1 run"``, ``"3 runs"``, ``"2 indices"``
+    with ``plural``)."""
+    return f"{count(n)} {noun if n == 1 else plural or noun + 's'}"
+
+
 def step_count(value: float, noun: str, mean: bool) -> str:
     """A count per step and what it counts (``"60 kernels"``); a mean over several steps says
     so (``"mean 998.3 kernels"``), since a fraction of a kernel or a call reads as a mistake."""

@@ -30,6 +30,7 @@ from traceprof.analysis.link import Links
 from traceprof.analysis.unattributed import LAUNCH_NOT_IN_TRACE, LAUNCHED_BEFORE_TRACE
 from traceprof.result.model import _OP_SUMMED as _SUMMED
 from traceprof.result.model import OpKind, OpStat, bounded
+from traceprof.trace import schema
 from traceprof.trace.model import BLOCK_EVENTS, EventTable, Trace, unique
 from traceprof.trace.schema import Kind
 
@@ -71,7 +72,11 @@ def ops_by_node(
     trace (``gpu_before_trace``), or launch not in trace."""
     ev = trace.events
     n_names = len(ev.names)
-    labels = list(ev.names) + [OUTSIDE_OPS, BETWEEN_OPS_LABEL, LAUNCH_NOT_IN_TRACE, LAUNCHED_BEFORE_TRACE]
+    # rows by label: names that views spell alike (schema.op_label) share the first one's code
+    shown = [schema.op_label(name) for name in ev.names]
+    first: dict[str, int] = {}
+    label_of = np.array([first.setdefault(text, code) for code, text in enumerate(shown)] or [0], np.int64)
+    labels = shown + [OUTSIDE_OPS, BETWEEN_OPS_LABEL, LAUNCH_NOT_IN_TRACE, LAUNCHED_BEFORE_TRACE]
     outside, between, no_launch, before_trace = n_names, n_names + 1, n_names + 2, n_names + 3
     top = _outermost_op(ev, links, scope_mask)
     work = gpu.events
@@ -92,7 +97,7 @@ def ops_by_node(
             e = np.maximum(events[block], 0)
             op = np.where(events[block] >= 0, top[e], -1)
             has = op >= 0
-            label = np.where(has, ev.name[np.maximum(op, 0)], ev.name[e])
+            label = label_of[np.where(has, ev.name[np.maximum(op, 0)], ev.name[e])]
             label[~has & scope_mask[e]] = outside
             label[~has & is_step[e]] = between
             label[events[block] < 0] = no_launch

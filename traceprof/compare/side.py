@@ -228,7 +228,7 @@ def _side(profile: ModuleProfile, ctx: Context) -> Side:
         if kind == 2:
             return BETWEEN_OPS
         if code not in text:
-            text[code] = names[code]
+            text[code] = schema.op_label(names[code])
         return text[code]
 
     key = (node * 3 + phase) * 3 + special

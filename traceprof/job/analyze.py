@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 from msgspec.structs import replace
 
+from traceprof import units
 from traceprof.analysis.job_timeline import StepTimeline, step_timelines
 from traceprof.errors import JobError, MemoryLimitError
 from traceprof.read.discovery import find_traces
@@ -490,7 +491,7 @@ def _runs(results: list[RankResult]) -> list[_Run]:
 
 def _runs_text(runs: list[_Run], limit: int = 3) -> str:
     shown = "; ".join(run.describe() for run in runs[:limit])
-    return shown + (f"; and {len(runs) - limit} more runs" if len(runs) > limit else "")
+    return shown + (f"; and {units.counted(len(runs) - limit, 'more run')}" if len(runs) > limit else "")
 
 
 def _one_run(results: list[RankResult], newest: bool) -> tuple[list[RankResult], list[str]]:

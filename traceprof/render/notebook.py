@@ -57,6 +57,73 @@ def profile_repr(profile: ModuleProfile) -> str:
     return f"<ModuleProfile {_base(profile.metadata.path)}: {modules}, {steps}, {time}>"
 
 
+def node_repr(node: ModuleNode) -> str:
+    """``<ModuleNode layer1.0.conv1 (Conv2d): 1 call, GPU busy fwd 12.0 us, bwd 30.1 us>``: its
+    time per pass (GPU busy time when it ran GPU work, else CPU time), the other pass when it
+    has some."""
+    metric, what = _node_metric(node)
+    passes = [
+        f"{p.short} {units.duration(getattr(node.phase(p).total, metric))}"
+        for p in PASSES
+        if p.value != "other" or getattr(node.other.total, metric) > 0
+    ]
+    cls = f" ({node.class_name})" if node.class_name and node.class_name != node.label else ""
+    children = f", {units.counted(len(node.children), 'child', 'children')}" if node.children else ""
+    return (
+        f"<ModuleNode {node.label}{cls}: {units.counted(node.calls, 'call')}, {what} "
+        f"{', '.join(passes)}{children}>"
+    )
+
+
+def _node_metric(node: ModuleNode) -> tuple[str, str]:
+    return ("gpu_busy_us", "GPU busy") if node.total.gpu_busy_us > 0 else ("cpu_us", "CPU")
+
+
+def node_html(node: ModuleNode) -> str:
+    """A node on its own (no profile around it): cards (class, calls, parameters, shapes), its
+    time, FLOPs and kernels per pass, and its largest own ops and kernels."""
+    metric, what = _node_metric(node)
+    cards = [
+        ("Class", node.class_name or "--"),
+        ("Kind", node.kind.value),
+        ("Calls / step", units.count(node.calls)),
+    ]
+    info = node.info
+    if info is not None and info.params_total is not None:
+        cards.append(("Params", units.grouped(info.params_total)))
+    if info is not None and (info.inputs is not None or info.outputs is not None):
+        cards.append(("Input → output", f"{units.shape(info.inputs)} → {units.shape(info.outputs)}"))
+    if node.children:
+        cards.append(("Children", units.count(len(node.children))))
+    rows = [
+        (
+            p.value,
+            units.duration(getattr(node.phase(p).total, metric)),
+            units.duration(getattr(node.phase(p).own, metric)),
+            units.count(node.phase(p).total.kernels),
+            units.flops(node.phase(p).total.flops),
+        )
+        for p in PASSES
+    ]
+    ops = sorted(node.ops, key=lambda o: -(o.gpu_busy_us if metric == "gpu_busy_us" else o.cpu_us))
+    op_rows = [
+        (
+            o.kind.value,
+            o.name,
+            o.phase,
+            units.count(o.calls),
+            units.duration(o.gpu_busy_us if metric == "gpu_busy_us" else o.cpu_us),
+        )
+        for o in ops[:TOP]
+    ]
+    return _frame(
+        f"traceprof · {node.label}",
+        _cards(cards),
+        _table(f"{what} per step, by pass", ("pass", "total", "own", "kernels", "FLOPs"), rows),
+        _table(f"Largest own ops and kernels by {what}", ("kind", "name", "pass", "calls", "time"), op_rows),
+    )
+
+
 def diff_repr(diff: DiffProfile) -> str:
     """``<DiffProfile a.json -> b.json: step 1.20 ms -> 1.50 ms (+25.0%), 84 matched, ...>``."""
     counts = _status_counts(diff)
@@ -537,7 +604,7 @@ def _caption(text: str) -> str:
 
 
 def _plural(n: int, word: str) -> str:
-    return f"{n} {word}{'' if n == 1 else 's'}"
+    return units.counted(n, word)
 
 
 def _base(path: str) -> str:

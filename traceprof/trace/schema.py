@@ -297,6 +297,17 @@ GRAPH_CAPTURE_END_NAMES = frozenset({"cudaStreamEndCapture", "cuStreamEndCapture
 #: the scope of one run of a compiled graph (a user_annotation): "## Call CompiledFxGraph <key> ##"
 #: with <key> the graph's FX graph cache key, the literal "None" when the cache was bypassed
 COMPILED_CALL_RE = re.compile(r"## Call CompiledFxGraph (\S+) ##\Z")
+#: how views of ops (``--ops``, a diff's "changed most inside") name that scope: its cache key
+#: changes from one build of a model to the next, so the runs of one graph would not match
+COMPILED_CALL_LABEL = "(compiled graph run: Inductor's wrapper)"
+
+
+def op_label(name: str) -> str:
+    """How views of ops name an op or annotation event of ``name``: the name itself, but a
+    label for spellings that change between two runs of the same work (COMPILED_CALL_LABEL)."""
+    return COMPILED_CALL_LABEL if COMPILED_CALL_RE.match(name) else name
+
+
 COMPILED_CALL_NO_KEY = "None"
 #: the prefix of Inductor's C++ kernel events, "graph_<graph id>_<kernel>": the compile's counter,
 #: shared by the forward and the backward graph of one Dynamo graph

@@ -114,11 +114,12 @@ function diffCards(doc) {
     ['Change', el('span', {id: 'tp-diff-step', class: changeClass({delta_us: step.wall_delta_us,
       noise: step.wall_spread_us !== null && Math.abs(step.wall_delta_us) <= step.wall_spread_us})}, wall)],
     ['Step-to-step spread', step.wall_spread_us === null ? '--' : duration(step.wall_spread_us)],
-    ['Where', Object.entries(step.where).map(([k, v]) => `${k} ${signedDuration(v)}`).join(' · ')],
+    // wraps instead of being cut off: every part of the change is read
+    ['Where', Object.entries(step.where).map(([k, v]) => `${k} ${signedDuration(v)}`).join(' · '), 'tp-card-wrap'],
   ];
   return el('section', {class: 'tp-summary'},
-      el('div', {class: 'tp-cards'}, cards.map(([k, v]) =>
-        el('div', {class: 'tp-card'}, el('div', {class: 'tp-card-key'}, k),
+      el('div', {class: 'tp-cards'}, cards.map(([k, v, wrap]) =>
+        el('div', {class: wrap ? `tp-card ${wrap}` : 'tp-card'}, el('div', {class: 'tp-card-key'}, k),
             el('div', {class: 'tp-card-value', title: typeof v === 'string' ? v : v.title}, v)))),
       doc.warnings.map((w) => el('div', {class: 'tp-warning tp-diff-warning'}, `⚠ warning: ${w}`)));
 }
