@@ -222,6 +222,18 @@ class ModuleNode(msgspec.Struct, frozen=True, gc=False, array_like=True):
         ``model.get_submodule(node.qualified_name)`` finds every node), its class name."""
         return self.qualified_name or self.class_name or self.name
 
+    def __repr__(self) -> str:
+        """One line: its name, class, calls and time per pass (not every field)."""
+        from traceprof.render.notebook import node_repr  # presentation lives in render/
+
+        return node_repr(self)
+
+    def _repr_html_(self) -> str:
+        """Its numbers per pass and its largest ops, for Jupyter (docs/notebooks.md)."""
+        from traceprof.render.notebook import node_html
+
+        return node_html(self)
+
 
 class PassTotals(msgspec.Struct, frozen=True):
     """Totals per pass of a set of nodes."""
