@@ -10,8 +10,10 @@ Imports no torch: the session imports it when it starts.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -238,6 +240,22 @@ def top_modules(result: ModuleProfile, top: int) -> tuple[ModuleTime, ...]:
     )
 
 
+def check_logdir(logdir: str) -> None:
+    """Make and try the directory a window writes its traces to, before the window opens: an
+    OSError saying why nothing can be written there (a file, a path under a file, a dangling
+    link, ``/dev/null``, a read-only directory)."""
+    import tempfile
+
+    if os.path.islink(logdir) and not os.path.exists(logdir):
+        raise FileNotFoundError(errno.ENOENT, "a link to a path that does not exist")
+    if os.path.lexists(logdir) and not os.path.isdir(logdir):
+        raise NotADirectoryError(errno.ENOTDIR, "not a directory")
+    os.makedirs(logdir, exist_ok=True)
+    fd, probe = tempfile.mkstemp(prefix=".traceprof-", suffix=".probe", dir=logdir)
+    os.close(fd)
+    os.unlink(probe)
+
+
 class CaptureWindow:
     """A capture session over a window of a trainer's steps, and what came of it.
 
@@ -246,6 +264,13 @@ class CaptureWindow:
     of the traces written since the last call, each logged on ``log`` already. The session is
     closed as soon as its last cycle is written, so the hooks cost nothing for the rest of
     training.
+
+    Profiling never stops training: a log directory where nothing can be written is found before
+    the window opens (one warning, no window); a trace that cannot be written, or an analysis
+    that fails, closes the window with a warning. An exception out of the model's forward (a
+    trainer without an exception hook: the Hugging Face Trainer) closes it at the model's next
+    call, or the next training's start, whichever comes first: its hooks and the profiler never
+    stay on.
     """
 
     def __init__(self, options: CaptureOptions, log: logging.Logger) -> None:
@@ -256,6 +281,8 @@ class CaptureWindow:
         self.profiles: list[ModuleProfile] = []
         self.headlines: list[Headline] = []
         self._session: profile | None = None
+        self._watch: list[Any] = []  # the handles of the hooks that see the model raise
+        self._raised: BaseException | None = None  # what left the model's forward
         self._first_step = 0
         self._steps = 0  # steps marked in the current session
         self._seen = 0  # the current session's traces already handled
@@ -266,8 +293,12 @@ class CaptureWindow:
         return self._session is not None
 
     def open(self, model: Any, logdir: str, first_step: int = 0) -> None:
-        """Start a session on ``model`` writing into ``logdir``."""
+        """Start a session on ``model`` writing into ``logdir`` (when it can be written: else a
+        warning, and training goes on without a window)."""
         self.close(analyze=False)
+        # ".." taken out, as the trace writer takes it out of the temporary file's path: every
+        # trace's temporary file and the trace itself in one directory
+        logdir = os.path.normpath(logdir)
         o = self.options
         session = profile(
             model,
@@ -284,15 +315,30 @@ class CaptureWindow:
         if not session.enabled:  # a rank that does not profile
             session.__exit__(None, None, None)
             return
+        try:
+            check_logdir(logdir)
+        except OSError as e:
+            session.__exit__(None, None, None)  # before its first step: nothing is written
+            self.log.warning(
+                "traceprof: not profiling: the log directory %s cannot be written (%s); training goes on",
+                logdir,
+                e.strerror or e,
+            )
+            return
         self._session, self.logdir = session, logdir
         self._first_step, self._steps, self._seen = first_step, 0, 0
+        self._watch_forward(model)
 
     def step(self) -> list[Headline]:
         """Mark the end of an optimizer step; the headlines of the traces it completed."""
         session = self._session
         if session is None:
             return []
-        session.step()
+        try:
+            session.step()
+        except Exception as e:  # a trace that cannot be written: the window closes, training goes on
+            self._stop(f"writing its trace failed ({type(e).__name__}: {e})")
+            return []
         self._steps += 1
         found = self._handle_new_traces(session, analyze=True)
         if self.options.repeat and len(session.trace_paths) >= self.options.repeat:
@@ -305,7 +351,14 @@ class CaptureWindow:
         session = self._session
         if session is None:
             return []
-        self._exit()
+        try:
+            self._exit()
+        except Exception as e:
+            self.log.warning(
+                "traceprof: the profiling window closed with an error (%s: %s); training goes on",
+                type(e).__name__,
+                e,
+            )
         found = self._handle_new_traces(session, analyze=analyze)
         if not session.trace_paths:
             self.log.warning(
@@ -318,10 +371,53 @@ class CaptureWindow:
             )
         return found
 
-    def _exit(self) -> None:
-        session, self._session = self._session, None
+    def _stop(self, why: str) -> None:
+        """Close the window at once, keeping what was written, with one warning."""
+        self.log.warning("traceprof: profiling stopped: %s; training goes on", why)
+        session = self._session
+        try:
+            self._exit(*sys.exc_info())
+        except Exception:  # the window is closed (hooks off, profiler stopped) whatever it said
+            pass
         if session is not None:
-            session.__exit__(None, None, None)
+            self._handle_new_traces(session, analyze=False)
+
+    def _exit(self, *exc_info: Any) -> None:
+        session, self._session = self._session, None
+        for handle in self._watch:
+            handle.remove()
+        self._watch, self._raised = [], None
+        if session is not None:
+            session.__exit__(*(exc_info or (None, None, None)))
+
+    def _watch_forward(self, model: Any) -> None:
+        """Hooks on ``model`` that see an exception leave its forward: an always-called hook
+        that finds the call's normal hook did not run. The window cannot close there (torch is
+        going through the model's hooks), so it closes at the model's next call."""
+        register = getattr(model, "register_forward_hook", None)
+        if register is None:
+            return
+        calls: list[bool] = []
+
+        def started(module: Any, args: Any) -> None:
+            if self._raised is not None:  # the next call after an exception: the window closes
+                self._stop(f"the model raised in the profiled window ({self._raised!r})")
+                return
+            calls.append(False)
+
+        def finished(module: Any, args: Any, output: Any) -> None:
+            if calls:
+                calls[-1] = True
+
+        def ended(module: Any, args: Any, output: Any) -> None:
+            if not (calls and calls.pop()) and self._session is not None:
+                self._raised = sys.exc_info()[1] or RuntimeError("an exception")
+
+        self._watch = [
+            model.register_forward_pre_hook(started),
+            register(finished),
+            register(ended, always_call=True),
+        ]
 
     def _handle_new_traces(self, session: profile, analyze: bool) -> list[Headline]:
         new = session.trace_paths[self._seen :]
