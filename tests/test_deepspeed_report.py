@@ -97,7 +97,7 @@ def test_optimizer_step_and_batch_come_from_the_trace(profiles):
 
     mi300 = profiles["mi300"]
     mi = summarize(mi300)
-    assert (mi.world_size, mi.dp_size, mi.mp_size) == (8, 8, None)  # DDP root over 8 ranks
+    assert (mi.world_size, mi.dp_size, mi.mp_size) == (8, 8, 1)  # DDP root over 8 ranks: no model parallelism
     assert mi.batch_size is None  # no module table
     foreach = next(
         mi300.nodes[c] for c in mi300.unattributed.children if mi300.nodes[c].name == "aten::_foreach_add_"

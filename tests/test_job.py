@@ -115,7 +115,7 @@ def test_cross_rank_statistics_are_pinned(multi_rank_job):
     )
     assert r1.collective_kernels == 8
     # stragglers: compute time above the median (1083 us) by more than 5%, largest first
-    assert [(st.rank, st.step_us, st.median_us) for st in job.stragglers] == [
+    assert [(st.rank, st.step_us, st.reference_us) for st in job.stragglers] == [
         (3, 1268.0, 1083.0),
         (1, 1265.0, 1083.0),
         (4, 1152.0, 1083.0),
@@ -148,7 +148,7 @@ def test_spread_and_union_helpers():
 
 def test_job_json_csv_parquet_rows(tmp_path, multi_rank_job):
     doc = json.loads(render.render_job(multi_rank_job, "json"))
-    assert doc["schema"] == "traceprof.job/1"
+    assert doc["schema"] == "traceprof.job/2"
     assert doc["ranks_given"] == list(range(8))
     assert [s["rank"] for s in doc["stragglers"]] == [3, 1, 4]
     assert len(doc["rows"]) == multi_rank_job.to_dataframe().shape[0]

@@ -46,17 +46,19 @@ def test_cpu_straggler_is_the_rank_with_more_cpu_compute_not_a_longer_step(cpu_j
     # in ops: the model's scopes (block + 200 us); the all-reduce on the other thread is waiting
     assert job.step_times() == {0: 1_200.0, 1: 7_200.0}
     [straggler] = job.stragglers
-    assert (straggler.rank, straggler.step_us, straggler.median_us, straggler.excess_us) == (
+    # two ranks: compared with the faster one (their median, the mean, would halve the gap)
+    assert (straggler.rank, straggler.step_us, straggler.reference_us, straggler.excess_us) == (
         1,
         7_200.0,
-        4_200.0,
-        3_000.0,
+        1_200.0,
+        6_000.0,
     )
+    assert (straggler.reference, straggler.reference_ranks) == ("faster rank", (0,))
 
 
 def test_cpu_straggler_is_explained_by_its_modules_not_by_collectives_or_waiting(cpu_job):
     [straggler] = cpu_job.stragglers
-    assert [(m.qualified_name, excess) for m, excess in straggler.modules] == [("block", 3_000.0)]
+    assert [(m.qualified_name, excess) for m, excess in straggler.modules] == [("block", 6_000.0)]
     groups = {m.name for m in cpu_job.modules if m.kind is NodeKind.GROUP}
     assert {"gloo:all_reduce", "(step, between ops)"} <= groups  # in the tree, not in the answer
 
@@ -100,10 +102,10 @@ def test_gpu_straggler_is_explained_by_compute_kernels_not_by_collective_ones(tm
     job = analyze_job(tmp_path, jobs=1)
     assert job.step_metric == "compute_us" and job.step_times() == {0: 1_000.0, 1: 3_000.0}
     [straggler] = job.stragglers
-    assert straggler.rank == 1 and straggler.excess_us == 1_000.0
+    assert straggler.rank == 1 and straggler.excess_us == 2_000.0  # over the faster rank
     # comm's NCCL kernel is longer on rank 1 too, but collective time is not compute
     assert job.module("comm").times("gpu_work_us", own=True) == {0: 4_000.0, 1: 4_500.0}
-    assert [(m.qualified_name, excess) for m, excess in straggler.modules] == [("block", 1_000.0)]
+    assert [(m.qualified_name, excess) for m, excess in straggler.modules] == [("block", 2_000.0)]
 
 
 def test_a_stragglers_explanation_adds_up_to_its_excess():

@@ -35,7 +35,7 @@ def test_every_rank_run_holds_the_job(job_logdir):
     assert len(runs) == 3
     docs = [json.loads((logdir / r.name / layout.PLUGIN_DIR / layout.JOB_FILE).read_text()) for r in runs]
     assert all(d == docs[0] for d in docs)
-    assert docs[0]["schema"] == "traceprof.job/1"
+    assert docs[0]["schema"] == "traceprof.job/2"
     assert docs[0]["runs"] == {str(i): runs[i].name for i in range(3)}
     assert docs[0]["stragglers"][0]["rank"] == SLOW_RANK
     assert docs[0]["stragglers"][0]["modules"][0]["qualified_name"] == SLOW_MODULE

@@ -116,3 +116,70 @@ def test_command_line_names_the_straggler_and_its_module(job_dir, tmp_path):
     assert (doc["ranks_given"], doc["world_size"], doc["step_metric"]) == ([0, 1], 2, "cpu_compute_us")
     [straggler] = doc["stragglers"]
     assert straggler["rank"] == SLOW_RANK and straggler["modules"][0]["module"] == SLOW_MODULE
+
+
+# ---- a job of two ranks says what it compares with, and why a rank's rows pass its step ----------
+
+
+def test_two_ranks_are_compared_with_the_faster_one(job, job_dir):
+    """With two ranks "the median" is their mean, which hides half of the gap: the straggler is
+    compared with the faster rank, and every output says so."""
+    [s] = job.stragglers
+    times = job.step_times()
+    assert (s.reference, s.reference_ranks) == ("faster rank", (0,))
+    assert s.reference_us == times[0] and s.excess_us == pytest.approx(times[1] - times[0])
+    assert s.excess_fraction == pytest.approx((times[1] - times[0]) / times[0])
+    proc = subprocess.run(
+        [sys.executable, "-m", "traceprof", "analyze", str(job_dir)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "is above the faster rank's by more than 5.0%" in proc.stdout
+    assert "over the faster rank (rank 0) " in proc.stdout and "over the median" not in proc.stdout
+    assert "modules against the faster rank (rank 0) (" in proc.stdout
+    from traceprof.job.records import job_document
+
+    [doc] = job_document(job)["stragglers"]
+    assert (doc["reference"], doc["reference_ranks"], doc["reference_us"]) == ("faster rank", [0], times[0])
+
+
+def test_a_rank_whose_rows_pass_its_step_says_why(job, job_dir, tmp_path):
+    """gloo's all-reduce threads run beside the main thread: a rank's CPU time per step, the
+    sum of its heat-map rows, is above its step's wall time; the text and the page say why."""
+    over = [r for r in job.ranks if r.profile.selection.cpu_us > r.profile.selection.wall_us * 1.001]
+    assert over, "the gloo threads' CPU time no longer passes the step"
+    from traceprof.render import render_job
+
+    text = render_job(job, "tree")
+    page = render_job(job, "html")
+    for r in job.ranks:
+        reason = r.profile.over_wall()
+        assert (reason is not None) == (r in over)
+        if reason:
+            assert reason.startswith("CPU time of several threads running at the same time adds up")
+            assert f"rank {r.rank}: its modules and (not in any module) add up to " in text
+            assert f'"over_wall":"{reason}"' in page.replace(": ", ":")
+
+
+def test_a_data_parallel_rank_has_no_model_parallelism(job):
+    from traceprof.render.tree import summarize
+
+    s = summarize(job.ranks[0].profile)
+    assert (s.dp_size, s.mp_size) == (2, 1)
+    text = traceprof.render.render(job.ranks[0].profile, "tree")
+    assert re.search(r"^model parallel size:\s+1$", text, re.M)
+
+
+def test_a_directory_of_one_trace_is_that_traces_report(job_dir, tmp_path):
+    one = tmp_path / "one"
+    one.mkdir()
+    trace = sorted(job_dir.glob("*.pt.trace.json.gz"))[0]
+    (one / trace.name).write_bytes(trace.read_bytes())
+    proc = subprocess.run(
+        [sys.executable, "-m", "traceprof", "analyze", str(one)], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("traceprof module profile\ntrace:     ")
+    assert "traceprof job profile" not in proc.stdout and "Stragglers" not in proc.stdout

@@ -170,7 +170,8 @@ from traceprof.result.transforms import ignore_modules, limit_depth
     default=0.05,
     show_default=True,
     metavar="FRACTION",
-    help="Job: a rank is a straggler when its step time is above the median by more than this fraction.",
+    help="Job: a rank is a straggler when its step time is above the median (of two ranks: the "
+    "faster one's) by more than this fraction.",
 )
 def analyze(
     trace,
@@ -202,12 +203,15 @@ def analyze(
 
     Several traces, a directory or a glob pattern ('runs/*.pt.trace.json.gz') are the ranks of
     one distributed job: one report of every module across the ranks (docs/jobs.md)."""
-    from traceprof.read.discovery import is_job
+    from traceprof.read.discovery import one_trace
 
-    job = is_job(trace)
+    single = one_trace(trace)  # a directory or pattern of one trace: that trace's own report
+    job = single is None
     option = _misplaced_option(click.get_current_context(), job)
     if option is not None:
         applies = "one trace, not to a job of several" if job else "a job of several traces, not to one trace"
+        if single is not None and single != trace[0]:  # a directory or pattern of one trace
+            applies += f" ({trace[0]} holds one: {single})"
         fail(f"{option} applies to {applies} (docs/jobs.md)", USAGE_EXIT_CODE)
     if job:
         return _analyze_job(  # the single-trace options were refused above
@@ -231,7 +235,8 @@ def analyze(
             straggler_threshold=straggler_threshold,
             scheduler_timeout=scheduler_timeout,
         )
-    trace = trace[0]
+    assert single is not None
+    trace = single
     with reported_errors(f"{trace}: out of memory while analyzing"):
         renderer = chosen_renderer(render.REGISTRY, fmt, output, [trace])
         fmt = renderer.name

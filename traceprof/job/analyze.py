@@ -264,25 +264,34 @@ class JobModule(msgspec.Struct, frozen=True):
         return s
 
 
+#: what a straggler is compared with (``Straggler.reference``; docs/jobs.md): with two ranks the
+#: faster one (their median, the mean of both, would hide half of the gap: a 17x slower rank read
+#: +89.1%); with more, the median rank, or for an even number of ranks the two middle ones'
+#: mean
+FASTER_RANK, MEDIAN_RANK, MEDIAN_RANKS = "faster rank", "median rank", "median ranks"
+
+
 class Straggler(msgspec.Struct, frozen=True):
     rank: int
     step_us: float  # the rank's step time (GPU compute time per step; CPU-only: CPU compute time)
-    median_us: float
+    reference_us: float  # the step time it is compared with (``reference``)
     excess_us: float
-    excess_fraction: float
-    #: the modules that make up the difference: own compute time over the median rank's, largest
+    excess_fraction: float  # excess_us / reference_us
+    #: the modules that make up the difference: own compute time over the reference ranks', largest
     #: first (GPU work time outside collective kernels, the plain sum of the module's kernel
     #: durations, which concurrent work on other streams does not dilute; CPU time outside
     #: collectives on CPU-only traces)
     modules: tuple[tuple[JobModule, float], ...]
-    #: the ranks the modules are compared with: the median rank, or the two middle ones (their
-    #: mean) for an even number of ranks, so that the modules' differences add up
+    #: the ranks it is compared with: the faster of two, the median rank, or the two middle ones
+    #: (their mean) for an even number of ranks, so that the modules' differences add up
     reference_ranks: tuple[int, ...] = ()
     #: the other modules' differences together (those not listed in ``modules``)
     other_modules_us: float = 0.0
     #: excess_us less every module's difference: kernels of the rank that ran at the same time
     #: (summed per module, counted once in the step time), or work outside the modules' own time
     unexplained_us: float = 0.0
+    #: what ``reference_ranks`` are: FASTER_RANK, MEDIAN_RANK or MEDIAN_RANKS
+    reference: str = MEDIAN_RANK
 
 
 class Job(msgspec.Struct, frozen=True):
@@ -725,15 +734,12 @@ def _stragglers(job: Job) -> tuple[Straggler, ...]:
     times = job.step_times()
     if len(times) < 2:
         return ()
-    spread = spread_of(times)
-    assert spread is not None  # two ranks or more
-    median = spread.median
-    reference = _median_ranks(times)
+    reference, ranks, reference_us = straggler_reference(times)
     out = []
     for rank in sorted(times):
         t = times[rank]
-        if median > 0 and t > median * (1 + job.straggler_threshold):
-            excess = _excess_modules(job, rank, reference)
+        if reference_us > 0 and t > reference_us * (1 + job.straggler_threshold):
+            excess = _excess_modules(job, rank, ranks)
             listed = tuple(x for x in excess if x[1] > 0)[:STRAGGLER_MODULES]
             listed_us = sum(e for _, e in listed)
             modules_us = sum(e for _, e in excess)
@@ -741,25 +747,33 @@ def _stragglers(job: Job) -> tuple[Straggler, ...]:
                 Straggler(
                     rank,
                     t,
-                    median,
-                    t - median,
-                    (t - median) / median,
+                    reference_us,
+                    t - reference_us,
+                    (t - reference_us) / reference_us,
                     listed,
-                    reference,
+                    ranks,
                     modules_us - listed_us,
-                    (t - median) - modules_us,
+                    (t - reference_us) - modules_us,
+                    reference,
                 )
             )
     out.sort(key=lambda s: (-s.excess_us, s.rank))
     return tuple(out)
 
 
-def _median_ranks(times: dict[int, float]) -> tuple[int, ...]:
-    """The rank whose step time is the median, or the two middle ones for an even number of
-    ranks (the median is their mean); lowest rank first on ties."""
+def straggler_reference(times: dict[int, float]) -> tuple[str, tuple[int, ...], float]:
+    """What the ranks' step ``times`` are compared with to find stragglers: its kind (FASTER_RANK,
+    MEDIAN_RANK or MEDIAN_RANKS), its ranks and its time. Two ranks: the faster one (lower rank
+    on a tie); more: the rank whose time is the median, or the two middle ones for an even
+    number of ranks (the median is their mean)."""
     ordered = sorted(times, key=lambda r: (times[r], r))
     n = len(ordered)
-    return (ordered[n // 2],) if n % 2 else tuple(sorted(ordered[n // 2 - 1 : n // 2 + 1]))
+    if n == 2:
+        return FASTER_RANK, (ordered[0],), times[ordered[0]]
+    if n % 2:
+        return MEDIAN_RANK, (ordered[n // 2],), times[ordered[n // 2]]
+    pair = tuple(sorted(ordered[n // 2 - 1 : n // 2 + 1]))
+    return MEDIAN_RANKS, pair, sum(times[r] for r in pair) / 2
 
 
 def _excess_modules(job: Job, rank: int, reference: tuple[int, ...]) -> tuple[tuple[JobModule, float], ...]:

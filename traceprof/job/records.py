@@ -14,7 +14,7 @@ from traceprof.result.records import profile_document
 if TYPE_CHECKING:  # the job module is imported by whoever builds a Job
     from traceprof.job.analyze import Job, JobModule, Spread
 
-JOB_SCHEMA = "traceprof.job/1"
+JOB_SCHEMA = "traceprof.job/2"
 #: the quantities of a node in the tidy rows, per pass
 ROW_FIELDS = ("gpu_busy_us", "gpu_work_us", "cpu_us", "kernels", "flops", "macs")
 ROW_COLUMNS = (
@@ -115,6 +115,8 @@ def rank_records(job: Job) -> list[dict]:
                 "kernels": sel.kernels,
                 "flops": sel.flops,
                 "straggler": any(s.rank == jr.rank for s in job.stragglers),
+                # why its modules' times add up to more than its step's wall time (None: they do not)
+                "over_wall": jr.profile.over_wall(),
             }
         )
     return out
@@ -184,7 +186,8 @@ def job_document(job: Job, with_profiles: bool = False) -> dict:
             {
                 "rank": s.rank,
                 "step_us": s.step_us,
-                "median_us": s.median_us,
+                "reference": s.reference,
+                "reference_us": s.reference_us,
                 "excess_us": s.excess_us,
                 "excess_fraction": s.excess_fraction,
                 "modules": [

@@ -93,13 +93,27 @@ def expand_patterns(paths) -> list[str]:
     return out
 
 
-def is_job(paths) -> bool:
-    """Whether ``paths`` asks for a job (several files, a directory, a glob) rather than one
-    trace file, whose report stays the single-trace one."""
+def one_trace(paths) -> str | None:
+    """The trace file ``paths`` names when it names one: a file (existing or not: the reader
+    says so), or a directory or a glob pattern that holds a single trace, whose report is the
+    single-trace one, not a job of one rank; None when it names several (a job), or a directory
+    or pattern with none (the job's discovery says so)."""
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     paths = [os.fspath(p) for p in paths]
     if len(paths) != 1:
-        return True
+        return None
     p = paths[0]
-    return os.path.isdir(p) or (not os.path.exists(p) and _is_glob(p))
+    if not (os.path.isdir(p) or (not os.path.exists(p) and _is_glob(p))):
+        return p
+    try:
+        found = find_traces(p)
+    except TraceReadError:
+        return None
+    return found[0] if len(found) == 1 else None
+
+
+def is_job(paths) -> bool:
+    """Whether ``paths`` asks for a job (several trace files: files, a directory, a glob) rather
+    than one trace, whose report stays the single-trace one (:func:`one_trace`)."""
+    return one_trace(paths) is None

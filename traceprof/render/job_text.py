@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from traceprof import units
 from traceprof.job.records import step_spreads
 from traceprof.render.registry import RenderOptions
-from traceprof.result.model import NodeKind, Pass
+from traceprof.result.model import UNATTRIBUTED_NAME, NodeKind, Pass
 from traceprof.result.names import Parts, path_parts, short_name_map
 
 if TYPE_CHECKING:  # the job module is imported by whoever builds a Job
@@ -113,14 +113,25 @@ def _ranks_section(job: Job, raw: bool) -> list[str]:
             + [f"rank {spreads[k]['slowest_rank']}" if spreads[k] else "--" for k, _ in columns]
             + ["", ""]
         )
-    return lines + _grid(header, rows)
+    # a rank whose modules' times add up to more than its step says why, as a trace's report does
+    metric = "GPU busy time" if job.metric == "gpu_busy_us" else "CPU time"
+    notes = [
+        f"rank {r.rank}: its modules and {UNATTRIBUTED_NAME} add up to "
+        f"{d(getattr(r.profile.selection, job.metric))} of {metric} per step, above its step's "
+        f"wall time {d(r.profile.selection.wall_us)}: {over}"
+        for r in job.ranks
+        if (over := r.profile.over_wall())
+    ]
+    return lines + _grid(header, rows) + notes
 
 
 def _stragglers_section(job: Job, raw: bool) -> list[str]:
     what = _STRAGGLER_METRICS.get(job.step_metric, "step wall time")
+    # the reference (job.analyze.straggler_reference): the faster of two ranks, else the median
+    above = "the faster rank's" if len(job.ranks) == 2 else "the median"
     lines = [
         "",
-        f"Stragglers: ranks whose {what} is above the median by more than "
+        f"Stragglers: ranks whose {what} is above {above} by more than "
         f"{units.percent(job.straggler_threshold)}",
     ]
     if len(job.ranks) < 2:
@@ -132,8 +143,8 @@ def _stragglers_section(job: Job, raw: bool) -> list[str]:
         lines.append(
             f"  rank {s.rank}: {units.duration(s.step_us, raw)}, "
             f"{units.signed_duration(s.excess_us, raw)} "
-            f"({units.signed_percent(s.excess_fraction)}) over the median "
-            f"{units.duration(s.median_us, raw)}"
+            f"({units.signed_percent(s.excess_fraction)}) over {reference_text(s)} "
+            f"{units.duration(s.reference_us, raw)}"
         )
         if s.modules:
             lines.append("    " + straggler_explanation(s, job.metric == "gpu_busy_us", raw, short))
@@ -169,10 +180,7 @@ def straggler_explanation(
     """What makes up a straggler's excess, adding up to it: the modules over the median rank(s),
     the other modules together, and what the modules' own times do not hold."""
     own = "own GPU work outside collectives" if gpu else "own CPU time outside collectives"
-    ref = " and ".join(f"rank {r}" for r in s.reference_ranks)
-    ref = (
-        f"the median rank ({ref})" if len(s.reference_ranks) == 1 else f"the median ranks ({ref}, their mean)"
-    )
+    ref = reference_text(s)
     name = (lambda m: short.get(m.key, _label(m))) if short is not None else _label
     parts = [f"{name(m)} {units.signed_duration(e, raw)}" for m, e in s.modules]
     parts.append(f"the other modules {units.signed_duration(s.other_modules_us, raw)}")
@@ -183,6 +191,17 @@ def straggler_explanation(
     )
     parts.append(f"{rest} {units.signed_duration(s.unexplained_us, raw)}")
     return f"modules against {ref} ({own}, all passes): " + ", ".join(parts)
+
+
+def reference_text(s: Straggler) -> str:
+    """What a straggler is compared with: ``the faster rank (rank 0)``, ``the median rank
+    (rank 3)``, ``the median ranks (rank 3 and rank 4, their mean)``."""
+    from traceprof.job.analyze import MEDIAN_RANKS
+
+    ranks = " and ".join(f"rank {r}" for r in s.reference_ranks)
+    if s.reference == MEDIAN_RANKS:
+        return f"the median ranks ({ranks}, their mean)"
+    return f"the {s.reference} ({ranks})"
 
 
 def _label(m: JobModule) -> str:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from traceprof import units
 from traceprof.job.analyze import spread_of
+from traceprof.render.job_text import reference_text
 from traceprof.result.model import PASSES, ModuleNode, ModuleProfile, NodeKind
 
 if TYPE_CHECKING:  # types only: a diff or a job arrives built, its module already loaded
@@ -364,7 +365,8 @@ def job_html(job: Job) -> str:
         (
             str(s.rank),
             units.duration(s.step_us),
-            f"{units.signed_duration(s.excess_us)} ({units.signed_percent(s.excess_fraction)})",
+            f"{units.signed_duration(s.excess_us)} ({units.signed_percent(s.excess_fraction)}) over "
+            f"{reference_text(s)}",
             ", ".join(f"{m.name} {units.signed_duration(e)}" for m, e in s.modules[:3]),
         )
         for s in job.stragglers[:TOP]
@@ -373,7 +375,7 @@ def job_html(job: Job) -> str:
         f"traceprof job · {len(job.ranks)} ranks · {_job_place(job)}",
         _cards(job_cards(job)),
         _warnings(job.warnings),
-        _table("Stragglers", ("rank", "step", "over the median", "modules over the median"), rows),
+        _table("Stragglers", ("rank", "step", "over", "modules over it"), rows),
         icicle_svg(_job_cells(job)),
         _caption(
             f"Width: the median over the ranks of each module's {what} per step. Redder: a larger "

@@ -133,7 +133,8 @@ def summarize(profile: ModuleProfile, batch_size: int | None = None) -> Summary:
     if world == 1:
         dp, dp_source, mp = 1, "single process", 1
     elif world and modules and modules[0].class_name in DATA_PARALLEL_WRAPPERS:
-        dp, dp_source = world, f"{modules[0].class_name} over all {world} ranks"
+        # data parallel over every rank: each holds the whole model, no model parallelism
+        dp, dp_source, mp = world, f"{modules[0].class_name} over all {world} ranks", 1
     return Summary(
         fwd_us=fwd_us,
         bwd_us=bwd_us,
@@ -159,24 +160,10 @@ def summarize(profile: ModuleProfile, batch_size: int | None = None) -> Summary:
     )
 
 
-#: relative margin above the step's wall time within which the iter latency is not explained
-WALL_MARGIN = 1e-3
-
-
 def iter_over_wall(profile: ModuleProfile, s: Summary) -> str | None:
-    """Why the iter latency is above the step's wall time, or None when it is not: on a
-    CPU-only trace the latencies are CPU time, and that of threads running at the same time
-    adds up; the GPU busy time of a step is that of the work launched in it, which runs on after
-    the step's CPU time ends when the CPU queues work ahead of the GPU."""
-    wall = profile.selection.wall_us
-    if wall <= 0 or s.iter_us <= wall * (1 + WALL_MARGIN):
-        return None
-    if profile.has_gpu:
-        return (
-            "the GPU ran the step's work longer than the step's CPU wall time (the CPU queued it "
-            "ahead of the GPU: GPU-bound)"
-        )
-    return "CPU time of several threads running at the same time adds up (the latencies are CPU time)"
+    """Why the iter latency (``s.iter_us``, the roots' time) is above the step's wall time, or
+    None when it is not (ModuleProfile.over_wall)."""
+    return profile.over_wall()
 
 
 def _batch_from_table(modules: list[ModuleNode]) -> tuple[int | None, str]:

@@ -394,6 +394,10 @@ def module_node_count(nodes: Iterable[Kinded]) -> int:
     return sum(1 for n in nodes if n.kind is NodeKind.MODULE)
 
 
+#: relative margin above the step's wall time within which the roots' time is not explained
+WALL_MARGIN = 1e-3
+
+
 class ModuleProfile(msgspec.Struct, frozen=True):
     metadata: TraceMetadata
     source: str  # hierarchy source (hierarchy.Source value)
@@ -434,6 +438,25 @@ class ModuleProfile(msgspec.Struct, frozen=True):
     @property
     def has_gpu(self) -> bool:
         return self.stats.kernels + self.stats.memcpys + self.stats.memsets > 0
+
+    def over_wall(self) -> str | None:
+        """Why the time of the tree's roots (the modules and ``(not in any module)``, every pass;
+        GPU busy time, CPU time on CPU-only traces) is above the step's wall time, or None when
+        it is not: on a CPU-only trace the time is CPU time, and that of threads running at the
+        same time adds up; the GPU busy time of a step is that of the work launched in it, which
+        runs on after the step's CPU time ends when the CPU queues work ahead of the GPU. The one
+        explanation the report's iter latency and a job's heat map give."""
+        wall = self.selection.wall_us
+        metric = "gpu_busy_us" if self.has_gpu else "cpu_us"
+        roots = sum(getattr(self.nodes[r].total, metric) for r in self.roots)
+        if wall <= 0 or roots <= wall * (1 + WALL_MARGIN):
+            return None
+        if self.has_gpu:
+            return (
+                "the GPU ran the step's work longer than the step's CPU wall time (the CPU queued it "
+                "ahead of the GPU: GPU-bound)"
+            )
+        return "CPU time of several threads running at the same time adds up (the latencies are CPU time)"
 
     @property
     def device_names(self) -> tuple[str, ...]:

@@ -124,29 +124,35 @@ function stepTable(doc, open) {
       H.el('table', {class: 'tp-ops tp-job-steps', id: 'traceprof-job-steps'}, H.el('thead', {}, head), body));
 }
 
+// What a straggler is compared with, as the terminal says it (render/job_text.py reference_text):
+// the faster of two ranks, the median rank, or the two middle ones' mean
+function referenceText(s) {
+  const ranks = s.reference_ranks.map((r) => `rank ${r}`).join(' and ');
+  return s.reference === 'median ranks' ? `the median ranks (${ranks}, their mean)` : `the ${s.reference} (${ranks})`;
+}
+
 // What makes up each straggler's excess (the terminal's straggler section), short names.
 function stragglerList(doc, names) {
   const what = STRAGGLER_METRICS[doc.step_metric] || 'step wall time';
   const box = H.el('div', {class: 'tp-job-stragglers', id: 'traceprof-job-stragglers'},
-      H.el('div', {class: 'tp-hint'}, `Ranks whose ${what} is above the median by more than ` +
+      H.el('div', {class: 'tp-hint'}, `Ranks whose ${what} is above ` +
+          `${doc.ranks.length === 2 ? 'the faster rank\'s' : 'the median'} by more than ` +
           `${H.percent(doc.straggler_threshold)}.`));
   if (doc.ranks.length < 2) box.append(H.el('div', {}, 'one rank: nothing to compare'));
   else if (!doc.stragglers.length) box.append(H.el('div', {}, 'no straggler'));
   for (const s of doc.stragglers) {
     const line = H.el('div', {class: 'tp-job-straggler'},
         `straggler: rank ${s.rank}, ${H.duration(s.step_us)}, ${signedTime(s.excess_us)} ` +
-        `(${signedPct(s.excess_fraction)}) over the median ${H.duration(s.median_us)}`);
+        `(${signedPct(s.excess_fraction)}) over ${referenceText(s)} ${H.duration(s.reference_us)}`);
     box.append(line);
     if (!s.modules.length) continue;
-    const ref = s.reference_ranks.map((r) => `rank ${r}`).join(' and ');
     const parts = s.modules.map((m) => H.el('li', {}, moduleName(m, names), ' ',
         H.el('span', {class: 'tp-num tp-worse'}, signedTime(m.excess_us))));
     parts.push(H.el('li', {}, 'the other modules ', H.el('span', {class: 'tp-num'}, signedTime(s.other_modules_us))));
     parts.push(H.el('li', {}, doc.metric === 'gpu_busy_us' ?
       'kernels running at once (summed per module, counted once in the step time) ' :
       'time outside the modules\' own time ', H.el('span', {class: 'tp-num'}, signedTime(s.unexplained_us))));
-    box.append(H.el('div', {class: 'tp-hint'}, `against ${s.reference_ranks.length > 1 ?
-      `the median ranks (${ref}, their mean)` : `the median rank (${ref})`}, all passes:`),
+    box.append(H.el('div', {class: 'tp-hint'}, `against ${referenceText(s)}, all passes:`),
     H.el('ul', {class: 'tp-job-excess'}, parts));
   }
   for (const w of doc.warnings) box.append(H.el('div', {class: 'tp-warning'}, `⚠ ${w}`));
@@ -233,6 +239,10 @@ function jobView(doc, title, open, embedded = false, shortNames = null) {
           wrap,
           doc.modules.length > modules.length ?
             H.el('div', {class: 'tp-hint'}, `the first ${modules.length} of ${doc.modules.length} modules are shown`) : null,
+          // a rank whose rows add up to more than its step says why (several threads at once)
+          ...doc.ranks.filter((r) => r.over_wall).map((r) => H.el('div', {class: 'tp-hint tp-job-over-wall'},
+            `rank ${r.rank}: its modules and (not in any module) add up to ${H.duration(r[doc.metric])} ` +
+            `of ${metric} per step, above its step's wall time ${H.duration(r.wall_us)}: ${r.over_wall}`)),
           status),
       embedded ? null : panel('traceprof-job-ranks', 'Ranks, per step',
         doc.step_metric === 'cpu_compute_us' ? 'CPU time; CPU compute: time in ops outside collectives' :
