@@ -161,6 +161,23 @@ def test_a_rank_whose_rows_pass_its_step_says_why(job, job_dir, tmp_path):
             assert reason.startswith("CPU time of several threads running at the same time adds up")
             assert f"rank {r.rank}: its modules and (not in any module) add up to " in text
             assert f'"over_wall":"{reason}"' in page.replace(": ", ":")
+    # the page says it under the heat map
+    pytest.importorskip("selenium")
+    from selenium.webdriver.common.by import By
+
+    from .browser import start_chromium
+
+    (tmp_path / "job.html").write_text(page, encoding="utf-8")
+    driver = start_chromium()
+    try:
+        driver.get((tmp_path / "job.html").as_uri())
+        notes = [
+            e.text for e in driver.find_elements(By.CSS_SELECTOR, "#traceprof-job-map .tp-job-over-wall")
+        ]
+    finally:
+        driver.quit()
+    assert [n.split(":", 1)[0] for n in notes] == [f"rank {r.rank}" for r in over]
+    assert all("CPU time of several threads running at the same time adds up" in n for n in notes)
 
 
 def test_a_data_parallel_rank_has_no_model_parallelism(job):
