@@ -142,6 +142,20 @@ def test_the_optimizer_closure_is_not_counted_as_forward(tmp_path):
     rows = [line.split() for line in r.stdout.splitlines() if " op " in line]
     assert rows and {row[0] for row in rows} == {"other"}, r.stdout
     assert "aten::lerp_" in {row[2] for row in rows} and "aten::mse_loss" not in r.stdout
+    # the headline lists modules as modules, the optimizer's step and data loading apart
+    headline = callback.headline
+    table = result.metadata.module_table.modules
+    assert headline.top_modules and all(
+        m.name in table or m.name == "AdamWRegressor" for m in headline.top_modules
+    )
+    outside = [m.name for m in headline.top_outside]
+    assert "Optimizer.step#AdamW.step" in outside and not {m.name for m in headline.top_modules} & set(
+        outside
+    )
+    message = headline.message()
+    assert "; outside the modules: " in message
+    assert "Optimizer.step#AdamW.step" in message.split("; outside the modules: ")[1]
+    assert "Optimizer.step" not in message.split("; outside the modules: ")[0]
 
 
 class Parts(L.LightningModule):

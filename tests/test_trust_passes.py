@@ -190,3 +190,21 @@ def test_gpu_work_launched_before_the_trace_has_one_name_in_the_tree_and_the_ops
     op_names = {op.name for op in group.ops if op.kind.value == "op"}
     assert op_names == {LAUNCHED_BEFORE_TRACE}
     assert LAUNCH_NOT_IN_TRACE not in {op.name for n in p.nodes for op in n.ops}
+
+
+def test_a_callbacks_headline_names_modules_apart_from_the_rest(analyze_built):
+    """A trace without module events: its annotations are no modules, so the headline has no
+    top module; the optimizer step and the data loading are named apart, outside the modules."""
+    from traceprof.integrations.window import headline, top_modules, top_outside
+
+    b = training_step(TraceBuilder())
+    b.annotation("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 1950, 40)
+    b.op("aten::stack", 1955, 30)
+    b.launch(1960, 1960, 5)  # its copy to the device
+    p = analyze_built(b)
+    assert p.source == "annotations"
+    assert top_modules(p, 5) == ()
+    outside = [m.name for m in top_outside(p, 10)]
+    assert {"## optimizer ##", "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"} <= set(outside)
+    line = headline(p, "t.json").message()
+    assert "top modules" not in line and "; outside the modules: " in line

@@ -51,6 +51,11 @@ class Source(str, enum.Enum):
         return _DESCRIPTIONS[self]
 
     @property
+    def has_modules(self) -> bool:
+        """Whether a tree from this source is made of modules (not of user annotations)."""
+        return self not in _NOT_MODULES
+
+    @property
     def nodes_description(self) -> str:
         """Where a tree's nodes come from, and, when they are not modules, that they are not
         (the profile's ``source_description``)."""

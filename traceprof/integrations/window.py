@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from traceprof import units
+from traceprof.analysis.hierarchy import Source
 from traceprof.api import analyze
 from traceprof.capture import profile
 from traceprof.errors import OptionError, TraceprofError
@@ -122,9 +123,10 @@ def _checked_ranks(ranks: Any) -> frozenset[int] | None:
 
 @dataclass(frozen=True, slots=True)
 class ModuleTime:
-    """One module's own time per step (its time without its submodules')."""
+    """One module's own time per step (its time without its submodules'), or that of work that
+    is no module's (``Headline.top_outside``)."""
 
-    name: str  #: the qualified name; the class for the model itself
+    name: str  #: the qualified name; the class for the model itself; a group's name
     class_name: str
     own_us: float  #: GPU busy time, or CPU time on a trace without GPU work
     forward_us: float
@@ -145,6 +147,10 @@ class Headline:
     flop_per_s: float | None  #: over the GPU busy time (CPU time in ops without a GPU)
     mfu: float | None  #: None: the device's peak is not known (see ``peak_tflops``)
     top_modules: tuple[ModuleTime, ...] = field(default=())
+    #: the largest work that is no module's, named apart: outside every module (the optimizer
+    #: step, data loading), compiled work without module information, and on a trace without
+    #: module events its annotations
+    top_outside: tuple[ModuleTime, ...] = field(default=())
 
     @property
     def time_kind(self) -> str:
@@ -164,6 +170,8 @@ class Headline:
             out[f"{prefix}mfu"] = self.mfu
         for module in self.top_modules:
             out[f"{prefix}own_{self.time_kind.lower()}_ms/{module.name}"] = module.own_us / 1000
+        for other in self.top_outside:
+            out[f"{prefix}outside_{self.time_kind.lower()}_ms/{other.name}"] = other.own_us / 1000
         return out
 
     def message(self) -> str:
@@ -184,6 +192,9 @@ class Headline:
                 for m in self.top_modules
             )
             line += f"; top modules by own {self.time_kind} time: {tops}"
+        if self.top_outside:
+            rest = ", ".join(f"{m.name} {units.percent(m.share)}" for m in self.top_outside)
+            line += f"; outside the modules: {rest}"
         return line + f"; trace {self.trace_path}"
 
 
@@ -213,11 +224,33 @@ def headline(result: ModuleProfile, trace_path: str, top: int = 5, first_step: i
         flop_per_s=rate.flop_per_s,
         mfu=rate.mfu,
         top_modules=top_modules(result, top),
+        top_outside=top_outside(result, top),
     )
 
 
 def top_modules(result: ModuleProfile, top: int) -> tuple[ModuleTime, ...]:
-    """The ``top`` modules with the most own time per step (GPU busy, else CPU), largest first."""
+    """The ``top`` modules with the most own time per step (GPU busy, else CPU), largest first:
+    modules only (a tree of user annotations has none; :func:`top_outside` names the rest)."""
+    if not Source(result.source).has_modules:
+        return ()
+    return _largest(result, [n for n in result.nodes if n.kind is NodeKind.MODULE], top)
+
+
+def top_outside(result: ModuleProfile, top: int) -> tuple[ModuleTime, ...]:
+    """The ``top`` nodes that are no module with the most own time per step: the groups of
+    work outside every module (``Optimizer.step#AdamW.step``, ``enumerate(DataLoader)#...``),
+    compiled work without module information, and the annotations of a tree without modules."""
+    annotations = not Source(result.source).has_modules
+    others = [
+        n
+        for n in result.nodes
+        if n.kind in (NodeKind.GROUP, NodeKind.COMPILED) or (annotations and n.kind is NodeKind.MODULE)
+    ]
+    return _largest(result, others, top)
+
+
+def _largest(result: ModuleProfile, nodes: list[ModuleNode], top: int) -> tuple[ModuleTime, ...]:
+    """The ``top`` of ``nodes`` with the most own time per step, largest first."""
     gpu = result.has_gpu
     whole = result.selection.gpu_busy_us if gpu else result.selection.cpu_us
 
@@ -225,18 +258,17 @@ def top_modules(result: ModuleProfile, top: int) -> tuple[ModuleTime, ...]:
         times = node.own if which == "all" else node.phase(which).own
         return times.gpu_busy_us if gpu else times.cpu_us
 
-    modules = [n for n in result.nodes if n.kind is NodeKind.MODULE and own(n, "all") > 0]
-    modules.sort(key=lambda n: -own(n, "all"))
+    chosen = sorted((n for n in nodes if own(n, "all") > 0), key=lambda n: -own(n, "all"))
     return tuple(
         ModuleTime(
-            name=n.qualified_name or n.class_name,
+            name=n.name if n.kind is NodeKind.GROUP else n.label,
             class_name=n.class_name,
             own_us=own(n, "all"),
             forward_us=own(n, "forward"),
             backward_us=own(n, "backward"),
             share=own(n, "all") / whole if whole > 0 else 0.0,
         )
-        for n in modules[:top]
+        for n in chosen[:top]
     )
 
 
