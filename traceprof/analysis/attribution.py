@@ -204,6 +204,7 @@ def _attribute(
         gpu,
         memory,
         memory_device(memory_use),
+        compiled,
     )
 
     selection = step_selection(ctx, cpu, gpu, counted, unsupported, costs)

@@ -125,9 +125,11 @@ def first_step_timeline(
     gpu: GpuWork,
     memory: SelectedMemory,
     memory_device: str | None,
+    compiled: CompiledWork | None = None,
 ) -> Timeline | None:
     """The timeline of the first selected step (the whole trace when it has no steps) and
-    its memory curve (traceprof.analysis.step_timeline)."""
+    its memory curve (traceprof.analysis.step_timeline); with ``compiled``, the kernels of
+    compiled graphs on the module lanes, in the modules the compiled-kernel table gives them."""
     ev, steps = ctx.trace.events, ctx.steps
     if not ctx.whole_trace:
         pos = int(ctx.selected[0])
@@ -159,6 +161,31 @@ def first_step_timeline(
         memory=mem,
         memory_device=memory_device,
         scope_labels=scope_labels(ctx.trace, ctx.tree),
+        compiled=_compiled_lanes(ctx, parent, compiled) if compiled is not None else None,
+    )
+
+
+def _compiled_lanes(ctx: Context, parent: np.ndarray, compiled: CompiledWork) -> step_timeline.StepEvents:
+    """The compiled graphs' kernel events as module lane events: each kernel in the module the
+    table gives it and in every ancestor the table made (no scope of its own draws it), in the
+    pass of its graph (0 forward, 1 backward)."""
+    events, node = compiled.events, compiled.node
+    phase = compiled.backward.astype(np.int64)
+    parts = [(events, node, phase)]
+    made = np.zeros(len(parent) + 1, bool)
+    made[: len(compiled.created)] = compiled.created
+    up = np.where(node >= 0, parent[np.maximum(node, 0)], -1)
+    while True:
+        keep = (up >= 0) & made[up]
+        if not keep.any():
+            break
+        events, up, phase = events[keep], up[keep], phase[keep]
+        parts.append((events, up, phase))
+        up = parent[up]
+    return step_timeline.StepEvents(
+        np.concatenate([p[0] for p in parts]),
+        np.concatenate([p[1] for p in parts]),
+        np.concatenate([p[2] for p in parts]),
     )
 
 

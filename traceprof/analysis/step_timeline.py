@@ -67,12 +67,16 @@ def build_timeline(
     memory: StepEvents | None,
     memory_device: str | None,
     scope_labels: dict[int, str] | None = None,
+    compiled: StepEvents | None = None,
 ) -> Timeline:
     """The timeline of the step in ``window`` (trace times). ``path_of[node]`` and
     ``depth_of[node]`` for attribution's node ids; ``cpu`` and ``gpu`` the selection's events
     (they are cut to the window here); ``memory``: its ``[memory]`` events (rows of
     ``trace.memory``), with their node and pass; ``scope_labels``: name code -> the label of
-    module scope events (hierarchy.scope_labels), in place of their raw names."""
+    module scope events (hierarchy.scope_labels), in place of their raw names; ``compiled``:
+    kernel events of compiled graphs with the module node the compiled-kernel table gives them
+    (and its ancestors made from the table), pass 0 forward or 1 backward: drawn on the module
+    lanes as their scopes would be."""
     ev = trace.events
     t0, t1 = window
     lanes: list[Lane] = []
@@ -84,26 +88,37 @@ def build_timeline(
         inside: np.ndarray = (t >= t0) & (t < t1)
         return inside
 
+    # compiled kernels in their modules (the table's), on the lane of their graph's pass
+    kernels = [np.zeros(0, np.int64)] * 2
+    kernel_nodes = [np.zeros(0, np.int64)] * 2
+    if compiled is not None and len(compiled.events):
+        shown = in_window(compiled.events) & (compiled.node >= 0) & (compiled.node < n_modules)
+        for p in (0, 1):
+            m = shown & (compiled.phase == p)
+            kernels[p], kernel_nodes[p] = compiled.events[m], compiled.node[m]
     # module scopes of the forward: one row per scope nesting level
     scopes = np.flatnonzero(scope_mask & ~recompute_mask)
     scopes = scopes[in_window(scopes)]
-    if len(scopes):
-        node = node_of_scope[scopes]
+    if len(scopes) or len(kernels[0]):
+        idx = np.concatenate([scopes, kernels[0]])
+        node = np.concatenate([node_of_scope[scopes], kernel_nodes[0]])
         row = depth_of[node]
         lanes.append(Lane(LaneKind.MODULES_FORWARD, "Modules · forward", int(row.max()) + 1))
-        parts.append((len(lanes) - 1, row, scopes, node, np.zeros(len(scopes), np.int64)))
+        parts.append((len(lanes) - 1, row, idx, node, np.zeros(len(idx), np.int64)))
     # the selection's CPU events in the window, found once: the lanes below look at those only
     in_step = np.flatnonzero(in_window(cpu.events))
     cpu = StepEvents(cpu.events[in_step], cpu.node[in_step], cpu.phase[in_step])
     del in_step
-    # backward: the backward node ops, at the depth of their module
+    # backward: the backward node ops, at the depth of their module, and compiled kernels
     m = links.backward_node[cpu.events] == cpu.events
     m &= (cpu.node >= 0) & (cpu.node < n_modules)
-    if m.any():
-        node = cpu.node[m]
+    if m.any() or len(kernels[1]):
+        idx = np.concatenate([cpu.events[m], kernels[1]])
+        node = np.concatenate([cpu.node[m], kernel_nodes[1]])
+        phase = np.concatenate([cpu.phase[m], np.ones(len(kernels[1]), np.int64)])
         row = depth_of[node]
         lanes.append(Lane(LaneKind.MODULES_BACKWARD, "Modules · backward", int(row.max()) + 1))
-        parts.append((len(lanes) - 1, row, cpu.events[m], node, cpu.phase[m]))
+        parts.append((len(lanes) - 1, row, idx, node, phase))
     # CPU threads
     m = links.depth[cpu.events] < CPU_DEPTH
     sel = cpu.events[m]

@@ -144,6 +144,11 @@ class DiffNode(_Change, msgspec.Struct, frozen=True):
     spread_us: float | None = None
     #: the node's place in the order the modules first ran (base trace first): ``--sort order``
     order: int = 0
+    #: on the base / new side, the ancestor whose compiled kernels fused across modules hold
+    #: this module's work (its own time there is 0: "fused into transformer.h.0", not -100%);
+    #: None when its work is not in such a kernel, or on a side without compiled kernels
+    base_fused_into: str | None = None
+    new_fused_into: str | None = None
 
     def phase(self, p: Pass | str) -> PassDelta:
         return self.passes[PASSES.index(Pass(p))]
@@ -608,6 +613,17 @@ def compare(base: Side, new: Side) -> DiffProfile:
                 order=position[key],
             )
         )
+    fused_b, fused_n = fused_into(bp), fused_into(np_)
+    nodes = [
+        replace(
+            node,
+            base_fused_into=fused_b.get(node.qualified_name) if node.status is not Status.ADDED else None,
+            new_fused_into=fused_n.get(node.qualified_name) if node.status is not Status.REMOVED else None,
+        )
+        if node.kind is NodeKind.MODULE and (node.qualified_name in fused_b or node.qualified_name in fused_n)
+        else node
+        for node in nodes
+    ]
     bs, ns = _summary(base), _summary(new)
     if metric == "cpu_us" and (bs.has_gpu or ns.has_gpu):
         bs, ns = (_cpu_summary(s, side) for s, side in ((bs, base), (ns, new)))
@@ -635,6 +651,22 @@ def compare(base: Side, new: Side) -> DiffProfile:
         roots=tuple(ids[r] for r in roots),
         warnings=tuple(dict.fromkeys(warnings)),
     )
+
+
+def fused_into(profile: ModuleProfile) -> dict[str, str]:
+    """Module -> the ancestor that holds its work in kernels fused across modules, for the
+    modules whose own work in ``profile`` is nothing but that (a compiled LayerNorm whose ops
+    Inductor fused into its block's kernels): the qualified name of the node whose own ops
+    list the module among a fused kernel's modules (:attr:`OpStat.modules`)."""
+    own = {n.qualified_name: n for n in profile.nodes if n.kind is NodeKind.MODULE}
+    out: dict[str, str] = {}
+    for node in own.values():
+        for op in node.ops:
+            for module in (op.modules or "").split(", "):
+                if module and module != node.qualified_name and module in own:
+                    out.setdefault(module, node.qualified_name)
+    field = "gpu_busy_us" if profile.has_gpu else "cpu_us"
+    return {m: holder for m, holder in out.items() if getattr(own[m].own, field) == 0}
 
 
 def _node_spread(node: ModuleNode, side: Side, metric: str) -> float | None:

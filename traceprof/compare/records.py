@@ -111,6 +111,8 @@ def diff_document(diff) -> dict:
                 "delta_ratio": n.delta_ratio,
                 "spread_us": n.spread_us,
                 "noise": n.noise,
+                "base_fused_into": n.base_fused_into,
+                "new_fused_into": n.new_fused_into,
                 "passes": [
                     {
                         **asdict(p),

@@ -22,6 +22,18 @@ def _change(base: float, new: float, delta_ratio, raw: bool) -> str:
     return f"{units.duration(base, raw)} -> {units.duration(new, raw)} ({d}{pct})"
 
 
+def _fused_change(change, raw: bool, node=None) -> str | None:
+    """``277.3 us -> fused into transformer.h.0``: a module (or one pass of it, ``change``)
+    whose work moved into a kernel fused across modules on an ancestor (a compiled model), where
+    -100% would read as gone."""
+    node = node or change
+    if node.new_fused_into and change.new_us == 0 and change.base_us > 0:
+        return f"{units.duration(change.base_us, raw)} -> fused into {node.new_fused_into}"
+    if node.base_fused_into and change.base_us == 0 and change.new_us > 0:
+        return f"fused into {node.base_fused_into} -> {units.duration(change.new_us, raw)}"
+    return None
+
+
 def _spread(spread, raw: bool) -> str:
     return f" ±{units.duration(spread, raw)}" if spread is not None else ""
 
@@ -78,7 +90,7 @@ def render_tree(diff, opts: RenderOptions) -> str:
         cls = f" ({node.class_name})" if node.class_name and node.qualified_name else ""
         mark = f" {MARKS[node.status.value]}" if node.status.value in MARKS else ""
         noise = f" {NOISE}" if node.noise else ""
-        change = _change(node.base_us, node.new_us, node.delta_ratio, raw)
+        change = _fused_change(node, raw) or _change(node.base_us, node.new_us, node.delta_ratio, raw)
         line = f"{ind}{label}{cls}{mark}: {change}{_spread(node.spread_us, raw)}{noise}"
         if diff.overview:  # one line per node; what changed inside under the shown leaves
             lines.append(line + _passes_inline(node, raw))
@@ -102,7 +114,7 @@ def render_tree(diff, opts: RenderOptions) -> str:
                     f"{units.byte_count(p.new_memory_peak_bytes, raw)}"
                 )
             pnoise = f" {NOISE}" if p.noise else ""
-            change = _change(p.base_us, p.new_us, p.delta_ratio, raw)
+            change = _fused_change(p, raw, node) or _change(p.base_us, p.new_us, p.delta_ratio, raw)
             lines.append(
                 f"{ind}  {p.phase.short}: {change}{_spread(p.spread_us, raw)}{pnoise}"
                 + (f"; {', '.join(extra)}" if extra else "")

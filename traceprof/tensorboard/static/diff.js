@@ -22,9 +22,23 @@ function deltaColor(node) {
   return node.delta_us > 0 ? `hsl(0, 70%, ${light}%)` : `hsl(120, 45%, ${light}%)`;
 }
 
+// a module whose work moved into a kernel fused across modules on an ancestor (a compiled
+// model): "fused into transformer.h.0" on that side, where -100% would read as gone
+function fusedInto(node) {
+  if (node.new_fused_into && !node.new_us && node.base_us > 0) return {side: 'new', into: node.new_fused_into};
+  if (node.base_fused_into && !node.base_us && node.new_us > 0) return {side: 'base', into: node.base_fused_into};
+  return null;
+}
+
 function nodeTitle(node) {
   const name = node.qualified_name || node.class_name || node.name;
   const status = node.status === 'matched' ? '' : ` [${node.status}]`;
+  const fused = fusedInto(node);
+  if (fused) {
+    const base = fused.side === 'base' ? `fused into ${fused.into}` : duration(node.base_us);
+    const next = fused.side === 'new' ? `fused into ${fused.into}` : duration(node.new_us);
+    return `${name}${status}: ${base} -> ${next}`;
+  }
   const pct = signedPercent(node.delta_ratio);
   return `${name}${status}: ${duration(node.base_us)} -> ${duration(node.new_us)} ` +
       `(${signedDuration(node.delta_us)}${pct ? ' ' + pct : ''})` + (node.noise ? ' (noise)' : '');
@@ -94,8 +108,10 @@ function diffTable(doc, names) {
       'data-key': n.key},
     el('td', {class: 'tp-diff-node', title: n.qualified_name || n.name}, names[n.key] || n.name || n.class_name),
     el('td', {}, n.status),
-    num(duration(n.base_us)), num(duration(n.new_us)),
-    num(signedDuration(n.delta_us), `tp-diff-delta-cell ${change}`), num(signedPercent(n.delta_ratio), change),
+    num(fusedInto(n)?.side === 'base' ? `fused into ${n.base_fused_into}` : duration(n.base_us)),
+    num(fusedInto(n)?.side === 'new' ? `fused into ${n.new_fused_into}` : duration(n.new_us)),
+    num(signedDuration(n.delta_us), `tp-diff-delta-cell ${change}`),
+    num(fusedInto(n) ? 'fused' : signedPercent(n.delta_ratio), change),
     num(n.spread_us === null ? '--' : duration(n.spread_us)),
     el('td', {class: 'tp-diff-inside'}, inside)));
   });
