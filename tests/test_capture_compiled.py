@@ -4,6 +4,7 @@ Inductor, failures of the recorder (docs/capture.md, docs/trace-conventions.md).
 from __future__ import annotations
 
 import collections
+import copy
 import os
 import shutil
 import warnings
@@ -671,3 +672,26 @@ def test_a_graph_with_minus_infinity_keeps_its_table_and_its_blocks(tmp_path):
         node = profile.find(name)
         assert node.qualified_name == name and node.total.cpu_us > 0
     assert not [w for w in profile.warnings if "compiled regions" in w]
+
+    # the table view's parameters, mult-adds and sizes are the eager trace's: the outputs of
+    # the modules inside compiled code come from the compiled graphs
+    from traceprof.render.table import torchinfo_stats
+
+    eager = copy.deepcopy(model._orig_mod)
+    with capture.profile(eager, logdir=tmp_path / "eager", wait=0, warmup=1, active=1) as prof:
+        for _ in range(2):
+            eager(idx).sum().backward()
+            prof.step()
+    eager_stats = torchinfo_stats(traceprof.analyze(prof.trace_paths[0]))
+    stats = torchinfo_stats(profile)
+    assert eager_stats is not None and stats is not None
+    for field in (
+        "total_params",
+        "trainable_params",
+        "total_mult_adds",
+        "total_output_bytes",
+        "total_param_bytes",
+    ):
+        assert getattr(stats, field) == getattr(eager_stats, field), field
+    row = profile.metadata.module_table.modules["blocks.0.qkv"]
+    assert row.outputs == {"shape": [2, 16, 96], "dtype": "float32"} and row.inputs is None

@@ -262,6 +262,13 @@ class _Join:
         joined = region_of[np.unique(run_of_child[matched])]
         joined_region = np.zeros(n, bool)
         joined_region[joined[joined >= 0]] = True
+        # a region that ran no graph (Dynamo ran the frame's bytecode: what a graph break left
+        # of it) holds nothing but the compiled code's own work: overhead on the module around
+        # it, as in a region whose graphs the table joined
+        with_runs = region_of[runs]
+        graphless = is_region.copy()
+        graphless[with_runs[with_runs >= 0]] = False
+        joined_region |= graphless
         explained = ((region_of >= 0) & joined_region[np.maximum(region_of, 0)]) | inside
         created = np.zeros(len(self.nodes), bool)
         created[len(self.tree.nodes) :] = True

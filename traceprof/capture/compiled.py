@@ -106,7 +106,7 @@ _PREFIX_RE = re.compile(r"(graph_\d+_)")
 _SAFE_KEY_RE = re.compile(r"[A-Za-z0-9_-]{1,200}")
 #: goes into every FX graph cache key through the recorder's pass (``uuid()``); change it when the
 #: recorder changes what it records, so that graphs cached by an older version compile again
-_SALT = "7"
+_SALT = "8"
 #: the format of the files that keep a graph's row next to Inductor's cache
 _PERSIST_FORMAT = "traceprof.compiled.graph/1"
 _OP_NAMESPACES = ("aten", "prims", "quantized", "mkldnn", "onednn")
@@ -505,6 +505,29 @@ def _describe_node(node: Any, paths: ModulePaths) -> dict[str, Any]:
         if isinstance(described, tuple) and len(described) == 2 and described[0] == row["original_aten"]:
             row["original_inputs"] = described[1]  # on the node of the op's first output
     return row
+
+
+def _module_outputs(graph: Any, paths: ModulePaths) -> dict[str, Any]:
+    """Relative module path -> its output's value described: the value of the last node, in
+    graph order, computed inside the module (a node whose module stack holds it) and used by a
+    node outside it; without one, the module's last node. The module's hooks do not run inside
+    compiled code, so this stands for the output they would record (the module table's
+    ``outputs``: torchinfo's mult-adds and pass size need it)."""
+    inside: dict[Any, set[str]] = {}
+    for node in graph.nodes:
+        if node.op == "call_function":
+            inside[node] = {paths.resolve(key, source)[1] for key, source, _ in _module_stack(node)}
+    last: dict[str, Any] = {}
+    escaping: dict[str, Any] = {}
+    for node, modules in inside.items():
+        users = [inside.get(u) for u in node.users if u.op == "call_function"]
+        for module in modules:
+            last[module] = node
+            # its value is used by code outside the module: what the module returned (values
+            # kept for the backward go to the graph's output, not to a call)
+            if any(u is not None and module not in u for u in users):
+                escaping[module] = node
+    return {module: encode_value(escaping.get(module, node).meta.get("val")) for module, node in last.items()}
 
 
 def _pattern_made(node: Any) -> bool:
@@ -1020,6 +1043,7 @@ class CompiledGraphRecorder:
             site["index"] = index
         used: dict[str, dict[str, Any]] = {}
         inputs: list[dict[str, Any]] = []
+        outputs: dict[str, Any] = {}
         if pending is not None:
             nodes = {n.name: n for n in pending.graph.nodes}
             paths = self._paths(pending)
@@ -1029,6 +1053,8 @@ class CompiledGraphRecorder:
                     f"graph {table_key}: the module path {spelling!r} could not be resolved to a"
                     " module of the model; its nodes keep it as written"
                 )
+            if direction != "backward":
+                outputs = _module_outputs(pending.graph, paths)
             # binds symbolic sizes ("s77") to a run's concrete inputs
             inputs = [
                 {"name": n.name, "val": _describe_val(n.meta.get("val"))}
@@ -1054,6 +1080,7 @@ class CompiledGraphRecorder:
             "inputs": inputs,
             "calls": calls,
             "nodes": used,
+            "module_outputs": outputs,
         }
 
     def _modules_by_id(self) -> dict[int, tuple[str, str]]:
@@ -1088,6 +1115,23 @@ class CompiledGraphRecorder:
         a module of the model or a graph without module stacks."""
         root = self._paths(pending).root
         return root, self._classes_by_name().get(root) if root is not None else None
+
+    def module_outputs(self) -> dict[str, tuple[None, Any]]:
+        """Qualified name in the model -> ``(None, output)``: the outputs of the modules inside
+        compiled code, from the forward and inference graphs' ``module_outputs`` under the
+        module their frame ran on (the module table's ``(inputs, outputs)`` of a call, inputs
+        not known)."""
+        with self._mutex:
+            roots = {c["key"]: c["root"] for c in self.compiles if c["root"] is not None}
+            out: dict[str, tuple[None, Any]] = {}
+            for key, graph in self.graphs.items():
+                root = roots.get(key)
+                if root is None:
+                    continue
+                for module, value in (graph.get("module_outputs") or {}).items():
+                    name = f"{root}.{module}" if root and module else root or module
+                    out.setdefault(name, (None, value))
+        return out
 
     # -- output ---------------------------------------------------------------------------------
 

@@ -366,8 +366,11 @@ class profile:
         )
 
     def module_table(self) -> dict[str, Any]:
-        """The module table as it would be embedded now (shapes of the current cycle)."""
+        """The module table as it would be embedded now (shapes of the current cycle). Modules
+        inside compiled code run no hooks: their outputs come from the compiled graphs."""
         calls = self._state.calls if self._state is not None else {}
+        if self._recorder is not None:
+            calls = {**self._recorder.module_outputs(), **calls}
         return build_table(
             self._rows,
             calls,

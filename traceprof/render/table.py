@@ -152,7 +152,8 @@ def torchinfo_stats(profile: ModuleProfile) -> TorchinfoStats | None:
         parts = name.split(".") if name else []
         return [""] + [".".join(parts[:i]) for i in range(1, len(parts))] if parts else []
 
-    ran = [n for n in names if mods[n].inputs is not None]
+    # a module inside compiled code has no inputs recorded, its output from the compiled graph
+    ran = [n for n in names if mods[n].inputs is not None or mods[n].outputs is not None]
     layers = set(ran)
     for n in ran:
         layers.update(a for a in ancestors(n) if a in mods)

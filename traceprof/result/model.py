@@ -368,7 +368,7 @@ class CompiledSummary(msgspec.Struct, frozen=True):
     events: float  # kernel calls per step: the direct children of the runs' scopes
     matched: float  # ... of them joined to a call site of the table
     #: FLOPs of forward ops that backward graphs computed again (activation recomputation),
-    #: part of the backward's FLOPs
+    #: reported apart: not part of the backward's FLOPs (docs/attribution.md)
     recomputed_flops: float = 0.0
     nodes_from_table: int = 0  # module nodes made from the table (no scope of their own)
     #: graph runs whose graph the table does not have (cache hits on graphs it never saw)
