@@ -89,7 +89,8 @@ def test_an_unreachable_scheduler_is_an_error_after_the_timeout(monkeypatch):
     engine = make_engine("dask", scheduler="tcp://127.0.0.1:1", scheduler_timeout=1)
     with pytest.raises(OptionError, match=r"tcp://127.0.0.1:1: no Dask scheduler answered in 1 s"):
         engine.map(_pid, ["a.json"])
-    assert [c.get("timeout") for c in clients] == ["1s"]  # one try, with the timeout given
+    # asked who it is, within the timeout, before any client (tests/test_dask_scheduler_check.py)
+    assert clients == []
 
 
 def test_a_scheduler_without_workers_is_an_error_after_the_timeout():

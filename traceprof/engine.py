@@ -338,14 +338,63 @@ class DaskEngine:
     def _connect(self) -> Any:
         from distributed import Client
 
+        self._check_scheduler()
         try:
             return Client(self.scheduler, timeout=f"{self.scheduler_timeout}s")
         except (OSError, TimeoutError):
-            raise OptionError(
-                f"--scheduler {self.scheduler}: no Dask scheduler answered in "
-                f"{self.scheduler_timeout:g} s (is it running and reachable from here? "
-                "--scheduler-timeout waits longer)"
-            ) from None
+            raise self._no_answer() from None
+
+    def _no_answer(self) -> OptionError:
+        return OptionError(
+            f"--scheduler {self.scheduler}: no Dask scheduler answered in "
+            f"{self.scheduler_timeout:g} s (is it running and reachable from here? "
+            "--scheduler-timeout waits longer)"
+        )
+
+    def _check_scheduler(self) -> None:
+        """Ask the address who it is, within ``scheduler_timeout`` whatever answers: Dask's own
+        client waits without end on a listener that accepts and never answers, and reads any
+        other server's bytes as a message of exabytes. The question runs on an event loop of its
+        own, in a thread (a notebook's loop may be running in this one)."""
+        import asyncio
+        import threading
+
+        timeout = self.scheduler_timeout
+        answer: dict[str, Any] = {}
+
+        async def identity() -> Any:
+            from distributed.core import rpc
+
+            async with rpc(self.scheduler, timeout=timeout) as scheduler:
+                return await scheduler.identity()
+
+        def ask() -> None:
+            try:
+                answer["identity"] = asyncio.run(asyncio.wait_for(identity(), timeout))
+            except BaseException as e:  # reported in the caller's thread
+                answer["error"] = e
+
+        thread = threading.Thread(target=ask, name="traceprof-scheduler-check", daemon=True)
+        thread.start()
+        thread.join(timeout + 5)  # the loop's own deadline ends it; this one guards the guard
+        error = answer.get("error")
+        if not answer or isinstance(error, (TimeoutError, asyncio.TimeoutError)):
+            raise self._no_answer()
+        if isinstance(error, OSError) and not _closed_early(error):
+            raise self._no_answer()
+        found = answer.get("identity")
+        kind = found.get("type") if isinstance(found, dict) else None
+        if kind == "Scheduler":
+            return
+        if isinstance(kind, str):
+            problem = f"that is a Dask {kind.lower()}, not a scheduler"
+        else:
+            said = f": {type(error).__name__}" if error is not None else ""
+            problem = f"what answered there is not a Dask scheduler (it said what Dask cannot read{said})"
+        raise OptionError(
+            f"--scheduler {self.scheduler}: {problem}; give the scheduler's tcp://HOST:PORT, "
+            "not its dashboard's or a worker's"
+        )
 
     def _wait_for_a_worker(self, client: Any) -> None:
         try:
@@ -366,6 +415,11 @@ class DaskEngine:
         return WorkerLostError(
             f"{item_name(item)}: every Dask worker that analyzed it died (killed, out of memory?); {advice}"
         )
+
+
+def _closed_early(error: OSError) -> bool:
+    """The peer closed the connection before it said who it is (Dask's CommClosedError)."""
+    return type(error).__name__ == "CommClosedError"
 
 
 ENGINES = ("local", "dask")
