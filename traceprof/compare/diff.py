@@ -657,16 +657,21 @@ def fused_into(profile: ModuleProfile) -> dict[str, str]:
     """Module -> the ancestor that holds its work in kernels fused across modules, for the
     modules whose own work in ``profile`` is nothing but that (a compiled LayerNorm whose ops
     Inductor fused into its block's kernels): the qualified name of the node whose own ops
-    list the module among a fused kernel's modules (:attr:`OpStat.modules`)."""
+    list the module among a fused kernel's modules (:attr:`OpStat.modules`), the deepest such
+    node where kernels of several passes sit on different ancestors; the model's root by its
+    class."""
     own = {n.qualified_name: n for n in profile.nodes if n.kind is NodeKind.MODULE}
-    out: dict[str, str] = {}
+    holders: dict[str, ModuleNode] = {}
     for node in own.values():
         for op in node.ops:
             for module in (op.modules or "").split(", "):
-                if module and module != node.qualified_name and module in own:
-                    out.setdefault(module, node.qualified_name)
+                above = node.qualified_name == "" or module.startswith(node.qualified_name + ".")
+                if module and module != node.qualified_name and module in own and above:
+                    # kernels of several passes may sit on different ancestors: the deepest
+                    if module not in holders or node.depth > holders[module].depth:
+                        holders[module] = node
     field = "gpu_busy_us" if profile.has_gpu else "cpu_us"
-    return {m: holder for m, holder in out.items() if getattr(own[m].own, field) == 0}
+    return {m: holder.label for m, holder in holders.items() if getattr(own[m].own, field) == 0}
 
 
 def _node_spread(node: ModuleNode, side: Side, metric: str) -> float | None:
