@@ -1,7 +1,8 @@
 #!/usr/bin/env python
 """Capture the sample traces in sample_traces/ with traceprof.capture.
 
-For each sample model (LeNet-5, ResNet-18, a GPT-like decoder, a BERT-like encoder) it records
+For each sample model (LeNet-5, ResNet-18, a GPT-like decoder, a BERT-like encoder, and
+``hf_gpt2``: Hugging Face transformers' ``GPT2LMHeadModel`` built from a config) it records
 a training run (forward, loss, backward, optimizer step; schedule wait=1, warmup=1, active=2)
 and an inference run (``torch.no_grad()``, same schedule), and writes
 ``<model>_<train|infer>_<device>.pt.trace.json.gz`` where ``<device>`` is ``cpu`` or a short GPU
@@ -11,6 +12,7 @@ name (``h100``, ``a100``, ``mi300x``...).
     python scripts/capture_samples.py --device cpu --models gpt bert
     python scripts/capture_samples.py --threads 1     # how the committed CPU samples were made
     python scripts/capture_samples.py --device cpu --models gpt --modes train --compiled --threads 1
+    python scripts/capture_samples.py --device cpu --models hf_gpt2 --modes train --threads 1 [--compiled]
 
 ``--compiled`` captures the models compiled with ``torch.compile(model)`` instead, as
 ``<model>_<train|infer>_compiled_<device>.pt.trace.json.gz``: the session records the graphs
@@ -86,16 +88,31 @@ def sample(
         mask = on(mask)
         labels = on(torch.tensor([0, 1]))
         return (model, lambda: (ids, mask), lambda out, _: F.cross_entropy(out["logits"], labels))
+    if name == "hf_gpt2":  # Hugging Face transformers' GPT-2, built from a config (no download)
+        from transformers import GPT2Config, GPT2LMHeadModel
+
+        hf_config = GPT2Config(
+            n_layer=2, n_embd=256, n_head=4, vocab_size=8192, n_positions=256, bos_token_id=0, eos_token_id=0
+        )
+        model = GPT2LMHeadModel(hf_config)
+        ids = on(torch.randint(0, hf_config.vocab_size, (4, 128), generator=gen))
+        return (model, lambda: (ids,), lambda out, _: out.loss)
     raise ValueError(f"unknown sample model {name!r}")
 
 
-MODELS = ("lenet5", "resnet18", "gpt", "bert")
+MODELS = ("lenet5", "resnet18", "gpt", "bert", "hf_gpt2")
+#: what a plain run captures (hf_gpt2 needs the transformers extra)
+DEFAULT_MODELS = ("lenet5", "resnet18", "gpt", "bert")
 
 
 def call(model: torch.nn.Module, inputs: tuple) -> Any:
-    if isinstance(getattr(model, "_orig_mod", model), sm.BertEncoder):
+    inner = getattr(model, "_orig_mod", model)
+    if isinstance(inner, sm.BertEncoder):
         ids, mask = inputs
         return model(ids, attention_mask=mask)  # a keyword argument in the module table
+    if type(inner).__name__ == "GPT2LMHeadModel":
+        (ids,) = inputs
+        return model(input_ids=ids, labels=ids if model.training else None)
     return model(*inputs)
 
 
@@ -161,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default=os.path.join(ROOT, "sample_traces"))
     parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
-    parser.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
+    parser.add_argument("--models", nargs="+", default=list(DEFAULT_MODELS), choices=MODELS)
     parser.add_argument("--modes", nargs="+", default=["train", "infer"], choices=("train", "infer"))
     parser.add_argument(
         "--threads", type=int, default=None, help="torch intra-op threads (default: torch's choice)"
