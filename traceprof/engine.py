@@ -216,14 +216,15 @@ def _lost_worker(
     advice = "if it ran out of memory, use fewer --jobs (each worker holds one trace) or more memory"
     if not dead:
         return WorkerLostError(f"the worker processes could not start or ended at once; {advice}")
-    how = _how_ended(ended.get(started[dead[0]]))
+    how = how_ended(ended.get(started[dead[0]]))
     others = f" (and {len(dead) - 1} more)" if len(dead) > 1 else ""
     return WorkerLostError(
         f"{item_name(items[dead[0]])}{others}: the worker process analyzing it {how}; {advice}"
     )
 
 
-def _how_ended(exitcode: int | None) -> str:
+def how_ended(exitcode: int | None) -> str:
+    """How a worker process ended, from its exit code: "was killed (SIGKILL)", ..."""
     if exitcode is None:
         return "ended"
     if exitcode < 0:

@@ -22,10 +22,12 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from traceprof.engine import EngineWarning, WorkerLostError, cpu_count, how_ended
 from traceprof.read import chunks
 from traceprof.read.columns import Columns, Joiner
 from traceprof.read.limits import MemoryBudget
@@ -95,14 +97,33 @@ def _daemonic() -> bool:
     return multiprocessing is not None and bool(multiprocessing.current_process().daemon)
 
 
+def decoding_workers(jobs: int, runs: int | None) -> int:
+    """The processes that decode a trace of ``runs`` runs (None: not known) with ``--jobs
+    jobs``: never more than its runs (a worker without a run costs a process and the text in
+    flight to it for nothing), and a warning above the CPUs, as a job's workers
+    (:func:`traceprof.engine.worker_count`)."""
+    workers = min(jobs, runs) if runs is not None else jobs
+    cpus = cpu_count()
+    if workers > cpus:
+        warnings.warn(
+            f"--jobs {jobs}: {workers} processes decoding one trace on {cpus} CPUs compete for them "
+            f"and each holds runs of its text in memory; --jobs {cpus} or fewer is faster",
+            EngineWarning,
+            stacklevel=2,
+        )
+    return max(workers, 1)
+
+
 class _Pool:
     """Runs decoded in order by ``jobs`` worker processes (1: in this process). When every
     worker has its share of runs in flight, the reading process waits for the oldest. It does
     not decode a run itself: with a worker on every core (the default) it would only take a
     core from one of them (measured on 1 GB with two workers on two cores: the load took 7.2 s
-    against 7.4 to 7.7 s when the reading process helped)."""
+    against 7.4 to 7.7 s when the reading process helped). A worker that dies (killed, out of
+    memory) ends the load with a :class:`~traceprof.engine.WorkerLostError` naming ``path``."""
 
-    def __init__(self, jobs: int) -> None:
+    def __init__(self, jobs: int, path: Path | None = None) -> None:
+        self.path = path
         self.jobs = jobs
         self.executor: ProcessPoolExecutor | None = None
         self.pending: list[Future] = []  # in run order
@@ -112,6 +133,8 @@ class _Pool:
         if self.jobs <= 1:
             self.joined.add(fn(task))
             return
+        from concurrent.futures.process import BrokenProcessPool  # imported by the pool anyway
+
         if self.executor is None:
             from concurrent.futures import ProcessPoolExecutor
 
@@ -121,7 +144,10 @@ class _Pool:
         self._collect(wait=False)
         while len(self.pending) >= self.jobs * _QUEUED_PER_WORKER:
             self._collect_one()
-        self.pending.append(self.executor.submit(fn, task))
+        try:
+            self.pending.append(self.executor.submit(fn, task))
+        except BrokenProcessPool:
+            raise self._lost() from None
 
     def _collect(self, wait: bool) -> None:
         """Join the finished runs at the head of the queue (all when ``wait``)."""
@@ -129,8 +155,23 @@ class _Pool:
             self._collect_one()
 
     def _collect_one(self) -> None:
+        from concurrent.futures.process import BrokenProcessPool
+
         head = self.pending.pop(0)
-        self.joined.add(head.result())
+        try:
+            self.joined.add(head.result())
+        except BrokenProcessPool:
+            raise self._lost() from None
+
+    def _lost(self) -> WorkerLostError:
+        """The error of a pool whose worker died, with how it ended."""
+        processes = dict(getattr(self.executor, "_processes", None) or {})
+        codes = [p.exitcode for p in processes.values() if p.exitcode not in (None, 0, -signal.SIGTERM)]
+        how = how_ended(codes[0] if codes else None)
+        return WorkerLostError(
+            f"{self.path or 'the trace'}: a process decoding it {how}; if it ran out of memory, use "
+            "fewer --jobs (each holds runs of the trace's text) or more memory"
+        )
 
     def results(self) -> Joiner:
         self._collect(wait=True)
@@ -219,7 +260,7 @@ def decode_shared(runs: list[chunks.Run], text: _Blocks, jobs: int) -> list[Colu
     other. Each worker sends its columns back once, through a pipe, at the end. (A pool would
     pass each run through threads of this process, which wait for this process's decoding to
     let go of the interpreter; and ``multiprocessing`` alone takes 12 ms to import.)"""
-    workers = min(jobs - 1, len(runs) - 1) if hasattr(os, "fork") else 0
+    workers = decoding_workers(jobs, len(runs)) - 1 if hasattr(os, "fork") else 0
     if workers <= 0 or len(runs) > _RunQueue.MAX_RUNS:
         return [decode_run(text.text(run.start, run.end), run.first) for run in runs]
     queue = _RunQueue(len(runs))
@@ -321,8 +362,10 @@ def stream_document(
         jobs = 1  # a daemonic process (a multiprocessing pool's worker) may not start processes
     small = json_bytes is not None and json_bytes < POOL_MIN_RUNS * chunk_bytes
     run_bytes = shared_run_bytes(json_bytes, jobs, chunk_bytes)
+    if not small and run_bytes is None and jobs > 1:  # a pool, for runs of chunk_bytes
+        jobs = decoding_workers(jobs, -(-json_bytes // chunk_bytes) if json_bytes is not None else None)
     cutter = splitter(run_bytes or chunk_bytes)
-    pool = _Pool(1 if small else jobs)
+    pool = _Pool(1 if small else jobs, path)
     pending = _Blocks()  # the text not yet sent, when it is sent; all of it, when shared
     held: list[chunks.Run] | None = [] if run_bytes else None  # runs of a shared trace
 
@@ -349,7 +392,7 @@ def stream_document(
                 # far more text than a gzip trailer claimed (it says the size modulo 4 GiB):
                 # not held in memory, but sent to a pool as it arrives
                 runs, held = held + runs, None
-                pool = _Pool(jobs)
+                pool = _Pool(decoding_workers(jobs, None), path)
             submit(runs)
             if held is None:
                 pending.drop_before(cutter.keep_from)
