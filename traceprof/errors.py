@@ -6,15 +6,42 @@ traceback for these.
 
 from __future__ import annotations
 
+import re
+
+#: what a terminal acts on instead of showing: the C0 controls but the newline (ESC starts the
+#: CSI and OSC sequences that move the cursor, clear the screen or set the window title; CR
+#: overwrites the line; BEL), DEL, the C1 controls (0x9b is a one-byte CSI on some terminals),
+#: the line and paragraph separators, the bidirectional embeddings, overrides and isolates that
+#: reorder what is shown, and lone surrogates (a file name's undecodable bytes)
+_CONTROLS = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+_NAMED_CONTROLS = {"\t": "\\t", "\r": "\\r"}
+
+
+def _escaped_control(match: re.Match[str]) -> str:
+    char = match.group()
+    if char in _NAMED_CONTROLS:
+        return _NAMED_CONTROLS[char]
+    code = ord(char)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def printable(text: str) -> str:
+    """``text`` for a person's terminal: every control character but the newline shown as an
+    escape (``\\x1b``, ``\\r``, ``\\t``, ``\\u202e``), so that a name in a trace cannot
+    move the cursor, clear the screen or set the window title. Other text is unchanged."""
+    return _CONTROLS.sub(_escaped_control, text)
+
 
 class TraceprofError(Exception):
-    """Base of every error traceprof reports to its user."""
+    """Base of every error traceprof reports to its user. Its message is one line, its control
+    characters shown escaped (:func:`printable`): it names files and modules a trace's writer
+    chose, and reaches a terminal through the command line and through Python alike."""
 
     exit_code = 1
 
     def __init__(self, message: str):
-        super().__init__(message)
-        self.message = " ".join(str(message).split())  # always one line
+        self.message = printable(" ".join(str(message).split()))  # always one line
+        super().__init__(self.message)
 
     def __reduce__(self):
         # pickled as it is, whatever its constructor's arguments: an error raised in a worker

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any
+
+from traceprof import errors
 
 
 def duration(us: float, raw: bool = False) -> str:
@@ -255,25 +256,6 @@ def step_count(value: float, noun: str, mean: bool) -> str:
     return f"{'mean ' if mean else ''}{count(value)} {noun}"
 
 
-#: what a terminal acts on instead of showing: the C0 controls but the newline (ESC starts the
-#: CSI and OSC sequences that move the cursor, clear the screen or set the window title; CR
-#: overwrites the line; BEL), DEL, the C1 controls (0x9b is a one-byte CSI on some terminals),
-#: the line and paragraph separators, the bidirectional embeddings, overrides and isolates that
-#: reorder what is shown, and lone surrogates (a file name's undecodable bytes)
-_CONTROLS = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
-_NAMED_CONTROLS = {"\t": "\\t", "\r": "\\r"}
-
-
-def _escaped_control(match: re.Match[str]) -> str:
-    char = match.group()
-    if char in _NAMED_CONTROLS:
-        return _NAMED_CONTROLS[char]
-    code = ord(char)
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
-
-
-def printable(text: str) -> str:
-    """``text`` for a person's terminal: every control character but the newline shown as an
-    escape (``\\x1b``, ``\\r``, ``\\t``, ``\\u202e``), so that a name in a trace cannot
-    move the cursor, clear the screen or set the window title. Other text is unchanged."""
-    return _CONTROLS.sub(_escaped_control, text)
+#: ``text`` for a person's terminal, every control character but the newline shown as an escape:
+#: written once, in errors.py, where every error message of traceprof's passes through it
+printable = errors.printable

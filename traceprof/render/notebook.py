@@ -11,12 +11,13 @@ hover.
 from __future__ import annotations
 
 import colorsys
+import functools
 import html
 import os
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from traceprof import units
 from traceprof.job.analyze import spread_of
@@ -45,6 +46,21 @@ _FONT = f"font-family:{_FAMILY}"
 # ---- short reprs ------------------------------------------------------------------------------
 
 
+R = TypeVar("R")
+
+
+def _printable(repr_of: Callable[[R], str]) -> Callable[[R], str]:
+    """A repr shown as a person's terminal shows text: its names (a trace's file name, its
+    modules') with their control characters escaped (docs/security.md)."""
+
+    @functools.wraps(repr_of)
+    def shown(value: R) -> str:
+        return units.printable(repr_of(value))
+
+    return shown
+
+
+@_printable
 def profile_repr(profile: ModuleProfile) -> str:
     """``<ModuleProfile trace.json: 84 modules, 1 step, GPU busy 309.4 us>``."""
     sel = profile.selection
@@ -58,6 +74,7 @@ def profile_repr(profile: ModuleProfile) -> str:
     return f"<ModuleProfile {_base(profile.metadata.path)}: {modules}, {steps}, {time}>"
 
 
+@_printable
 def node_repr(node: ModuleNode) -> str:
     """``<ModuleNode layer1.0.conv1 (Conv2d): 1 call, GPU busy fwd 12.0 us, bwd 30.1 us>``: its
     time per pass (GPU busy time when it ran GPU work, else CPU time), the other pass when it
@@ -125,6 +142,7 @@ def node_html(node: ModuleNode) -> str:
     )
 
 
+@_printable
 def diff_repr(diff: DiffProfile) -> str:
     """``<DiffProfile a.json -> b.json: step 1.20 ms -> 1.50 ms (+25.0%), 84 matched, ...>``."""
     counts = _status_counts(diff)
@@ -137,6 +155,7 @@ def diff_repr(diff: DiffProfile) -> str:
     )
 
 
+@_printable
 def job_repr(job: Job) -> str:
     """``<Job 8 ranks (multi_rank): 46 modules, GPU compute median 3.41 ms, 1 straggler>``."""
     spread = spread_of(job.step_times())
