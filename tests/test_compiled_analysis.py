@@ -791,3 +791,35 @@ def test_the_timeline_draws_compiled_kernels_on_the_module_lanes(analyze_built):
         if c >= 0 and lane == lanes["modules_forward"]
     }
     assert rows[("", "a", "a.act")] == rows[("", "a")] + 1
+
+
+def test_symbolic_sizes_in_module_outputs_are_unknown_sizes_in_the_table_view(analyze_built):
+    """A module table whose outputs hold a symbolic size (a graph compiled with dynamic shapes
+    whose size the capture could not bind) renders: that layer's size is unknown, not an error."""
+    from traceprof.render.registry import RenderOptions
+    from traceprof.render.table import render_table, torchinfo_stats
+
+    b = with_tables(training_step(TraceBuilder()), [FORWARD, BACKWARD], None)
+    b.top["traceprof"] = encoded(
+        {
+            "format": "traceprof.modules",
+            "version": 1,
+            "modules": [
+                {"name": "", "class": "Net", "params_total": 40, "trainable_total": 40, "param_counts": {}},
+                {
+                    "name": "a.lin",
+                    "class": "Linear",
+                    "params": 40,
+                    "params_total": 40,
+                    "trainable_total": 40,
+                    "param_counts": {"weight": 32, "bias": 8},
+                    "leaf": True,
+                    "outputs": {"shape": ["s0", 8], "dtype": "float32"},
+                },
+            ],
+        }
+    )
+    p = analyze_built(b)
+    stats = torchinfo_stats(p)
+    assert stats is not None and stats.total_params == 40 and stats.total_mult_adds == 0
+    assert "Linear" in render_table(p, RenderOptions())

@@ -507,7 +507,37 @@ def _describe_node(node: Any, paths: ModulePaths) -> dict[str, Any]:
     return row
 
 
-def _module_outputs(graph: Any, paths: ModulePaths) -> dict[str, Any]:
+def _bindings(graph: Any, example_inputs: Any) -> dict[str, int]:
+    """Symbolic sizes of a graph compiled with dynamic shapes (``"s0"``) bound to the sizes of
+    the inputs it was compiled for: a placeholder's symbolic dims to the example's dims, a
+    symbolic scalar to the example's value."""
+    out: dict[str, int] = {}
+    try:
+        placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+        for node, example in zip(placeholders, list(example_inputs or ())):
+            val = node.meta.get("val")
+            if type(val).__name__ == "SymInt" and isinstance(example, int):
+                out[str(val)] = int(example)
+            shape, real = getattr(val, "shape", None), getattr(example, "shape", None)
+            if shape is not None and real is not None and len(shape) == len(real):
+                for d, r in zip(shape, real):
+                    if not isinstance(d, int):
+                        out[str(d)] = int(r)
+    except Exception:  # a description is lost, never a compile
+        return {}
+    return out
+
+
+def _bound(value: Any, bindings: dict[str, int]) -> Any:
+    """``value`` described, its symbolic sizes replaced by the ints they are bound to."""
+    if isinstance(value, dict) and isinstance(value.get("shape"), list):
+        return {**value, "shape": [bindings.get(d, d) if isinstance(d, str) else d for d in value["shape"]]}
+    if isinstance(value, list):
+        return [_bound(v, bindings) for v in value]
+    return value
+
+
+def _module_outputs(graph: Any, paths: ModulePaths, bindings: dict[str, int]) -> dict[str, Any]:
     """Relative module path -> its output's value described: the value of the last node, in
     graph order, computed inside the module (a node whose module stack holds it) and used by a
     node outside it; without one, the module's last node. The module's hooks do not run inside
@@ -527,7 +557,10 @@ def _module_outputs(graph: Any, paths: ModulePaths) -> dict[str, Any]:
             # kept for the backward go to the graph's output, not to a call)
             if any(u is not None and module not in u for u in users):
                 escaping[module] = node
-    return {module: encode_value(escaping.get(module, node).meta.get("val")) for module, node in last.items()}
+    return {
+        module: _bound(encode_value(escaping.get(module, node).meta.get("val")), bindings)
+        for module, node in last.items()
+    }
 
 
 def _pattern_made(node: Any) -> bool:
@@ -913,7 +946,9 @@ class CompiledGraphRecorder:
         entry = self.graphs.get(table_key)
         if pending is not None:  # a real compile: the table row comes from its post-grad graph
             old_ids = entry["compile_ids"] if entry is not None else []
-            entry = self._build_entry(table_key, key, direction, graph_id, source, pending)
+            entry = self._build_entry(
+                table_key, key, direction, graph_id, source, pending, _bindings(pending.graph, example_inputs)
+            )
             entry["compile_ids"] = list(old_ids)
             self.graphs[table_key] = entry
             root, root_class = self._root_module(pending)
@@ -1037,6 +1072,7 @@ class CompiledGraphRecorder:
         graph_id: Any,
         source: str,
         pending: _PendingGraph | None,
+        bindings: dict[str, int] | None = None,
     ) -> dict[str, Any]:
         kernels, calls = parse_wrapper_source(source)
         for index, site in enumerate(calls):
@@ -1054,7 +1090,7 @@ class CompiledGraphRecorder:
                     " module of the model; its nodes keep it as written"
                 )
             if direction != "backward":
-                outputs = _module_outputs(pending.graph, paths)
+                outputs = _module_outputs(pending.graph, paths, bindings or {})
             # binds symbolic sizes ("s77") to a run's concrete inputs
             inputs = [
                 {"name": n.name, "val": _describe_val(n.meta.get("val"))}

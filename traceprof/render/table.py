@@ -63,7 +63,13 @@ def _element_size(dtype: Any) -> int:
 
 
 def _is_tensor(spec: Any) -> bool:
-    return isinstance(spec, dict) and "shape" in spec and "dtype" in spec
+    """A tensor's spec with a shape of ints (a symbolic size, ``"s0"``, or odd contents: none)."""
+    return (
+        isinstance(spec, dict)
+        and "dtype" in spec
+        and isinstance(spec.get("shape"), list)
+        and all(isinstance(d, int) and not isinstance(d, bool) for d in spec["shape"])
+    )
 
 
 def _nested_size(spec: Any) -> tuple[list[int], int]:
