@@ -232,6 +232,75 @@ def test_analyzing_one_trace_imports_only_what_it_uses(cache, tmp_path):
     assert proc.stdout.splitlines()[-1] == "[]"
 
 
+#: what `traceprof --help`, `--version` and a usage error may import of traceprof: the command
+#: line and the few small modules its options read (sizes, numbers, messages)
+CLI_LAYER = {"errors", "options", "read", "read.limits", "startup", "units", "version"}
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--help"],
+        ["--version"],
+        [],
+        ["nope"],
+        ["analyze", "--help"],
+        ["analyze"],
+        ["analyze", "--bogus"],
+        ["analyze", "t.json", "--format", "nope"],
+        ["analyze", "t.json", "--depth", "-1"],
+        ["analyze", "t.json", "--max-memory", "3Q"],
+        ["analyze", "t.json", "--sort", "size"],
+        ["analyze", "t.json", "--hierarchy", "x"],
+        ["diff", "--help"],
+        ["diff", "a.json"],
+        ["tensorboard", "--help"],
+        ["tensorboard", "t.json"],
+        ["cache", "--help"],
+        ["cache", "nope"],
+    ],
+)
+def test_help_version_and_usage_errors_import_the_command_line_only(argv):
+    """Nothing but click and the command line is imported before a command runs: not numpy,
+    msgspec, the readers, the analysis or the renderers (docs/performance.md "Start-up")."""
+    code = (
+        "import sys; from traceprof.cli import main\n"
+        "try:\n    main(sys.argv[1:])\nexcept SystemExit as e:\n    print('exit', e.code, file=sys.stderr)\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('numpy', 'msgspec', 'xxhash', 'rich', 'pandas', 'zlib_ng', 'importlib_metadata') "
+        "or m == 'importlib.metadata' or m.startswith('traceprof.')))"
+    )
+    proc = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=60)
+    assert "exit 0" in proc.stderr or "exit 3" in proc.stderr or "exit 2" in proc.stderr, proc.stderr
+    imported = eval(proc.stdout.splitlines()[-1])
+    outside = [
+        m
+        for m in imported
+        if not m.startswith("traceprof.cli") and m.removeprefix("traceprof.") not in CLI_LAYER
+    ]
+    assert outside == [], proc.stderr
+
+
+def test_the_command_lines_names_are_those_of_their_tables():
+    """cli/choices.py copies the names of tables the command line must not import to parse its
+    arguments: each copy holds the same names as its table."""
+    from traceprof import render
+    from traceprof.analysis.hierarchy import Source
+    from traceprof.cli import choices
+    from traceprof.read import cache
+    from traceprof.render import table
+    from traceprof.render.diff import DIFF_REGISTRY
+    from traceprof.result.transforms import SortKey
+
+    assert choices.FORMATS == tuple(sorted(render.REGISTRY)) == tuple(sorted(render.JOB_REGISTRY))
+    assert choices.DIFF_FORMATS == tuple(sorted(DIFF_REGISTRY))
+    assert choices.TABLE_COLUMNS == tuple(table.COLUMNS)
+    assert choices.DEFAULT_TABLE_COLUMNS == tuple(table.DEFAULT_COLUMNS)
+    assert choices.SORT_KEYS == tuple(k.value for k in SortKey)
+    assert choices.SOURCES == ("auto", *(s.value for s in Source if s is not Source.NONE))
+    assert choices.CACHE_DIR_ENV == cache.DIR_ENV
+
+
 @pytest.mark.parametrize(
     "argv, code",
     [(["--version"], 0), (["analyze", "missing.json"], 2), (["analyze", str(BERT), "-o", "."], 4)],

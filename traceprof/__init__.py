@@ -1,29 +1,57 @@
 """traceprof: per-nn.Module GPU time, forward and backward, from PyTorch profiler traces."""
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 import traceprof.startup  # noqa: F401 - first: Ctrl-C while the command loads is one line
-from traceprof import render  # noqa: F401 - traceprof.render.render(profile, fmt)
-from traceprof.analysis.hierarchy import Source
-from traceprof.api import analyze
 from traceprof.errors import TraceprofError, TraceReadError
-from traceprof.result.model import (
-    PASSES,
-    ModuleNode,
-    ModuleProfile,
-    NodeKind,
-    Pass,
-    PhaseTimes,
-    StepSelection,
-    Times,
-)
-from traceprof.result.transforms import SortKey, limit_depth, sort_children, top_children
-from traceprof.trace.model import Trace
 from traceprof.version import __version__
 
-#: names imported on first use: a single-trace analysis never needs the job, diff or capture
-#: code (and the capture's imports torch only when a session starts)
+if TYPE_CHECKING:  # what the names below are, for type checkers and editors
+    from traceprof import render as render  # the subpackage, as an attribute
+    from traceprof.analysis.hierarchy import Source
+    from traceprof.api import analyze
+    from traceprof.capture import profile, profile_once
+    from traceprof.compare.diff import DiffProfile, diff
+    from traceprof.job.analyze import Job, analyze_job
+    from traceprof.read.build import load_trace
+    from traceprof.result.model import (
+        PASSES,
+        ModuleNode,
+        ModuleProfile,
+        NodeKind,
+        Pass,
+        PhaseTimes,
+        StepSelection,
+        Times,
+    )
+    from traceprof.result.transforms import SortKey, limit_depth, sort_children, top_children
+    from traceprof.trace.model import Trace
+
+#: the public API, imported on first use (module ``__getattr__``): importing traceprof costs
+#: nothing beyond its errors and version, so the command line parses its arguments before it
+#: imports numpy, and a look served by the cache imports only what it shows
+#: (docs/performance.md "Start-up")
 _LAZY = {
-    "profile": "capture",
+    "render": "render",  # a subpackage: traceprof.render.render(profile, fmt)
+    "Source": "analysis.hierarchy",
+    "analyze": "api",
     "load_trace": "read.build",
+    "PASSES": "result.model",
+    "ModuleNode": "result.model",
+    "ModuleProfile": "result.model",
+    "NodeKind": "result.model",
+    "Pass": "result.model",
+    "PhaseTimes": "result.model",
+    "StepSelection": "result.model",
+    "Times": "result.model",
+    "SortKey": "result.transforms",
+    "limit_depth": "result.transforms",
+    "sort_children": "result.transforms",
+    "top_children": "result.transforms",
+    "Trace": "trace.model",
+    "profile": "capture",
     "profile_once": "capture",
     "Job": "job.analyze",
     "analyze_job": "job.analyze",
@@ -32,11 +60,12 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> object:
     if name in _LAZY:
         import importlib
 
-        value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+        module = importlib.import_module(f".{_LAZY[name]}", __name__)
+        value = module if name == "render" else getattr(module, name)
         globals()[name] = value
         return value
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -4,11 +4,11 @@ ranks' traces (docs/jobs.md)."""
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 import click
 
-from traceprof import render
-from traceprof.api import analyze as analyze_api
+from traceprof.cli.choices import DEFAULT_TABLE_COLUMNS, FORMATS, TABLE_COLUMNS
 from traceprof.cli.common import (
     USAGE_EXIT_CODE,
     Number,
@@ -32,11 +32,12 @@ from traceprof.cli.common import (
     write_tensorboard,
 )
 from traceprof.errors import OptionError
-from traceprof.render.table import COLUMNS as TABLE_COLUMNS
-from traceprof.render.table import DEFAULT_COLUMNS as DEFAULT_TABLE_COLUMNS
-from traceprof.render.table import parse_columns
-from traceprof.result.model import ModuleProfile
-from traceprof.result.transforms import ignore_modules, limit_depth
+
+if TYPE_CHECKING:
+    from traceprof.result.model import ModuleProfile
+
+# the analysis and the renderers are imported when the command runs: --help and usage errors
+# end before (docs/performance.md "Start-up")
 
 
 @click.command("analyze")
@@ -45,7 +46,7 @@ from traceprof.result.transforms import ignore_modules, limit_depth
     "-f",
     "--format",
     "fmt",
-    type=click.Choice(sorted(render.REGISTRY)),
+    type=click.Choice(FORMATS),
     default=None,
     help="Output format [default: from -o's extension, else tree].",
 )
@@ -237,6 +238,11 @@ def analyze(
         )
     assert single is not None
     trace = single
+    from traceprof import render
+    from traceprof.api import analyze as analyze_api
+    from traceprof.render.table import parse_columns
+    from traceprof.result.transforms import ignore_modules
+
     with reported_errors(f"{trace}: out of memory while analyzing"):
         renderer = chosen_renderer(render.REGISTRY, fmt, output, [trace])
         fmt = renderer.name
@@ -292,6 +298,7 @@ def _ops_profile(
     --depth and --ignore show of the tree, so the module is found in the whole profile; ``*``
     (every node's own rows) gives the rows of the nodes the tree shows."""
     from traceprof.render.ops import EVERY_NODE
+    from traceprof.result.transforms import ignore_modules, limit_depth
 
     if module != EVERY_NODE:
         return profile
@@ -351,6 +358,7 @@ def _analyze_job(
     scheduler_timeout,
 ):
     """``analyze`` of several traces, a directory or a glob: the job report."""
+    from traceprof import render
     from traceprof.job.analyze import RUNS_NOTE, analyze_job
     from traceprof.read.discovery import find_traces
 

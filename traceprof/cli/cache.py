@@ -4,13 +4,16 @@ holds, and emptying it (docs/performance.md "The cache")."""
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 import click
 
 from traceprof import units
 from traceprof.cli.common import fail
 from traceprof.errors import OutputError, TraceprofError
-from traceprof.read import cache
+
+if TYPE_CHECKING:
+    from traceprof.read.cache import Store
 
 
 @click.group("cache")
@@ -18,7 +21,9 @@ def cache_command() -> None:
     """The cache of decoded traces and analyses (a second look at a trace skips its JSON)."""
 
 
-def _store() -> cache.Store:
+def _store() -> Store:
+    from traceprof.read import cache
+
     try:
         store = cache.Store.default()
     except TraceprofError as e:
@@ -31,6 +36,8 @@ def _store() -> cache.Store:
 @cache_command.command("info")
 def info() -> None:
     """Where the cache is, its entries and size, and its limit."""
+    from traceprof.read import cache
+
     store = _store()
     store.private()  # a directory that is not used says why (a warning)
     for label, value in cache.summary(store):

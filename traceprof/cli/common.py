@@ -10,23 +10,21 @@ import sys
 import threading
 import warnings
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
 from traceprof import options, units
-from traceprof.analysis.hierarchy import Source
-from traceprof.engine import EngineWarning
+from traceprof.cli.choices import CACHE_DIR_ENV, SORT_KEYS, SOURCES
 from traceprof.errors import TraceprofError
-from traceprof.output import STDOUT, check_binary_output, resolve_output, write_output
-from traceprof.read import cache
 from traceprof.read.limits import ENV_VAR as MAX_MEMORY_ENV
 from traceprof.read.limits import parse_size
-from traceprof.render.registry import Registry, Renderer
-from traceprof.result.transforms import SortKey
 
-#: values of --hierarchy
-SOURCES = ["auto"] + [s.value for s in Source if s is not Source.NONE]
+if TYPE_CHECKING:
+    from traceprof.render.registry import Registry, Renderer
+
+# Only click and the command line are imported before a command runs (--help, --version and
+# usage errors end before any): what a command needs beyond them, it imports when it runs.
 
 
 #: the exit status of a bad option or argument (README "Errors"); click's own is 2, which
@@ -290,6 +288,8 @@ def reported_errors(out_of_memory: str) -> Iterator[None]:
 def chosen_renderer(registry: Registry, fmt: str | None, output: str | None, inputs: list[str]) -> Renderer:
     """The renderer of ``--format`` (default: by ``-o``'s extension, else tree), with ``-o``
     refused before any work when it names an input, and binary formats refused on a terminal."""
+    from traceprof.output import check_binary_output, resolve_output
+
     if output:  # refused before the analysis, and checked again when written
         resolve_output(output, inputs=inputs)
     if fmt is None:
@@ -319,7 +319,7 @@ def sort_option(help: str = "Order of siblings.", default: str = "order") -> Cal
     """``--sort KEY``: one of :class:`~traceprof.result.transforms.SortKey`."""
     return click.option(
         "--sort",
-        type=click.Choice([k.value for k in SortKey]),
+        type=click.Choice(SORT_KEYS),
         default=default,
         show_default=True,
         help=help,
@@ -361,7 +361,7 @@ def max_memory_option(help: str = MAX_MEMORY_HELP) -> Callable[[Any], Any]:
 
 def _no_cache(ctx: click.Context, param: click.Parameter, value: bool) -> None:
     if value:
-        os.environ[cache.DIR_ENV] = "off"  # also for the workers this command starts
+        os.environ[CACHE_DIR_ENV] = "off"  # also for the workers this command starts
 
 
 #: ``--no-cache``, the same in every command that reads traces (docs/performance.md "The cache")
@@ -371,7 +371,7 @@ no_cache_option = click.option(
     expose_value=False,
     is_eager=True,
     callback=_no_cache,
-    help=f"Neither read nor write the cache of decoded traces and analyses (as ${cache.DIR_ENV}=off).",
+    help=f"Neither read nor write the cache of decoded traces and analyses (as ${CACHE_DIR_ENV}=off).",
 )
 
 
@@ -381,12 +381,22 @@ def show_cache_warnings() -> None:
     shown = warnings.showwarning
 
     def show(message, category, filename, lineno, file=None, line=None):
-        if issubclass(category, (cache.CacheWarning, EngineWarning)):
+        if issubclass(category, _command_warnings()):
             click.echo(f"traceprof: warning: {units.printable(str(message))}", err=True)
         else:
             shown(message, category, filename, lineno, file, line)
 
     warnings.showwarning = show
+
+
+def _command_warnings() -> tuple[type[Warning], ...]:
+    """The warning classes of the cache and the engines, of those imported: a module that is
+    not imported has warned nothing (and is not imported to find out)."""
+    found = []
+    for module, name in (("traceprof.read.cache", "CacheWarning"), ("traceprof.engine", "EngineWarning")):
+        if module in sys.modules:
+            found.append(getattr(sys.modules[module], name))
+    return tuple(found)
 
 
 def print_warnings(warnings: Iterable[str]) -> None:
@@ -401,6 +411,8 @@ def emit(
     """The result to ``-o`` (atomically) or standard output; ``styled``: the text's colours when
     standard output is a colour terminal. On a terminal any format (CSV and JSON too) shows its
     control characters escaped; the text formats have them escaped wherever they go."""
+    from traceprof.output import STDOUT, write_output
+
     if isinstance(text, bytes) or (output and output != STDOUT):
         write_output(output or STDOUT, text, inputs=inputs)  # binary: -o checked before
     elif styled is not None and color_terminal():

@@ -8,6 +8,7 @@ import sys
 import click
 
 from traceprof import units
+from traceprof.cli.choices import DIFF_FORMATS
 from traceprof.cli.common import (
     Number,
     chosen_renderer,
@@ -27,8 +28,6 @@ from traceprof.cli.common import (
 )
 from traceprof.errors import OptionError
 
-_FORMATS = ["csv", "html", "json", "parquet", "tree"]
-
 
 @click.command("diff")
 @click.argument("base", type=click.Path(path_type=str))
@@ -37,7 +36,7 @@ _FORMATS = ["csv", "html", "json", "parquet", "tree"]
     "-f",
     "--format",
     "fmt",
-    type=click.Choice(_FORMATS),
+    type=click.Choice(DIFF_FORMATS),
     default=None,
     help="Output format [default: from -o's extension, else tree].",
 )
