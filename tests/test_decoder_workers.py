@@ -46,7 +46,7 @@ def test_a_decoding_worker_that_dies_is_one_line_naming_the_trace(plain, monkeyp
         f"{plain}: a process decoding it was killed (SIGKILL); if it ran out of memory, use fewer "
         "--jobs (each holds runs of the trace's text) or more memory"
     )
-    assert raised.value.exit_code == 5
+    assert raised.value.exit_code == 7
 
 
 def test_the_command_says_it_in_one_line(plain):
@@ -67,7 +67,7 @@ def test_the_command_says_it_in_one_line(plain):
         timeout=300,
         cwd=REPO,
     )
-    assert proc.returncode == 5, proc.stderr[-3000:]
+    assert proc.returncode == 7, proc.stderr[-3000:]
     assert proc.stderr.strip().splitlines() == [
         f"traceprof: error: {plain}: a process decoding it was killed (SIGKILL); if it ran out of "
         "memory, use fewer --jobs (each holds runs of the trace's text) or more memory"

@@ -43,7 +43,7 @@ def test_a_local_worker_that_dies_is_a_one_line_error_naming_its_item():
         LocalEngine(2).map(_die_on, ["a.json", "die.json", "c.json"])
     message = info.value.message
     assert message.startswith("die.json: the worker process analyzing it was killed (SIGKILL)")
-    assert "fewer --jobs" in message and info.value.exit_code == 5
+    assert "fewer --jobs" in message and info.value.exit_code == 7
 
 
 def test_dask_workers_that_keep_dying_are_a_one_line_error_naming_the_item():

@@ -49,10 +49,9 @@ class EngineWarning(UserWarning):
 
 
 class WorkerLostError(TraceprofError):
-    """A worker process ended while it held an item (killed: out of memory, or a signal). Exit 5,
-    as running out of memory."""
+    """A worker process ended while it held an item (killed: out of memory, or a signal)."""
 
-    exit_code = 5
+    exit_code = 7
 
 
 def item_name(item: object) -> str:

@@ -1,7 +1,8 @@
 """Typed errors. Each carries a one-line message for the user and a process exit code.
 
 The CLI prints ``traceprof: error: <message>`` and exits with ``exit_code``; it never shows a
-traceback for these.
+traceback for these. :data:`EXIT_CODES` is the command's every exit code, each with one meaning
+(the README and docs/security.md show it; a test holds them to it).
 """
 
 from __future__ import annotations
@@ -30,6 +31,23 @@ def printable(text: str) -> str:
     escape (``\\x1b``, ``\\r``, ``\\t``, ``\\u202e``), so that a name in a trace cannot
     move the cursor, clear the screen or set the window title. Other text is unchanged."""
     return _CONTROLS.sub(_escaped_control, text)
+
+
+#: the exit codes of the ``traceprof`` command, each with one meaning
+EXIT_CODES: dict[int, str] = {
+    0: "done",
+    1: "traceprof failed where it should not have: a bug (Python's traceback is shown; please report it)",
+    2: "an input cannot be read or used: missing, not a trace, damaged, a module tree too deep, "
+    "traces that are not the ranks of one job",
+    3: "a bad option or argument, or one that does not fit the input",
+    4: "an output cannot be written (or -o names an input; cache clear could not remove an entry)",
+    5: "not enough memory: loading a trace would need more than --max-memory, or the memory ran out",
+    6: "an optional dependency is missing (the message says what to install)",
+    7: "a worker process ended while it held a trace (killed, often by the out-of-memory killer)",
+    10: "diff --fail-if-slower: NEW is slower than allowed",
+    130: "interrupted (Ctrl-C)",
+    143: "terminated (SIGTERM)",
+}
 
 
 class TraceprofError(Exception):

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
-from traceprof import options, units
+from traceprof import options, startup, units
 from traceprof.cli.choices import CACHE_DIR_ENV, SORT_KEYS, SOURCES
 from traceprof.errors import TraceprofError
 from traceprof.read.limits import ENV_VAR as MAX_MEMORY_ENV
@@ -187,7 +187,7 @@ def _default_sigterm_in_child() -> None:
     # a process forked from the command (a Dask worker, a pool worker) ends at SIGTERM without
     # a word, where the command's handler would print its traceback, and leaves Ctrl-C to the
     # command, which stops it
-    if signal.getsignal(signal.SIGTERM) is _raise_terminated:
+    if signal.getsignal(signal.SIGTERM) in (_raise_terminated, startup.interrupted_at_start):
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.SIG_IGN)
 
