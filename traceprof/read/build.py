@@ -26,6 +26,7 @@ from traceprof.trace.model import (
     CompiledTable,
     DeviceInfo,
     EventTable,
+    KernelLabels,
     MemoryEvents,
     ModuleInfo,
     ModuleTable,
@@ -153,6 +154,12 @@ def check_trace(trace: Trace) -> None:
     check_column(trace.python.event, "python.event", frames, "i", (0, n))
     check_column(trace.python.id, "python.id", frames, "i")
     check_column(trace.python.parent_id, "python.parent_id", frames, "i")
+    if trace.labels is not None:
+        labels = trace.labels
+        m = len(labels.event)
+        check_column(labels.event, "labels.event", m, "i", (0, n))
+        for name in ("module_fqn", "text", "annotation", "stack"):
+            check_column(getattr(labels, name), f"labels.{name}", m, "i", (-1, len(ev.texts)))
     if trace.memory is not None:
         memory = trace.memory
         m = len(memory.event)
@@ -219,6 +226,7 @@ def _build(doc: RawDocument | StreamedDocument, cols: Columns) -> Trace:
     input_dims = _text_codes(_take(cols, "input_dims"), cols.input_dims_texts, text_index)
     input_types = _text_codes(_take(cols, "input_types"), cols.input_types_texts, text_index)
     concrete_inputs = _text_codes(_take(cols, "concrete_inputs"), cols.concrete_inputs_texts, text_index)
+    labels = _kernel_labels(cols, text_index)  # its texts join the shared table too
 
     flow_id = _scattered(n, cols.flow_index, _flow_ids(cols.flow_ids))
     python = PythonFrames(
@@ -249,7 +257,7 @@ def _build(doc: RawDocument | StreamedDocument, cols: Columns) -> Trace:
     )
     metadata = _metadata(doc)
     memory = _memory_events(cols)
-    return Trace(metadata, events, python, memory)
+    return Trace(metadata, events, python, memory, labels)
 
 
 #: how far (us) an event's timestamp may lie from the trace's median timestamp: traces span
@@ -329,6 +337,18 @@ def _repaired_durations(dur, ph_codes, phs, warnings: list[str]) -> np.ndarray:
             f"(their total {units.duration(float(dur[negative].sum()))})"
         )
     return np.where(valid & (dur > 0), dur, 0.0)
+
+
+def _kernel_labels(cols: Columns, text_index: dict[bytes, int]) -> KernelLabels | None:
+    """The kernel labels' side table, each label coded into the shared table of raw JSON
+    texts; None when no event has one."""
+    if not len(cols.label_index):
+        return None
+    codes = [
+        _text_codes(getattr(cols, attr), getattr(cols, f"{attr}_texts"), text_index)
+        for attr in schema.KERNEL_LABEL_ATTRS
+    ]
+    return KernelLabels(narrowed(cols.label_index), *codes)
 
 
 def _memory_events(cols: Columns) -> MemoryEvents:

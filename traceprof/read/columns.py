@@ -55,6 +55,17 @@ class Columns(msgspec.Struct):
     memory_total: np.ndarray
     memory_device_type: np.ndarray
     memory_device_id: np.ndarray
+    #: the GPU work events with a kernel label (schema.KERNEL_LABEL_ATTRS: only they carry one,
+    #: and few traces have any), and each label's raw JSON among them, coded
+    label_index: np.ndarray
+    label_module_fqn: np.ndarray
+    label_module_fqn_texts: list
+    label_str: np.ndarray
+    label_str_texts: list
+    label_annotation: np.ndarray
+    label_annotation_texts: list
+    label_stack: np.ndarray
+    label_stack_texts: list
     utf8_replaced: bool = False
     utf8_grown: int = 0  # bytes the text grew by when invalid UTF-8 was replaced
     dropped: Counter = msgspec.field(default_factory=Counter)  # entries not usable as events
@@ -66,6 +77,8 @@ class Columns(msgspec.Struct):
 
 
 _CODED = ("ph", "cat", "name", "thread", "input_dims", "input_types", "concrete_inputs")
+#: coded columns of a side table (the kernel labels), coded and joined as _CODED are
+_SIDE_CODED = schema.KERNEL_LABEL_ATTRS
 _PLAIN = ("kind", "ts", "dur", "correlation", "external_id", "sequence_number", "fwd_thread_id", "stream")
 
 
@@ -74,6 +87,7 @@ _SIDE_TABLES = (
     ("flow_index", ()),
     ("python_index", ("python_id", "python_parent_id")),
     ("memory_index", ("memory_bytes", "memory_total", "memory_device_type", "memory_device_id")),
+    ("label_index", _SIDE_CODED),
 )
 
 
@@ -132,6 +146,21 @@ def _texts(raws: list) -> tuple[np.ndarray, list]:
 
 _get_args = attrgetter("args")
 _EVENT_KEY = attrgetter("ph", "cat", "name", "pid", "tid")
+_LABELS = attrgetter(*_SIDE_CODED)
+_NO_LABEL: tuple[Any, ...] = (None,) * len(_SIDE_CODED)
+
+
+def _labels(kind: np.ndarray, args: list) -> tuple[np.ndarray, list[tuple[np.ndarray, list]]]:
+    """The GPU work events that carry a kernel label, and each label's codes and values (raw
+    JSON, b"" for absent) among them. One pass over the GPU work events' args finds that a
+    trace has none (most traces)."""
+    gpu = np.flatnonzero(np.isin(kind, schema.GPU_WORK_KINDS))
+    found: list[tuple[Any, ...]] = list(map(_LABELS, [args[i] for i in gpu.tolist()]))
+    if found.count(_NO_LABEL) == len(found):
+        return np.zeros(0, np.int64), [_texts([]) for _ in _SIDE_CODED]
+    rows = [i for i, f in enumerate(found) if f != _NO_LABEL]
+    picked = [found[i] for i in rows]
+    return gpu[rows], [_texts([p[k] for p in picked]) for k in range(len(_SIDE_CODED))]
 
 
 def columns_from_events(evs: list) -> Columns:
@@ -180,6 +209,10 @@ def columns_from_events(evs: list) -> Columns:
     else:
         memory_index = np.zeros(0, np.int64)
     mem = [args[i] for i in memory_index.tolist()]
+    label_index, label_columns = _labels(kind, args)
+    labels: dict[str, Any] = {}
+    for f, (codes, texts) in zip(_SIDE_CODED, label_columns):
+        labels[f], labels[_table_of(f)] = codes, texts
     return Columns(
         kind=kind,
         ph=ph,
@@ -214,6 +247,8 @@ def columns_from_events(evs: list) -> Columns:
         memory_total=_ints(a.total_allocated for a in mem),
         memory_device_type=_ints(a.device_type for a in mem),
         memory_device_id=_ints(a.device_id for a in mem),
+        label_index=label_index.astype(np.int64),
+        **labels,
     )
 
 
@@ -223,11 +258,11 @@ class Joiner:
     later ones decode), so that :meth:`joined` is left with copying."""
 
     def __init__(self) -> None:
-        self.tables: dict[str, dict] = {f: {} for f in _CODED}
+        self.tables: dict[str, dict] = {f: {} for f in _CODED + _SIDE_CODED}
         self.parts: list[Columns] = []
 
     def add(self, part: Columns) -> None:
-        for f in _CODED:
+        for f in _CODED + _SIDE_CODED:
             table = self.tables[f]
             local = getattr(part, _table_of(f))
             remap = np.array([table.setdefault(v, len(table)) for v in local] or [0], np.int32)
@@ -287,6 +322,11 @@ def select(cols: Columns, keep: np.ndarray) -> Columns:
             out[f] = getattr(cols, f)[kept]
         if index == "flow_index":
             out["flow_ids"] = [fid for fid, k in zip(cols.flow_ids, kept.tolist()) if k]
+    for f in _SIDE_CODED:  # coded again in first-seen order among the events kept
+        codes, table = out[f], getattr(cols, _table_of(f))
+        new_codes, old_codes = first_seen_codes(codes)
+        out[f] = new_codes if len(codes) else codes
+        out[_table_of(f)] = [table[u] for u in old_codes.tolist()]
     out["meta"] = [(int(new_index[i]), *rest) for i, *rest in cols.meta if keep[i]]
     out["utf8_replaced"] = cols.utf8_replaced
     out["utf8_grown"] = cols.utf8_grown

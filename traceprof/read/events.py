@@ -114,7 +114,7 @@ def _coerce_event(item: Any):
         values: dict[str, Any] = {}
         for attr, spelling in schema.ARG_SPELLINGS.items():
             v = raw_args.get(spelling)
-            if attr in ("input_dims", "input_types", "concrete_inputs"):
+            if attr in ("input_dims", "input_types", "concrete_inputs", *schema.KERNEL_LABEL_ATTRS):
                 values[attr] = _as_raw(v)
             elif attr in ("label", "labels"):
                 values[attr] = v if isinstance(v, str) else None

@@ -1,7 +1,8 @@
 """Values nested too deeply for the decoder (it stops near the interpreter's recursion limit):
 the brackets outside strings are found with numpy, and every such value that traceprof does not
 read (a top-level key, an event field or an argument it skips) is replaced by ``null``; one
-that it reads is a clean error. The TensorBoard plugin's copy of a trace is cut the same way.
+that it reads is a clean error, except a kernel label (``schema.KERNEL_LABEL_ARGS``), which is
+optional: it is cut as well. The TensorBoard plugin's copy of a trace is cut the same way.
 """
 
 from __future__ import annotations
@@ -155,7 +156,7 @@ def without_deep_values(path, data: bytes) -> bytes:
                 name = _key_before(data, int(value))
                 if name == schema.ARGS_KEY and data[value] == 0x7B:
                     arg = _key_before(data, int(pos[ancestor(i, level["arg"])]))
-                    if arg in schema.ARG_NAMES_READ:
+                    if arg in schema.ARG_NAMES_READ and arg not in schema.KERNEL_LABEL_ARGS:
                         refuse(f'"{arg}"', i)
                     cuts.append(cut(i, level["arg"]))
                 elif name in schema.EVENT_FIELD_SPELLINGS:

@@ -246,11 +246,29 @@ class PythonFrames(msgspec.Struct, frozen=True):
         return len(self.event)
 
 
+class KernelLabels(msgspec.Struct, frozen=True):
+    """The labels PyTorch's own tools write on GPU work events (``schema.KERNEL_LABEL_ARGS``:
+    a module's qualified name, Inductor's cudagraph label, an annotation, a source stack), one
+    row per event that has any (only they carry them; most traces have none). Each label is a
+    code into ``EventTable.texts`` (its raw JSON), -1 where the event has not that one."""
+
+    event: np.ndarray  # index into the EventTable (narrowed)
+    module_fqn: np.ndarray  # int32 -> EventTable.texts: "module_fqn"
+    text: np.ndarray  # "str"
+    annotation: np.ndarray  # "annotation"
+    stack: np.ndarray  # "stack"
+
+    def __len__(self) -> int:
+        return len(self.event)
+
+
 class Trace(msgspec.Struct, frozen=True):
     metadata: TraceMetadata
     events: EventTable
     python: PythonFrames
     memory: MemoryEvents | None = None
+    #: kernel labels; None when no GPU work event has one
+    labels: KernelLabels | None = None
 
     def __repr__(self) -> str:  # without the python frames and memory events
         return f"Trace(metadata={self.metadata!r}, events={self.events!r})"

@@ -112,6 +112,12 @@ _ARG_FIELDS: tuple[tuple[str, str, Any], ...] = (
     ("total_allocated", "Total Allocated", _INT),
     ("device_type", "Device Type", _INT),
     ("device_id", "Device Id", _INT),
+    # labels that PyTorch's own tools write on GPU work events (KERNEL_LABEL_ARGS below), as
+    # raw JSON: a string, a list of stack texts, a JSON text of annotations
+    ("label_module_fqn", "module_fqn", msgspec.Raw),
+    ("label_str", "str", msgspec.Raw),
+    ("label_annotation", "annotation", msgspec.Raw),
+    ("label_stack", "stack", msgspec.Raw),
 )
 
 _EVENT_FIELDS: tuple[tuple[str, str, Any, Any], ...] = (
@@ -363,6 +369,55 @@ def compiled_op_event_name(op: str) -> str | None:
 def step_number(name: str) -> int | None:
     m = STEP_RE.match(name)
     return int(m.group(1)) if m else None
+
+
+# ---------------------------------------------------------------------------------------------
+# Kernel labels: what PyTorch's own tools write on GPU work events (kernel, memcpy, memset),
+# read as they are written at their sources (docs/trace-conventions.md "Kernel labels").
+#
+# ``torch.cuda._graph_annotations.mark_kernels(annotation)`` labels the nodes of a CUDA graph
+# while it is captured; ``torch.cuda._annotate_cuda_graph_trace.annotate_trace`` merges the
+# labels into a Chrome trace by each event's ``"graph node id"``: every key of each annotation
+# dict becomes an arg (its value as ``str(value)``, later annotations winning), a plain string
+# annotation being ``{"str": ...}``, any other object ``"annotation"``. torch's CUPTI monitor
+# (``torch.profiler._cupti_monitor``) writes a dict's keys the same way and a list of
+# annotations as one JSON text in ``"annotation"``.
+
+#: a module's qualified name relative to the model (torchtitan's ``annotate_module_fqns`` and
+#: ``insert_kernel_annotations_pass``: ``{"module_fqn": "layers.0.attention.wq"}``)
+KERNEL_LABEL_MODULE_FQN = "module_fqn"
+#: a plain string label (``mark_kernels("...")``); Inductor's cudagraph labels (PyTorch PR
+#: #187061, ``triton.cudagraph_kernel_annotations``) are such strings: the compiled frame's
+#: root module spelled ``L``, each module under it ``L.<qualified name>`` (some revisions add
+#: the FX node's op name: ``L.layers.0.fc1.linear.addmm``), a kernel fused from the work of
+#: several modules their labels joined by KERNEL_LABEL_JOINER
+KERNEL_LABEL_STR = "str"
+#: a label that is not a dict (``str(value)``), or the CUPTI monitor's JSON text of a list of
+#: annotation dicts
+KERNEL_LABEL_ANNOTATION = "annotation"
+#: the source stacks of the FX nodes a compiled kernel computes, added by
+#: ``torch._inductor.profiler.inductor_trace_handler`` (torch 2.14, ``TORCH_COMPILE_DEBUG_EXTEND=1``)
+#: to the kernels of each compiled region: a list of Python traceback texts, outermost frame
+#: first (``  File "/x/model.py", line 14, in forward\n    return self.fc(x)``)
+KERNEL_LABEL_STACK = "stack"
+#: the arg names above; a value of one of them nested too deeply is cut, never fatal
+KERNEL_LABEL_ARGS = frozenset(
+    {KERNEL_LABEL_MODULE_FQN, KERNEL_LABEL_STR, KERNEL_LABEL_ANNOTATION, KERNEL_LABEL_STACK}
+)
+#: the raw event attributes that hold them (RawArgs), in the order of KernelLabels' columns
+KERNEL_LABEL_ATTRS = ("label_module_fqn", "label_str", "label_annotation", "label_stack")
+#: how Inductor's labels join the modules of a fused kernel
+KERNEL_LABEL_JOINER = " + "
+#: how Inductor's labels spell the compiled frame's root module (``L['self']``)
+KERNEL_LABEL_ROOT = "L"
+#: a frame of a stack text
+STACK_FRAME_RE = re.compile(r'File "([^"\n]+)", line (\d+), in ([^\s]+)')
+#: a python_function event of a Python frame (with_stack=True): "torch/nn/modules/linear.py(124):
+#: forward", the path of the file (relative to site-packages for installed packages), the line
+#: its function starts at, the function's name
+PYTHON_FRAME_RE = re.compile(r"(.+)\((\d+)\): (\S+)\Z", re.S)
+#: the method a module's call runs
+MODULE_FORWARD_NAME = "forward"
 
 
 # ---------------------------------------------------------------------------------------------
