@@ -19,6 +19,8 @@ Compiled models: a trace with the compiled-kernel table gets its compiled kernel
 (:mod:`.compiled`: the tree's ``event_node``, nodes made by qualified name, FLOPs from the
 table's nodes), before the stages below; the compiled regions' and graph replays' work without
 module information gets group nodes (:mod:`.compiled_regions`: per graph, per kernel family).
+Between the two, the labels PyTorch's own tools write on GPU work (:mod:`.kernel_labels`: a
+module's qualified name, a source stack) place the work they name in its module.
 
 This module runs the stages in order, each in its own module:
 
@@ -52,6 +54,7 @@ from traceprof.analysis.cpu_time import cpu_time
 from traceprof.analysis.event_detail import first_step_timeline, node_ops
 from traceprof.analysis.gpu_work import gpu_work
 from traceprof.analysis.hierarchy import Hierarchy, Source, build_hierarchy, check_depth
+from traceprof.analysis.kernel_labels import LabelWork, place_labelled_work
 from traceprof.analysis.link import Links, link
 from traceprof.analysis.memory import memory_by_node
 from traceprof.analysis.memory_events import memory_device, memory_events
@@ -101,15 +104,25 @@ def module_hierarchy(
     trace: Trace, links: Links, hierarchy: Source | str | None = None, formulas: Registry | None = None
 ) -> tuple[Hierarchy, CompiledWork | None]:
     """The module tree every view of a trace uses: built from its scopes or events, joined to
-    its compiled-kernel table, and with the compiled and replayed work no table explains grouped
-    per graph and kernel family (the join, None without a table)."""
+    its compiled-kernel table, with the GPU work its kernel labels name placed, and with the
+    compiled and replayed work neither explains grouped per graph and kernel family (the join,
+    None without a table)."""
+    tree, compiled, _ = _module_tree(trace, links, hierarchy, formulas)
+    return tree, compiled
+
+
+def _module_tree(
+    trace: Trace, links: Links, hierarchy: Source | str | None, formulas: Registry | None
+) -> tuple[Hierarchy, CompiledWork | None, LabelWork | None]:
+    """:func:`module_hierarchy`, and what the kernel labels placed (None: nothing)."""
     tree = build_hierarchy(trace, links, hierarchy)
     scoped = len(tree.nodes)
     tree, compiled = join_compiled(trace, links, tree, formulas)
+    tree, labels = place_labelled_work(trace, links, tree)
     tree = group_unexplained(trace, links, tree, compiled.explained if compiled is not None else None)
     if len(tree.nodes) > scoped:  # nodes the compiled-kernel table names, as deep as its module paths
         check_depth(trace, max(len(n.path) for n in tree.nodes), "modules of the compiled-kernel table")
-    return tree, compiled
+    return tree, compiled, labels
 
 
 def analyze_steps(
@@ -145,6 +158,7 @@ class _Prepared(NamedTuple):
     links: Links
     tree: Hierarchy
     compiled: CompiledWork | None
+    labels: LabelWork | None
     found: Steps
     costs: OpCosts
     hints: list[str]
@@ -153,26 +167,46 @@ class _Prepared(NamedTuple):
 def _prepare(trace: Trace, hierarchy: Source | str | None, formulas: Registry | None) -> _Prepared:
     links = link(trace)
     release_freed_memory()  # as after each stage of the attribution (stage.gives_memory_back)
-    tree, compiled = module_hierarchy(trace, links, hierarchy, formulas)
+    tree, compiled, labels = _module_tree(trace, links, hierarchy, formulas)
     found = find_steps(trace, links)
     costs = count_ops(trace, links, formulas, exclude=tree.scope_mask)
     if compiled is not None:
         costs = with_compiled_costs(costs, compiled)
     release_freed_memory()
     hints = []
-    if tree.source in (Source.ANNOTATIONS, Source.NONE) and hierarchy in (None, "auto"):
+    if tree.source in (Source.ANNOTATIONS, Source.NONE) and hierarchy in (None, "auto") and labels is None:
         hints.append(NO_MODULES_WARNING)
-    return _Prepared(links, tree, compiled, found, costs, hints)
+    return _Prepared(links, tree, compiled, labels, found, costs, hints)
 
 
 def _attribute_step(trace: Trace, p: _Prepared, step: int | None) -> tuple[ModuleProfile, Context]:
     selected, selection_warnings = select_steps(p.found, step, trace.metadata.path)
     ctx = make_context(trace, p.links, p.tree, p.found, selected)
-    return _attribute(ctx, p.hints + selection_warnings, p.costs, p.compiled), ctx
+    return _attribute(ctx, p.hints + selection_warnings, p.costs, p.compiled, p.labels), ctx
+
+
+def _described(tree: Hierarchy, compiled: CompiledWork | None, labels: LabelWork | None) -> str:
+    """Where the tree's nodes come from (the header's ``modules:`` line): its source, the
+    compiled-kernel table, the kernel labels and the group nodes; the labels alone for a trace
+    with no module or annotation events of its own."""
+    parts = (
+        []
+        if tree.source is Source.NONE and labels is not None and tree.missing is None
+        else [tree.description]
+    )
+    if compiled is not None:
+        parts.append(TABLE_DESCRIPTION)
+    if labels is not None:
+        parts.append(labels.description)
+    return " + ".join(parts) + grouped_description(tree)
 
 
 def _attribute(
-    ctx: Context, warnings: list[str], costs: OpCosts, compiled: CompiledWork | None
+    ctx: Context,
+    warnings: list[str],
+    costs: OpCosts,
+    compiled: CompiledWork | None,
+    labels: LabelWork | None = None,
 ) -> ModuleProfile:
     """The ModuleProfile of the context's selected steps: every stage in order."""
     trace, links, tree = ctx.trace, ctx.links, ctx.tree
@@ -185,16 +219,16 @@ def _attribute(
     memory = memory_events(ctx, groups)
     n_nodes = groups.n_nodes
     own = own_metrics(ctx, n_nodes, cpu, gpu, counted, unsupported, costs)
-    node_calls = calls(ctx, n_nodes, compiled)
+    node_calls = calls(ctx, n_nodes, compiled, labels)
     parent = parents(tree, groups)
     total = subtree_totals_of(own, parent)
     fused = None
-    if compiled is not None:
-        fused_own = fused_metrics(ctx, n_nodes, cpu, gpu, compiled)
+    if compiled is not None or (labels is not None and len(labels.spans)):
+        fused_own = fused_metrics(ctx, n_nodes, cpu, gpu, compiled, labels)
         fused = (fused_own, subtree_totals_of(fused_own, parent))
     shape = tree_shape(tree, groups, total, parent, trace.metadata.module_table)
     memory_use = memory_by_node(trace, memory.keep, memory.node, memory.pass_code, parent, ctx.n_steps)
-    ops_of = node_ops(ctx, groups, cpu, gpu, counted, costs, compiled)
+    ops_of = node_ops(ctx, groups, cpu, gpu, counted, costs, compiled, labels)
     nodes, new_id = module_nodes(ctx, groups, shape, own, total, node_calls, memory_use, ops_of, fused)
     timeline = first_step_timeline(
         ctx,
@@ -214,7 +248,8 @@ def _attribute(
         selection, int(gpu.before_trace.sum()), int((gpu.no_launch & ~gpu.before_trace).sum()), len(gpu.work)
     )
     attributed = compiled.explained if compiled is not None else None
-    all_warnings += compiled_work_warnings(ctx, cpu, gpu, selection, attributed)
+    labelled = labels.placed if labels is not None else None
+    all_warnings += compiled_work_warnings(ctx, cpu, gpu, selection, attributed, labelled)
     if not costs.has_shapes:
         all_warnings.append(NO_SHAPES_WARNING)
     has_gpu = stats.kernels + stats.memcpys + stats.memsets > 0
@@ -233,9 +268,7 @@ def _attribute(
     return ModuleProfile(
         metadata=trace.metadata,
         source=tree.source.value,
-        source_description=tree.description
-        + (f" + {TABLE_DESCRIPTION}" if compiled is not None else "")
-        + grouped_description(tree),
+        source_description=_described(tree, compiled, labels),
         nodes=tuple(nodes),
         roots=tuple(new_id[r] for r in shape.roots),
         selection=selection,

@@ -189,8 +189,13 @@ def annotation_passes(tree: Hierarchy, links: Links, scope_of: np.ndarray) -> np
     # inside an optimizer step, forward only where autograd recorded (a closure's loss)
     undeclared = np.where(recorded | ((len(made_backward) == 0) & ~in_optimizer), FORWARD, OTHER)
     passes: np.ndarray = np.where(declared >= 0, declared, undeclared).astype(np.int8)
-    for node in tree.nodes:  # group nodes (compiled work; parents first): their module's pass
-        if node.group:
+    # nodes without a scope of their own (group nodes of compiled work, modules that kernel
+    # labels name; parents first): their parent's pass, forward at a root
+    scoped = np.zeros(n, bool)
+    of_scopes = tree.node_of_scope[tree.scope_mask]
+    scoped[of_scopes[of_scopes >= 0]] = True
+    for node in tree.nodes:
+        if node.group or not scoped[node.id]:
             passes[node.id] = passes[node.parent] if node.parent >= 0 else FORWARD
     return passes
 

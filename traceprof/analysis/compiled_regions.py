@@ -97,10 +97,12 @@ def compiled_work_warnings(
     gpu: GpuWork,
     selection: StepSelection,
     attributed: np.ndarray | None = None,
+    labelled: np.ndarray | None = None,
 ) -> list[str]:
     """A warning for the compiled regions' work without module information, and one for the
     kernels of graph replays, when either is at least WARN_SHARE of the step. ``attributed``:
-    per event, whether the compiled-kernel table gave it a module (such work is left out)."""
+    per event, whether the compiled-kernel table gave it a module; ``labelled``: per event,
+    whether a kernel label placed that GPU work (analysis.kernel_labels). Such work is left out."""
     from traceprof import units  # warnings are text: numbers formatted in the one place
 
     ev, links = ctx.trace.events, ctx.links
@@ -120,6 +122,8 @@ def compiled_work_warnings(
         inside = (gpu.anchor >= 0) & (region[anchor] >= 0)
         if attributed is not None:
             inside &= ~attributed[anchor]
+        if labelled is not None:
+            inside &= ~labelled[gpu.work]
         weight, total, what = gpu.busy_us[inside], selection.gpu_busy_us * n, "GPU busy time"
         owner = region[anchor[inside]]
         kernels = codes[gpu.work[inside]]
@@ -170,12 +174,18 @@ def compiled_work_warnings(
             launches = len(np.unique(item_launch[replayed]))
             spelled = sorted({names[c] for c in codes[item_launch[replayed]].tolist()})
             kernels = codes[gpu.work[replayed]]
-            captured = int(on_module.sum())
+            by_label = on_module & labelled[gpu.work] if labelled is not None else on_module & False
+            captured = int((on_module & ~by_label).sum())
             by_capture = (
                 f" ({units.count(captured)} more kernels are on modules, through the graph's capture)"
                 if captured
                 else ""
             )
+            if by_label.any():
+                by_capture += (
+                    f" ({units.count(int(by_label.sum()))} more kernels are on modules, through "
+                    "their kernel labels)"
+                )
             if unmatched.any():
                 by_capture += (
                     f" ({units.count(int(unmatched.sum()))} replayed kernels matched no capture in the "
@@ -308,7 +318,7 @@ def group_unexplained(trace: Trace, links: Links, tree: Hierarchy, explained: np
         grown,
         (event_node, call_node),
     )
-    work_node = _group_replays(ev, links, grown, event_node, call_node, work_family, replayed)
+    work_node = _group_replays(ev, links, grown, event_node, call_node, work_family, replayed, tree.work_node)
     if len(grown.nodes) == len(tree.nodes):
         return tree
     return msgspec.structs.replace(grown.now(event_node), work_node=work_node, call_node=call_node)
@@ -430,23 +440,27 @@ def _group_replays(
     call_node: np.ndarray,
     work_family: np.ndarray,
     replayed: np.ndarray,
+    placed: np.ndarray | None = None,
 ) -> np.ndarray | None:
     """Group nodes for the kernels of graph replays; per GPU work item of ``links.gpu_work``,
-    its node (-1: not replayed), or None when nothing was replayed. A launch's kernels, in the
+    its node (-1: not replayed), or ``placed`` when nothing was replayed. ``placed``: per item,
+    the node its kernel label gave it (analysis.kernel_labels), which it keeps. A launch's kernels, in the
     order they ran, are its graph's; launches whose kernels have the same names in the same
     order are one graph (``[graph replay N]``, numbered by first launch), under the node of the
     launch (whose CPU time it takes). A kernel goes to the module of the launch at its position
     in the graph's capture when the trace holds one whose kernels are the replay's
     (:func:`_capture_of`), else to the node of its family under its graph."""
     if not replayed.any():
-        return None
+        return placed
     items, launches, start, count, names = _replay_launches(ev, links, replayed)
     tree = grown.now(event_node)
     scope_of = links.nearest(tree.scope_mask)
     parent, _ = classify_events(launches, links, tree, scope_of)
     captures = _captures(ev, links, tree, scope_of)
     graph_of: dict[bytes, int] = {}
-    work_node = np.full(len(links.gpu_work), -1, index_dtype(len(ev)))
+    work_node = (
+        placed.copy() if placed is not None else np.full(len(links.gpu_work), -1, index_dtype(len(ev)))
+    )
     for k in np.argsort(ev.ts[launches], kind="stable").tolist():
         launch, lo, n = int(launches[k]), int(start[k]), int(count[k])
         graph = graph_of.setdefault(names[lo : lo + n].tobytes(), len(graph_of))
@@ -458,6 +472,8 @@ def _group_replays(
         captured = _capture_of(captures, names[lo : lo + n], when)
         if captured is not None:
             node = np.where(grown.is_group(captured), -1, captured)
+        if placed is not None:  # labelled kernels keep the modules their labels name
+            node = np.where(placed[its] >= 0, placed[its], node)
         for f in np.unique(work_family[its][node < 0]).tolist():
             node[(node < 0) & (work_family[its] == f)] = grown.node(holder, family_key(FAMILY_NAMES[f]), when)
         work_node[its] = node

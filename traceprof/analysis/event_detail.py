@@ -18,6 +18,7 @@ from traceprof.analysis.counted_ops import Ops
 from traceprof.analysis.cpu_time import CpuTime
 from traceprof.analysis.gpu_work import GpuWork
 from traceprof.analysis.hierarchy import scope_labels
+from traceprof.analysis.kernel_labels import LabelWork, label_fused_rows
 from traceprof.analysis.memory_events import SelectedMemory
 from traceprof.analysis.op_costs import OpCosts
 from traceprof.analysis.stage import gives_memory_back
@@ -39,10 +40,12 @@ def node_ops(
     counted: Ops,
     costs: OpCosts,
     compiled: CompiledWork | None = None,
+    labels: LabelWork | None = None,
 ) -> list[tuple[OpStat, ...]]:
     """Each node's own ops and kernels per pass (traceprof.analysis.module_ops); with compiled
     work, a graph run's kernels are ops of their own (not the region's), and the rows of
-    kernels fused across modules name the modules."""
+    kernels fused across modules (by the compiled-kernel table or by their kernel labels) name
+    the modules."""
     scope_mask = ctx.tree.scope_mask
     if compiled is not None:
         scope_mask = scope_mask | compiled.boundary
@@ -61,9 +64,10 @@ def node_ops(
         gpu_anchor=gpu.anchor,
         gpu_before_trace=gpu.before_trace,
     )
-    if compiled is None or not compiled.spans:
-        return rows
-    return module_ops.with_modules(rows, fused_rows(ctx, gpu, compiled))
+    spans = fused_rows(ctx, gpu, compiled) if compiled is not None and compiled.spans else {}
+    if labels is not None and labels.spans:
+        spans = {**spans, **label_fused_rows(ctx, labels, gpu.work, gpu.node, gpu.pass_code)}
+    return module_ops.with_modules(rows, spans) if spans else rows
 
 
 def fused_rows(ctx: Context, gpu: GpuWork, compiled: CompiledWork) -> dict[tuple[str, int, str, str], str]:

@@ -43,10 +43,15 @@ def gpu_work(ctx: Context) -> GpuWork:
     keep = ctx.in_selection(when)
     work, anchor = work[keep], anchor[keep]
     node, bwd, pass_code = ctx.classify(anchor)
-    if ctx.tree.work_node is not None:  # kernels of graph replays: their own nodes
+    if ctx.tree.work_node is not None:  # kernels of graph replays, labelled kernels: their own nodes
         forced = ctx.tree.work_node[keep]
-        node = np.where(forced >= 0, forced, node).astype(node.dtype, copy=False)
-        pass_code = ctx.pass_codes(anchor, node, bwd)
+        moved = forced >= 0
+        # a moved item keeps the pass of its launch's node (a graph launched inside a
+        # ``## backward ##`` annotation stays backward work); one launched in no node takes
+        # the pass of its new node
+        kept = moved & (node >= 0)
+        node = np.where(moved, forced, node).astype(node.dtype, copy=False)
+        pass_code = np.where(kept, pass_code, ctx.pass_codes(anchor, node, bwd)).astype(np.int8)
     busy = shared_busy_time(ev, work)
     # work without a launch in the trace: launched before the trace began when its correlation
     # id is below every launch's in the trace (the profiler's CPU window opened later)

@@ -15,6 +15,7 @@ from traceprof.analysis.compiled import CompiledWork
 from traceprof.analysis.counted_ops import Ops
 from traceprof.analysis.cpu_time import CpuTime
 from traceprof.analysis.gpu_work import GpuWork
+from traceprof.analysis.kernel_labels import LabelWork, label_calls
 from traceprof.analysis.op_costs import OpCosts
 from traceprof.analysis.stage import gives_memory_back
 from traceprof.analysis.tree_levels import bottom_up_levels
@@ -78,11 +79,15 @@ def kernel_time(start: np.ndarray, dur: np.ndarray, gpu: GpuWork) -> np.ndarray:
     return out
 
 
-def calls(ctx: Context, n_nodes: int, compiled: CompiledWork | None = None) -> np.ndarray:
+def calls(
+    ctx: Context, n_nodes: int, compiled: CompiledWork | None = None, labels: LabelWork | None = None
+) -> np.ndarray:
     """Calls of each node: its forward scope events in the selection, per step; for a node made
     from the compiled-kernel table (no scope), the forward graph runs that ran its kernels or
-    its descendants'; for a group node of a compiled graph or a replayed graph
-    (analysis.compiled_regions), the runs of its regions or its launches (families: none)."""
+    its descendants'; for one made from kernel labels, the forward runs (compiled regions,
+    graph launches) that ran its labelled work or its descendants'; for a group node of a
+    compiled graph or a replayed graph (analysis.compiled_regions), the runs of its regions or
+    its launches (families: none)."""
     tree, ev = ctx.tree, ctx.trace.events
     scope_events = np.flatnonzero(tree.scope_mask & ~tree.recompute_mask)
     scope_events = scope_events[ctx.in_selection(ev.ts[scope_events])]
@@ -90,6 +95,9 @@ def calls(ctx: Context, n_nodes: int, compiled: CompiledWork | None = None) -> n
     if compiled is not None:
         made = compiled.created & ~compiled.container
         out[: len(made)][made] = compiled_calls(ctx, compiled)[made]
+    if labels is not None:
+        made = labels.created & ~labels.container
+        out[: len(made)][made] = label_calls(ctx, labels)[made]
     if tree.call_node is not None:  # group nodes: the runs of their graph (a region, a launch)
         runs = np.flatnonzero(tree.call_node >= 0)
         runs = runs[ctx.in_selection(ev.ts[runs])]
@@ -128,10 +136,17 @@ def compiled_calls(ctx: Context, compiled: CompiledWork) -> np.ndarray:
 
 @gives_memory_back
 def fused_metrics(
-    ctx: Context, n_nodes: int, cpu: CpuTime, gpu: GpuWork, compiled: CompiledWork
+    ctx: Context,
+    n_nodes: int,
+    cpu: CpuTime,
+    gpu: GpuWork,
+    compiled: CompiledWork | None,
+    labels: LabelWork | None = None,
 ) -> dict[str, np.ndarray]:
     """Each node's own work of kernels fused across modules (Fused), per pass, per step: the
-    metrics of own_metrics that a fused kernel's time gives (FUSED_FIELDS)."""
+    metrics of own_metrics that a fused kernel's time gives (FUSED_FIELDS): kernels the
+    compiled-kernel table joined to several modules' nodes, and GPU work whose kernel label
+    names several modules."""
 
     def sums(node: np.ndarray, phase: np.ndarray, weights: np.ndarray, mask: np.ndarray) -> np.ndarray:
         out = np.zeros((len(PASSES), n_nodes))
@@ -141,8 +156,13 @@ def fused_metrics(
         return out / ctx.n_steps
 
     ev = ctx.trace.events
-    on_cpu = compiled.event_fused[cpu.events]
-    on_gpu = (gpu.anchor >= 0) & compiled.event_fused[np.maximum(gpu.anchor, 0)]
+    if compiled is not None:
+        on_cpu = compiled.event_fused[cpu.events]
+        on_gpu = (gpu.anchor >= 0) & compiled.event_fused[np.maximum(gpu.anchor, 0)]
+    else:
+        on_cpu, on_gpu = np.zeros(len(cpu.events), bool), np.zeros(len(gpu.work), bool)
+    if labels is not None:
+        on_gpu = on_gpu | labels.fused[gpu.work]
     return {
         "gpu_busy_us": sums(gpu.node, gpu.pass_code, gpu.busy_us, on_gpu),
         "gpu_work_us": sums(gpu.node, gpu.pass_code, ev.dur[gpu.work], on_gpu),

@@ -21,7 +21,7 @@ from traceprof.render.csv_format import write_csv
 from traceprof.result import shaping
 from traceprof.result.model import ModuleNode, ModuleProfile, OpKind, did_you_mean
 from traceprof.result.names import path_parts, short_name_map
-from traceprof.result.records import OP_FIELDS, OP_MODULES_FIELD, op_records
+from traceprof.result.records import OP_FIELDS, OP_MODULES_FIELD, has_fused, op_records
 from traceprof.result.shaping import SortKey
 
 EVERY_NODE = "*"
@@ -167,8 +167,9 @@ def _parquet(profile: ModuleProfile, rows: list[dict], module: str) -> bytes:
 
 
 def _fields(profile: ModuleProfile) -> list[str]:
-    """The columns of the rows: OP_FIELDS, and the modules of fused kernels with compiled work."""
-    return list(OP_FIELDS) + ([OP_MODULES_FIELD] if profile.compiled is not None else [])
+    """The columns of the rows: OP_FIELDS, and the modules of fused kernels (compiled work,
+    kernel labels)."""
+    return list(OP_FIELDS) + ([OP_MODULES_FIELD] if has_fused(profile) else [])
 
 
 def _text(

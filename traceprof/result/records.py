@@ -34,6 +34,13 @@ def times_record(t: Times) -> dict[str, float]:
     return {f: getattr(t, f) for f in Times.__struct_fields__}
 
 
+def has_fused(profile: ModuleProfile) -> bool:
+    """Whether the profile's modules carry fused records (kernels fused across modules, which
+    the compiled-kernel table joins, or whose kernel labels name several modules): the fused
+    fields of the records and the modules of the ops' rows."""
+    return profile.compiled is not None or any(profile.nodes[r].fused is not None for r in profile.roots)
+
+
 def node_record(
     profile: ModuleProfile, node: ModuleNode, once: dict[str, CountedOnce] | None = None
 ) -> dict[str, Any]:
@@ -66,7 +73,7 @@ def node_record(
     for phase in PASSES:
         for key in MEMORY_FIELDS:
             rec[f"{phase.value}_{key}"] = getattr(use.phase(phase), key) if use else None
-    if profile.compiled is not None:  # kernels fused across modules (traces with compiled work)
+    if has_fused(profile):  # kernels fused across modules (traces with compiled work, or labels)
         for phase in PASSES:
             fused = node.fused.phase(phase) if node.fused is not None else PhaseTimes()
             for scope, part in (("total", fused.total), ("own", fused.own)):
@@ -188,6 +195,7 @@ def op_records(profile: ModuleProfile, node: ModuleNode | None = None) -> list[d
     else:
         rows = [o for n in profile.walk(node.id) for o in n.ops]
         groups = [(node, bounded(rows, limit=len(rows) or 1))]
+    fused = has_fused(profile)
     out = []
     for n, ops in groups:
         whole = shown(n.total)
@@ -209,7 +217,7 @@ def op_records(profile: ModuleProfile, node: ModuleNode | None = None) -> list[d
                     "flops": o.flops,
                     "share_of_node": time / whole if whole > 0 else 0.0,
                     "flop_per_s": o.flops / (time * 1e-6) if o.flops and time > 0 else None,
-                    **({OP_MODULES_FIELD: o.modules} if profile.compiled is not None else {}),
+                    **({OP_MODULES_FIELD: o.modules} if fused else {}),
                 }
             )
     return out
