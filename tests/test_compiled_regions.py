@@ -20,7 +20,7 @@ from .tracebuilder import TraceBuilder
 
 COMPILED = re.compile(
     r"(\d+(?:\.\d)?)% of the step's (GPU busy|CPU) time ran in compiled regions \((\d+) forward "
-    r"runs(?: of (\d+) compiled frames?)?, (\d+) backward runs; forward (\d+(?:\.\d)?)%, "
+    r"runs?(?: of (\d+) compiled frames?)?, (\d+) backward runs?; forward (\d+(?:\.\d)?)%, "
     r"backward (\d+(?:\.\d)?)%\) without module information"
 )
 REPLAYED = re.compile(

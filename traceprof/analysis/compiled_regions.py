@@ -49,7 +49,7 @@ WARN_SHARE = 0.01
 def _counted(n: int, noun: str, plural: str | None = None) -> str:
     from traceprof import units
 
-    return f"{units.count(n)} {noun if n == 1 else plural or noun + 's'}"
+    return units.counted(n, noun, plural)
 
 
 def kernel_families(names: Sequence[str]) -> list[str]:
@@ -145,8 +145,8 @@ def compiled_work_warnings(
         of_frames = f" of {_counted(frames, 'compiled frame')}" if frames else ""
         out.append(
             f"{units.percent(share)} of the step's {what} ran in compiled regions "
-            f"({units.count(len(runs) - bwd_runs)} forward runs{of_frames}, "
-            f"{units.count(bwd_runs)} backward runs; forward "
+            f"({units.counted(len(runs) - bwd_runs, 'forward run')}{of_frames}, "
+            f"{units.counted(bwd_runs, 'backward run')}; forward "
             f"{units.percent(share - bwd_share)}, backward {units.percent(bwd_share)}) without "
             f"module information: it is grouped under the module around each region by graph "
             f"and kernel family (the [compiled <frame> forward|backward] nodes), not on its "
