@@ -368,15 +368,17 @@ def test_temporary_files_of_dead_writers_are_counted_and_removed_live_ones_are_n
 
 
 def test_a_fifo_in_place_of_an_entry_does_not_block(cache_dir):
-    traceprof.analyze(A)
-    for p in entries(cache_dir):
-        p.unlink()
-        os.mkfifo(p)
-    code = f"import traceprof; traceprof.analyze({str(A)!r}); print('done')"
-    proc = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120
-    )  # guards a hang
-    assert proc.returncode == 0 and proc.stdout == "done\n", proc.stderr
+    code = (  # one process: the entries' names hold a fingerprint of the code it runs
+        "import os, pathlib, traceprof\n"
+        f"traceprof.analyze({str(A)!r})\n"
+        f"for p in pathlib.Path({str(cache_dir)!r}).glob('*.tpc'):\n"
+        "    p.unlink()\n"
+        "    os.mkfifo(p)\n"
+        f"traceprof.analyze({str(A)!r})\n"
+        "print('done')\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)  # a hang
+    assert proc.returncode == 0 and proc.stdout == "done\n", proc.stderr  # before: blocked in open()
     assert "not a cache entry of yours" in proc.stderr
 
 

@@ -89,9 +89,13 @@ def test_a_tree_deeper_than_the_limit_is_one_line_in_bounded_memory(tmp_path, le
 
 def test_the_api_raises_the_same_error(tmp_path):
     path = nested(MAX_TREE_DEPTH + 1).write(tmp_path / "deep.json")
-    with pytest.raises(TraceReadError, match=f"python_function nn.Module events .* nested more than {MAX_TREE_DEPTH}"):
+    with pytest.raises(
+        TraceReadError, match=f"python_function nn.Module events .* nested more than {MAX_TREE_DEPTH}"
+    ):
         traceprof.analyze(path)
-    assert len(traceprof.analyze(nested(MAX_TREE_DEPTH).write(tmp_path / "ok.json")).nodes) == MAX_TREE_DEPTH + 2
+    assert (
+        len(traceprof.analyze(nested(MAX_TREE_DEPTH).write(tmp_path / "ok.json")).nodes) == MAX_TREE_DEPTH + 2
+    )
 
 
 # ---- at the limit: every walk is a loop -----------------------------------------------------------
@@ -130,7 +134,9 @@ def test_every_output_of_a_profile_walks_without_recursion(at_the_limit):
     tree = render(profile, "tree")
     assert tree.count("(Block_0): Block(") == MAX_TREE_DEPTH - 1
     for args in (["--ops", "*"], ["--top", "1"], ["-f", "table"]):
-        result = shallow_stack(lambda args=args: CliRunner().invoke(main, ["analyze", str(at_the_limit), *args]))
+        result = shallow_stack(
+            lambda args=args: CliRunner().invoke(main, ["analyze", str(at_the_limit), *args])
+        )
         assert result.exit_code == 0, result.output[-2000:]
 
 
