@@ -417,9 +417,9 @@ def test_per_step_times_agree_with_analyze_steps():
 
 
 def test_the_command_offers_every_diff_format():
-    from traceprof.cli.diff import _FORMATS
+    from traceprof.cli.choices import DIFF_FORMATS
 
-    assert sorted(_FORMATS) == sorted(DIFF_REGISTRY)
+    assert sorted(DIFF_FORMATS) == sorted(DIFF_REGISTRY)
     r = CliRunner().invoke(main, ["diff", str(BASE_SAMPLE), str(BASE_SAMPLE), "-f", "parquet"])
     assert r.exit_code == 3 and "is binary" in r.output
 
