@@ -6,7 +6,6 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from traceprof import options
-from traceprof.analysis.hierarchy import Source
 from traceprof.read import cache as trace_cache
 from traceprof.read.cache import cache_store
 from traceprof.result import transforms
@@ -14,6 +13,7 @@ from traceprof.result.model import ModuleProfile
 from traceprof.trace.model import Trace
 
 if TYPE_CHECKING:
+    from traceprof.analysis.hierarchy import Source
     from traceprof.flops import Registry
     from traceprof.read.load import Progress
 

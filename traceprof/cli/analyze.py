@@ -240,7 +240,6 @@ def analyze(
     trace = single
     from traceprof import render
     from traceprof.api import analyze as analyze_api
-    from traceprof.render.table import parse_columns
     from traceprof.result.transforms import ignore_modules
 
     with reported_errors(f"{trace}: out of memory while analyzing"):
@@ -270,7 +269,7 @@ def analyze(
             raw_numbers=raw,
             unsupported_ops=unsupported_ops,
             batch_size=batch_size,
-            columns=parse_columns(columns) if columns is not None else None,
+            columns=_parsed_columns(columns),
             **({"top_modules": top} if top is not None else {}),
         )
         if all_rows and not ops_module:
@@ -289,6 +288,14 @@ def analyze(
             write_tensorboard(
                 [trace], tensorboard_logdir, hierarchy=hierarchy, err=True, max_memory=max_memory
             )
+
+
+def _parsed_columns(columns: str | None) -> tuple[str, ...] | None:
+    if columns is None:
+        return None
+    from traceprof.render.table import parse_columns  # the table's module: only when it is asked for
+
+    return parse_columns(columns)
 
 
 def _ops_profile(

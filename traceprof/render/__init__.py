@@ -4,20 +4,16 @@ output format is a function in its own module and one row here (docs/architectur
 
 from __future__ import annotations
 
-from traceprof.render import (
-    csv_format,
-    html,
-    job_formats,
-    job_html,
-    job_text,
-    json_format,
-    parquet_format,
-    table,
-    tree,
-)
-from traceprof.render.registry import Registry, Renderer, RenderOptions
-from traceprof.result.model import ModuleProfile
-from traceprof.result.records import JSON_SCHEMA
+from typing import TYPE_CHECKING
+
+from traceprof.render.registry import Registry, Renderer, RenderOptions, imported
+
+if TYPE_CHECKING:
+    from traceprof.result.model import ModuleProfile
+
+# Each renderer's module is imported when it renders (registry.imported): a look at a trace
+# imports the format it shows, not every format's module and what they import
+# (docs/performance.md "Start-up").
 
 #: renderers of one trace's ModuleProfile
 REGISTRY = Registry(
@@ -27,30 +23,37 @@ REGISTRY = Registry(
             "csv",
             (".csv",),
             "one row per node, numbers in microseconds",
-            csv_format.render_csv,
+            imported("csv_format", "render_csv"),
             shows_warnings=False,
         ),
-        Renderer("json", (".json",), f"JSON document, schema {JSON_SCHEMA}", json_format.render_json),
+        Renderer(
+            "json",
+            (".json",),
+            "JSON document (schema traceprof.profile)",
+            imported("json_format", "render_json"),
+        ),
         Renderer(
             "html",
             (".html", ".htm"),
             "self-contained HTML report: icicle chart (forward | backward | other) and module table",
-            html.render_html,
+            imported("html", "render_html"),
         ),
         Renderer(
             "parquet",
             (".parquet", ".pq"),
             "one row per node, typed columns (needs pyarrow)",
-            parquet_format.render_parquet,
+            imported("parquet_format", "render_parquet"),
             binary=True,
             shows_warnings=False,
         ),
-        Renderer("table", (".table",), "one row per module (torchinfo style)", table.render_table),
+        Renderer(
+            "table", (".table",), "one row per module (torchinfo style)", imported("table", "render_table")
+        ),
         Renderer(
             "tree",
             (".txt", ".tree"),
             "DeepSpeed-flops-profiler-style report: summary, aggregated profile, detailed module tree",
-            tree.render_tree,
+            imported("tree", "render_tree"),
         ),
     ),
 )
@@ -67,20 +70,23 @@ JOB_REGISTRY = Registry(
     "format {name!r} is not written for a job of several traces (job formats: {known})",
     (
         Renderer(
-            "json", (".json",), f"JSON document, schema {job_formats.JOB_SCHEMA}", job_formats.render_job_json
+            "json",
+            (".json",),
+            "JSON document (schema traceprof.job)",
+            imported("job_formats", "render_job_json"),
         ),
         Renderer(
             "csv",
             (".csv",),
             "one row per module x rank x pass",
-            job_formats.render_job_csv,
+            imported("job_formats", "render_job_csv"),
             shows_warnings=False,
         ),
         Renderer(
             "parquet",
             (".parquet", ".pq"),
             "one row per module x rank x pass, typed columns",
-            job_formats.render_job_parquet,
+            imported("job_formats", "render_job_parquet"),
             binary=True,
             shows_warnings=False,
         ),
@@ -88,19 +94,19 @@ JOB_REGISTRY = Registry(
             "html",
             (".html", ".htm"),
             "self-contained HTML: rank x module heat map, click a cell for the rank's tree",
-            job_html.render_job_html,
+            imported("job_html", "render_job_html"),
         ),
         Renderer(
             "tree",
             (".txt",),
             "job report: ranks, stragglers, module tree across ranks",
-            job_text.render_job_tree,
+            imported("job_text", "render_job_tree"),
         ),
         Renderer(
             "table",
             (".table",),
             "job report with a flat table of qualified module names",
-            job_text.render_job_table,
+            imported("job_text", "render_job_table"),
         ),
     ),
 )

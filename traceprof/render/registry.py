@@ -5,6 +5,7 @@ or by the extension of the file ``-o`` writes. The text formats written for peop
 from __future__ import annotations
 
 import functools
+import importlib
 import os
 from collections.abc import Callable
 from typing import Any
@@ -97,3 +98,18 @@ def _for_people(renderer: Renderer) -> Renderer:
         return units.printable(text) if isinstance(text, str) else text
 
     return msgspec.structs.replace(renderer, render=printable)
+
+
+def imported(module: str, function: str) -> Callable[[Any, RenderOptions], str | bytes]:
+    """The renderer ``function`` of ``traceprof.render.<module>``, imported when it first
+    renders: a table of renderers imports none of them, and a command imports the one format
+    it writes (docs/performance.md "Start-up")."""
+    path = f"traceprof.render.{module}"
+
+    def render(result: Any, options: RenderOptions) -> str | bytes:
+        found: Callable[[Any, RenderOptions], str | bytes] = getattr(importlib.import_module(path), function)
+        return found(result, options)
+
+    render.__name__ = render.__qualname__ = function
+    render.__module__ = path
+    return render

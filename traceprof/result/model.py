@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import enum
 import math
+import operator
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
 import msgspec
+from msgspec.structs import astuple
 
 from traceprof.errors import ModuleLookupError
 from traceprof.result.memory import MemoryUse
@@ -52,10 +54,10 @@ class Times(msgspec.Struct, frozen=True, gc=False, array_like=True):
     gpu_kernel_us: float = 0.0
 
     def __add__(self, other: Times) -> Times:
-        return Times(*(getattr(self, f) + getattr(other, f) for f in Times.__struct_fields__))
+        return Times(*map(operator.add, astuple(self), astuple(other)))  # field by field
 
     def __sub__(self, other: Times) -> Times:
-        return Times(*(getattr(self, f) - getattr(other, f) for f in Times.__struct_fields__))
+        return Times(*map(operator.sub, astuple(self), astuple(other)))
 
 
 ZERO = Times()
@@ -81,7 +83,7 @@ class Fused(msgspec.Struct, frozen=True, gc=False):
     other: PhaseTimes = PhaseTimes()
 
     def phase(self, p: Pass | str) -> PhaseTimes:
-        times: PhaseTimes = getattr(self, Pass(p).value)
+        times: PhaseTimes = getattr(self, _PASS_ATTRS.get(p) or Pass(p).value)
         return times
 
     @property
@@ -116,6 +118,9 @@ class Pass(str, enum.Enum):
 _PASS_SHORT = {Pass.FORWARD: "fwd", Pass.BACKWARD: "bwd", Pass.OTHER: "other"}
 #: the passes in the order reports show them
 PASSES: tuple[Pass, ...] = tuple(Pass)
+#: the attribute of each pass, by a Pass or its value (a Pass is the str it stands for, and an
+#: enum's .value costs a descriptor call: records of a large tree look passes up 50,000 times)
+_PASS_ATTRS: dict[str, str] = {**{p: p.value for p in PASSES}, **{p.value: p.value for p in PASSES}}
 
 
 class NodeKind(str, enum.Enum):
@@ -204,7 +209,7 @@ class ModuleNode(msgspec.Struct, frozen=True, gc=False, array_like=True):
 
     def phase(self, p: Pass | str) -> PhaseTimes:
         """The node's times in pass ``p``."""
-        times: PhaseTimes = getattr(self, Pass(p).value)
+        times: PhaseTimes = getattr(self, _PASS_ATTRS.get(p) or Pass(p).value)
         return times
 
     @property
@@ -243,7 +248,7 @@ class PassTotals(msgspec.Struct, frozen=True):
     other: Times = ZERO
 
     def phase(self, p: Pass | str) -> Times:
-        times: Times = getattr(self, Pass(p).value)
+        times: Times = getattr(self, _PASS_ATTRS.get(p) or Pass(p).value)
         return times
 
     @property

@@ -10,13 +10,23 @@ from __future__ import annotations
 import io
 import json
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from operator import attrgetter
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from msgspec.structs import asdict
+from msgspec.structs import asdict, astuple
 
 from traceprof.errors import MissingDependencyError
 from traceprof.result.memory import MemoryUse
-from traceprof.result.model import FUSED_FIELDS, PASSES, ModuleNode, ModuleProfile, OpStat, PhaseTimes, Times
+from traceprof.result.model import (
+    FUSED_FIELDS,
+    PASSES,
+    ModuleNode,
+    ModuleProfile,
+    OpKind,
+    OpStat,
+    PhaseTimes,
+    Times,
+)
 from traceprof.result.params import CountedOnce, params_counted_once
 
 if TYPE_CHECKING:
@@ -28,6 +38,37 @@ JSON_SCHEMA = "traceprof.profile/3"
 RATE_FIELDS = ("flop_per_s", "mfu", "bytes_per_s", "bandwidth_use")
 #: memory per pass on ModuleProfile.memory_device (None: no [memory] events there)
 MEMORY_FIELDS = ("allocated_bytes", "freed_bytes", "peak_bytes")
+
+
+class _PassKeys(NamedTuple):
+    """The keys of a node's record in one pass, spelled once (an enum's value and an f-string
+    per field and node took most of the time of the records of a large tree)."""
+
+    attr: str  # the pass's attribute: forward, backward, other
+    total: tuple[str, ...]
+    own: tuple[str, ...]
+    rates: tuple[str, ...]
+    memory: tuple[str, ...]
+    fused_total: tuple[str, ...]
+    fused_own: tuple[str, ...]
+
+
+_PASS_KEYS = tuple(
+    _PassKeys(
+        p.value,
+        tuple(f"{p.value}_total_{key}" for key in Times.__struct_fields__),
+        tuple(f"{p.value}_own_{key}" for key in Times.__struct_fields__),
+        tuple(f"{p.value}_{key}" for key in RATE_FIELDS),
+        tuple(f"{p.value}_{key}" for key in MEMORY_FIELDS),
+        tuple(f"{p.value}_total_fused_{key}" for key in FUSED_FIELDS),
+        tuple(f"{p.value}_own_fused_{key}" for key in FUSED_FIELDS),
+    )
+    for p in PASSES
+)
+_RATES = attrgetter(*RATE_FIELDS)
+_MEMORY = attrgetter(*MEMORY_FIELDS)
+_NO_MEMORY = (None,) * len(MEMORY_FIELDS)
+_FUSED = attrgetter(*FUSED_FIELDS)
 
 
 def times_record(t: Times) -> dict[str, float]:
@@ -59,26 +100,21 @@ def node_record(
         "calls": node.calls,
         "share_of_step": profile.share_of_step(node),
     }
-    for phase in PASSES:
-        p = node.phase(phase)
-        for scope, t in (("total", p.total), ("own", p.own)):
-            for key, value in times_record(t).items():
-                rec[f"{phase.value}_{scope}_{key}"] = value
-    for phase in PASSES:
-        rates = profile.throughput(node.phase(phase).total)
-        for key in RATE_FIELDS:
-            rec[f"{phase.value}_{key}"] = getattr(rates, key)
+    phases = [getattr(node, k.attr) for k in _PASS_KEYS]
+    for k, p in zip(_PASS_KEYS, phases):
+        rec.update(zip(k.total, astuple(p.total)))
+        rec.update(zip(k.own, astuple(p.own)))
+    for k, p in zip(_PASS_KEYS, phases):
+        rec.update(zip(k.rates, _RATES(profile.throughput(p.total))))
     rec["memory_device"] = profile.memory_device
     use = profile.memory_of(node)
-    for phase in PASSES:
-        for key in MEMORY_FIELDS:
-            rec[f"{phase.value}_{key}"] = getattr(use.phase(phase), key) if use else None
+    for k in _PASS_KEYS:
+        rec.update(zip(k.memory, _MEMORY(getattr(use, k.attr)) if use else _NO_MEMORY))
     if has_fused(profile):  # kernels fused across modules (traces with compiled work, or labels)
-        for phase in PASSES:
-            fused = node.fused.phase(phase) if node.fused is not None else PhaseTimes()
-            for scope, part in (("total", fused.total), ("own", fused.own)):
-                for key in FUSED_FIELDS:
-                    rec[f"{phase.value}_{scope}_fused_{key}"] = getattr(part, key)
+        for k in _PASS_KEYS:
+            fused = getattr(node.fused, k.attr) if node.fused is not None else PhaseTimes()
+            rec.update(zip(k.fused_total, _FUSED(fused.total)))
+            rec.update(zip(k.fused_own, _FUSED(fused.own)))
     rec["params_total"] = info.params_total if info else None
     rec["params"] = info.params if info else None
     counted = once.get(info.name) if info else None
@@ -196,6 +232,7 @@ def op_records(profile: ModuleProfile, node: ModuleNode | None = None) -> list[d
         rows = [o for n in profile.walk(node.id) for o in n.ops]
         groups = [(node, bounded(rows, limit=len(rows) or 1))]
     fused = has_fused(profile)
+    kinds = {k: k.value for k in OpKind}  # an enum's .value is a descriptor call: once per kind
     out = []
     for n, ops in groups:
         whole = shown(n.total)
@@ -206,7 +243,7 @@ def op_records(profile: ModuleProfile, node: ModuleNode | None = None) -> list[d
                     "node": n.id,
                     "qualified_name": n.qualified_name,
                     "pass": o.phase,
-                    "kind": o.kind.value,
+                    "kind": kinds[o.kind],
                     "name": o.name,
                     "input_shapes": o.input_shapes,
                     "calls": o.calls,
