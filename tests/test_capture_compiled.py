@@ -695,3 +695,34 @@ def test_a_graph_with_minus_infinity_keeps_its_table_and_its_blocks(tmp_path):
         assert getattr(stats, field) == getattr(eager_stats, field), field
     row = profile.metadata.module_table.modules["blocks.0.qkv"]
     assert row.outputs == {"shape": [2, 16, 96], "dtype": "float32"} and row.inputs is None
+
+
+@needs_compiler
+def test_a_compiled_function_that_reaches_the_model_gets_the_model_tree(tmp_path):
+    """``torch.compile(train_step)`` with the model reached through the function's globals or
+    closure: no module scope opens inside the compiled code, and the tree comes from the
+    table, by the model's qualified names (the module ids name them, whatever the spelling)."""
+    import traceprof
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 4))
+    x = torch.randn(8, 16)
+
+    @torch.compile
+    def train_step(x):
+        loss = model(x).square().mean()
+        loss.backward()
+        return loss
+
+    with capture.profile(model, logdir=tmp_path, wait=0, warmup=1, active=1) as prof:
+        for _ in range(2):
+            train_step(x)
+            prof.step()
+    profile = traceprof.analyze(prof.trace_paths[0])
+    profile.self_check()
+    modules = {n.qualified_name: n for n in profile.walk() if n.kind.value == "module"}
+    assert set(modules) == {"", "0", "1", "2"}
+    assert modules[""].class_name == "Sequential"
+    for name in ("0", "2"):
+        assert modules[name].parent == modules[""].id
+        assert modules[name].forward.total.macs > 0 and modules[name].backward.total.cpu_us > 0
