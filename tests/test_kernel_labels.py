@@ -524,3 +524,32 @@ def test_work_the_compiled_kernel_table_placed_keeps_its_module(analyze_built):
     assert p.find("a").forward.own.gpu_busy_us == pytest.approx(30)
     assert p.find("b").forward.total.gpu_busy_us == 0
     assert "kernel labels" not in p.source_description
+
+
+def test_a_trace_annotated_by_torchs_own_annotate_trace(analyze_built):
+    """The writer itself (torch.cuda._annotate_cuda_graph_trace, torch >= 2.13, pure Python): it
+    moves graphed kernels to stream 7, drops annotation events of streams left without work, and
+    writes each annotation's keys as args, a plain string as ``str``."""
+    annotate = pytest.importorskip("torch.cuda._annotate_cuda_graph_trace").annotate_trace
+    b = module_table(TraceBuilder(), MODULES)
+    b.step(1, 0, 1000)
+    b.scope("", "Transformer", 5, 900)
+    labelled_launch(b, 10, [(n, s, d, {}) for n, s, d, _ in BLOCK[:3]])
+    for k in b.events:
+        if k["cat"] == "kernel":
+            k["tid"] = k["args"]["stream"] = 12  # replayed on another stream than annotate_trace's
+    doc = b.document()
+    ids = [k["args"]["graph node id"] for k in doc["traceEvents"] if k["cat"] == "kernel"]
+    annotations = {
+        ids[0]: [{"module_fqn": "layers.0.attention.wq"}],
+        ids[1]: [{"module_fqn": "layers.0"}, {"module_fqn": "layers.0.attention"}],  # the later wins
+        ids[2]: ["L.layers.0.feed_forward.w1 + L.layers.0.feed_forward.act"],  # not a dict
+    }
+    assert annotate(doc, annotations) == 3
+    b.events = doc["traceEvents"]
+    p = analyze_built(b)
+    attention = node_at(p, "", "layers", "layers.0", "layers.0.attention")
+    assert attention.forward.own.gpu_busy_us == pytest.approx(30)
+    assert attention.forward.total.gpu_busy_us == pytest.approx(90)
+    # a non-dict annotation is written as "annotation": read as a string label
+    assert node_at(p, "", "layers", "layers.0", "layers.0.feed_forward").fused.forward.own.kernels == 1
