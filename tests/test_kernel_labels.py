@@ -553,3 +553,15 @@ def test_a_trace_annotated_by_torchs_own_annotate_trace(analyze_built):
     assert attention.forward.total.gpu_busy_us == pytest.approx(90)
     # a non-dict annotation is written as "annotation": read as a string label
     assert node_at(p, "", "layers", "layers.0", "layers.0.feed_forward").fused.forward.own.kernels == 1
+
+
+def test_a_label_too_deep_for_a_tree_is_counted_not_fatal(analyze_built):
+    b = TraceBuilder()
+    b.step(1, 0, 1000)
+    labelled_launch(
+        b, 10, [("k", 0, 10, {"module_fqn": ".".join(["a"] * 400)}), ("k2", 20, 10, {"module_fqn": "x"})]
+    )
+    p = analyze_built(b)
+    assert node_at(p, "x").forward.total.gpu_busy_us == pytest.approx(10)
+    text = next(w for w in p.warnings if "too deep for a module tree" in w)
+    assert text.startswith("1 GPU work item carries") and "a.a.a..." in text and len(text) < 300

@@ -264,12 +264,18 @@ class _Placement:
         kinds.update(arg_names[k] for k in np.unique(kind_of[rows][node[rows] >= 0]).tolist())
         if unknown:
             names = sorted(unknown, key=lambda t: -unknown[t])
-            shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+            shown = ", ".join(n if len(n) <= 80 else n[:77] + "..." for n in names[:3])
+            shown += ", ..." if len(names) > 3 else ""
             count = sum(unknown.values())
+            where = (
+                "the trace's module table does not have"
+                if self.modules is not None
+                else "too deep for a module tree"
+            )
             self.warnings.append(
                 f"{count} GPU work item{'s carry' if count != 1 else ' carries'} kernel labels naming "
-                f"{len(names)} module{'s' if len(names) != 1 else ''} the trace's module table "
-                f"does not have ({shown}): they stay where the rest of the trace puts them"
+                f"{len(names)} module{'s' if len(names) != 1 else ''} {where} ({shown}): they stay "
+                "where the rest of the trace puts them"
             )
 
     def _with_op_names(self) -> bool:
