@@ -83,12 +83,15 @@ class TraceBuilder:
         self.events.append(ev)
         return ev
 
-    def memory(self, ts, nbytes, total=None, device_type=1, device_id=0, tid=1):
+    def memory(self, ts, nbytes, total=None, device_type=1, device_id=0, tid=1, addr=None):
         """A ``[memory]`` instant (profile_memory=True); ``total=None``: no "Total Allocated",
-        as in 2021 traces."""
+        as in 2021 traces; ``addr``: the block's address ("Addr"; None: not written, as in 2021
+        traces), which pairs an allocation with its free."""
         args = {"Device Type": device_type, "Device Id": device_id, "Bytes": nbytes}
         if total is not None:
             args["Total Allocated"] = total
+        if addr is not None:
+            args["Addr"] = addr
         ev = {
             "ph": "i",
             "s": "t",

@@ -55,9 +55,17 @@ from traceprof.analysis.event_detail import first_step_timeline, node_ops
 from traceprof.analysis.gpu_work import gpu_work
 from traceprof.analysis.hierarchy import Hierarchy, Source, build_hierarchy, check_depth
 from traceprof.analysis.kernel_labels import LabelWork, place_labelled_work
+from traceprof.analysis.lifetimes import lifetimes
 from traceprof.analysis.link import Links, link
 from traceprof.analysis.memory import memory_by_node
 from traceprof.analysis.memory_events import memory_device, memory_events
+from traceprof.analysis.memory_holders import (
+    activations_by_node,
+    backward_spans,
+    lifetime_warnings,
+    memory_summary,
+    parameter_bytes,
+)
 from traceprof.analysis.module_tree import module_nodes, optimizer_totals, parents, tree_shape
 from traceprof.analysis.node_metrics import calls, fused_metrics, own_metrics, subtree_totals_of
 from traceprof.analysis.op_costs import OpCosts, count_ops
@@ -227,9 +235,27 @@ def _attribute(
         fused_own = fused_metrics(ctx, n_nodes, cpu, gpu, compiled, labels)
         fused = (fused_own, subtree_totals_of(fused_own, parent))
     shape = tree_shape(tree, groups, total, parent, trace.metadata.module_table)
-    memory_use = memory_by_node(trace, memory.keep, memory.node, memory.pass_code, parent, ctx.n_steps)
+    life = lifetimes(trace)
+    spans = backward_spans(ctx)
+    activation = activations_by_node(ctx, memory, life, spans, n_nodes)
+    memory_use = memory_by_node(
+        trace, memory.keep, memory.node, memory.pass_code, parent, ctx.n_steps, activation
+    )
     ops_of = node_ops(ctx, groups, cpu, gpu, counted, costs, compiled, labels)
     nodes, new_id = module_nodes(ctx, groups, shape, own, total, node_calls, memory_use, ops_of, fused)
+    device = memory_device(memory_use)
+    holders = memory_summary(
+        ctx,
+        memory,
+        life,
+        spans,
+        device,
+        activation=activation,
+        parent=parent,
+        qualified_names=[nodes[new_id[i]].qualified_name for i in range(n_nodes)],
+        paths=[nodes[new_id[i]].path for i in range(n_nodes)],
+        parameter_bytes=parameter_bytes(trace),
+    )
     timeline = first_step_timeline(
         ctx,
         parent,
@@ -244,6 +270,7 @@ def _attribute(
     selection = step_selection(ctx, cpu, gpu, counted, unsupported, costs)
     stats = link_stats(trace, links)
     all_warnings = list(trace.metadata.warnings) + list(tree.warnings) + warnings
+    all_warnings += lifetime_warnings(life)
     all_warnings += unattributed_gpu_warnings(
         selection, int(gpu.before_trace.sum()), int((gpu.no_launch & ~gpu.before_trace).sum()), len(gpu.work)
     )
@@ -279,5 +306,6 @@ def _attribute(
         optimizer_step=optimizer_totals(nodes, annotations=tree.source is Source.ANNOTATIONS),
         memory_device=memory_device(memory_use),
         timeline=timeline,
+        memory_summary=holders,
         compiled=compiled_summary(ctx, compiled, cpu, gpu) if compiled is not None else None,
     )

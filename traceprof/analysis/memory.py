@@ -63,11 +63,14 @@ def memory_by_node(
     phase: np.ndarray,
     parent: np.ndarray,
     n_steps: int,
+    activation: np.ndarray | None = None,
 ) -> list[tuple[MemoryUse, ...]]:
     """Per node (index of ``parent``), its memory use per device, devices with events only.
 
     ``keep``: which memory events are in the selection; ``node``/``phase``: the node and pass
-    (0 forward, 1 backward, 2 other) of each kept event (as for CPU time); ``parent``: the tree.
+    (0 forward, 1 backward, 2 other) of each kept event (as for CPU time); ``parent``: the tree;
+    ``activation``: per device and node, the bytes per step of the node's own activations
+    (analysis.memory_holders; None: not known).
     """
     mem = trace.memory
     n_nodes = len(parent)
@@ -85,13 +88,17 @@ def memory_by_node(
     else:  # the children-first order of every node, one at a time
         levels = [np.array([i]) for i in _children_first(parent) if parent[i] >= 0]
 
-    per_device: list[tuple[str, np.ndarray]] = []  # (label, [phase, metric, node])
+    # (label, [phase, metric, node], own activations per node or None)
+    per_device: list[tuple[str, np.ndarray, np.ndarray | None]] = []
     for d, label in enumerate(mem.devices):
         on = device == d
         if not on.any():
             continue
-        table = np.zeros((N_PASSES, 4, n_nodes))  # allocated, freed, peak, events
+        table = np.zeros((N_PASSES, 5, n_nodes))  # allocated, freed, peak, events, activations
         table[:, 2, :] = -1
+        own_activation = None
+        if activation is not None:  # in the forward's row (a sum: carried up with the others)
+            table[0, 4] = own_activation = activation[d, :n_nodes]
         for ph in range(N_PASSES):
             m = on & (phase == ph)
             nd = node[m]
@@ -101,15 +108,19 @@ def memory_by_node(
             table[ph, 3] = np.bincount(nd, minlength=n_nodes)[:n_nodes]
             np.maximum.at(table[ph, 2], nd, total[m].astype(np.float64))
         _carry_up(table, parent, levels)
-        per_device.append((label, table))
+        per_device.append((label, table, own_activation))
 
     result: list[list[MemoryUse]] = [[] for _ in range(n_nodes)]
-    for label, table in per_device:
+    for label, table, own_activation in per_device:
         # the nodes with events on the device (counts: exact sums), their values per pass
         with_events = np.flatnonzero(table[:, 3, :].sum(axis=0) != 0)
         sums = (table[:, (0, 1, 3)][:, :, with_events] / n_steps).transpose(2, 0, 1).tolist()
         peaks = table[:, 2, with_events].T.tolist()
-        for i, node_sums, node_peaks in zip(with_events.tolist(), sums, peaks):
+        if own_activation is None:
+            activations = [(None, None)] * len(with_events)
+        else:
+            activations = list(zip(table[0, 4, with_events].tolist(), own_activation[with_events].tolist()))
+        for i, node_sums, node_peaks, (act, own_act) in zip(with_events.tolist(), sums, peaks, activations):
             phases = [
                 MemoryPhase(
                     allocated_bytes=allocated,
@@ -119,22 +130,23 @@ def memory_by_node(
                 )
                 for (allocated, freed, events), peak in zip(node_sums, node_peaks)
             ]
-            result[i].append(MemoryUse(label, *phases))
+            forward, backward, other = phases
+            result[i].append(MemoryUse(label, forward, backward, other, act, own_act))
     return [tuple(uses) for uses in result]
 
 
 def _carry_up(table: np.ndarray, parent: np.ndarray, levels: list[np.ndarray]) -> None:
-    """Adds each node's sums (allocated, freed, events) to its parent's and takes the larger
+    """Adds each node's sums (allocated, freed, events, activations) to its parent's and takes the larger
     peak, a level of nodes at a time from the deepest (``np.add.at`` adds a parent's
     children one after the other, as a node-by-node loop does)."""
-    sums = table[:, (0, 1, 3)]  # a copy: written back below
+    sums = table[:, (0, 1, 3, 4)]  # a copy: written back below
     by_node = np.moveaxis(sums, -1, 0)  # views with the node first: [node, ...]
     peak = table[:, 2].T
     for level in levels:
         up = parent[level]
         np.add.at(by_node, up, by_node[level])
         np.maximum.at(peak, up, peak[level])
-    table[:, (0, 1, 3)] = sums
+    table[:, (0, 1, 3, 4)] = sums
 
 
 def _children_first(parent: np.ndarray) -> list[int]:

@@ -20,14 +20,20 @@ from traceprof.analysis.memory import enclosing_slice
 from traceprof.analysis.stage import gives_memory_back
 from traceprof.analysis.unattributed import Groups
 from traceprof.result.memory import MemoryUse
+from traceprof.trace import schema
 
 
 class SelectedMemory(msgspec.Struct):
-    """[memory] events in the selection (``keep``), their node and pass."""
+    """[memory] events in the selection (``keep``), their node and pass; and of every memory
+    event of the trace (selected or not), what the lifetimes of its block need: its pass, and
+    whether it was made under the optimizer's step or by a module re-run in the backward."""
 
     keep: np.ndarray
     node: np.ndarray
     pass_code: np.ndarray
+    row_pass: np.ndarray = msgspec.field(default_factory=lambda: np.zeros(0, np.int8))
+    row_optimizer: np.ndarray = msgspec.field(default_factory=lambda: np.zeros(0, bool))
+    row_recomputed: np.ndarray = msgspec.field(default_factory=lambda: np.zeros(0, bool))
 
 
 @gives_memory_back
@@ -43,13 +49,21 @@ def memory_events(ctx: Context, groups: Groups) -> SelectedMemory:
         links.nest_end,
         links.parent,
         np.flatnonzero(links.depth >= 0).astype(links.parent.dtype),
-        memory.event[keep],
+        memory.event,
     )
-    node, _, pass_code = ctx.classify(around)
-    outside = (node < 0) & (around >= 0)
-    node[outside] = groups.of(around[outside])
+    node_all, _, pass_all = ctx.classify(around)
+    node, pass_code, kept_around = node_all[keep], pass_all[keep], around[keep]
+    outside = (node < 0) & (kept_around >= 0)
+    node[outside] = groups.of(kept_around[outside])
     node[node < 0] = groups.bucket  # no slice around it at all
-    return SelectedMemory(keep, node, pass_code)
+    ev = trace.events
+    has = around >= 0
+    top = np.where(has, ctx.top[np.maximum(around, 0)], -1)
+    optimizer_name = ev.named(lambda s: s.startswith(schema.OPTIMIZER_STEP_PREFIXES))
+    row_optimizer = (top >= 0) & optimizer_name[np.maximum(top, 0)] & (node_all < 0)
+    scope = np.where(has, ctx.scope_of[np.maximum(around, 0)], -1)
+    row_recomputed = (scope >= 0) & ctx.tree.recompute_mask[np.maximum(scope, 0)]
+    return SelectedMemory(keep, node, pass_code, pass_all, row_optimizer, row_recomputed)
 
 
 def memory_device(memory_use: Sequence[Sequence[MemoryUse]]) -> str | None:

@@ -166,6 +166,7 @@ def check_trace(trace: Trace) -> None:
         check_column(memory.event, "memory.event", m, "i", (0, n))
         check_column(memory.bytes, "memory.bytes", m, "i")
         check_column(memory.total_allocated, "memory.total_allocated", m, "i")
+        check_column(memory.address, "memory.address", m, "i")
         check_column(memory.device, "memory.device", m, "i", (0, len(memory.devices)))
 
 
@@ -365,6 +366,7 @@ def _memory_events(cols: Columns) -> MemoryEvents:
         narrowed(cols.memory_total),
         label_code[pair],
         tuple(devices),
+        narrowed(cols.memory_address),
     )
 
 

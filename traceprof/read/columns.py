@@ -55,6 +55,7 @@ class Columns(msgspec.Struct):
     memory_total: np.ndarray
     memory_device_type: np.ndarray
     memory_device_id: np.ndarray
+    memory_address: np.ndarray  # -1 when not written (traces before 2022)
     #: the GPU work events with a kernel label (schema.KERNEL_LABEL_ATTRS: only they carry one,
     #: and few traces have any), and each label's raw JSON among them, coded
     label_index: np.ndarray
@@ -86,7 +87,10 @@ _PLAIN = ("kind", "ts", "dur", "correlation", "external_id", "sequence_number", 
 _SIDE_TABLES = (
     ("flow_index", ()),
     ("python_index", ("python_id", "python_parent_id")),
-    ("memory_index", ("memory_bytes", "memory_total", "memory_device_type", "memory_device_id")),
+    (
+        "memory_index",
+        ("memory_bytes", "memory_total", "memory_device_type", "memory_device_id", "memory_address"),
+    ),
     ("label_index", _SIDE_CODED),
 )
 
@@ -247,6 +251,7 @@ def columns_from_events(evs: list) -> Columns:
         memory_total=_ints(a.total_allocated for a in mem),
         memory_device_type=_ints(a.device_type for a in mem),
         memory_device_id=_ints(a.device_id for a in mem),
+        memory_address=_ints(a.mem_address for a in mem),
         label_index=label_index.astype(np.int64),
         **labels,
     )

@@ -27,7 +27,7 @@ import msgspec
 from msgspec.structs import astuple
 
 from traceprof.errors import ModuleLookupError
-from traceprof.result.memory import MemoryUse
+from traceprof.result.memory import MemorySummary, MemoryUse
 from traceprof.result.timeline import Timeline
 from traceprof.trace.model import ModuleInfo, TraceMetadata
 
@@ -427,6 +427,9 @@ class ModuleProfile(msgspec.Struct, frozen=True):
     timeline: Timeline | None = None
     #: compiled graphs joined to modules by the compiled-kernel table; None without it
     compiled: CompiledSummary | None = None
+    #: what holds the memory device's memory: activations, the peak and the end of the forward
+    #: by category (traceprof.analysis.memory_holders); None without [memory] events
+    memory_summary: MemorySummary | None = None
 
     def memory_of(self, node: ModuleNode, device: str | None = None) -> MemoryUse | None:
         """``node``'s memory use on ``device`` (default: :attr:`memory_device`), or None."""

@@ -229,6 +229,9 @@ class MemoryEvents(msgspec.Struct, frozen=True):
     total_allocated: np.ndarray  # allocator total after the event, -1 when not written
     device: np.ndarray  # int32 -> devices
     devices: tuple[str, ...]  # "cuda:0", "cpu"
+    #: the block's address ("Addr"), -1 when not written (traces before 2022): an allocation and
+    #: the free of its block share it (analysis.lifetimes)
+    address: np.ndarray
 
     def __len__(self) -> int:
         return len(self.event)

@@ -110,6 +110,7 @@ _ARG_FIELDS: tuple[tuple[str, str, Any], ...] = (
     # absence is None rather than -1
     ("mem_bytes", "Bytes", Optional[_I64]),
     ("total_allocated", "Total Allocated", _INT),
+    ("mem_address", "Addr", _INT),  # the block's address: pairs an allocation with its free
     ("device_type", "Device Type", _INT),
     ("device_id", "Device Id", _INT),
     # labels that PyTorch's own tools write on GPU work events (KERNEL_LABEL_ARGS below), as

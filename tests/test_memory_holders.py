@@ -1,0 +1,207 @@
+"""Lifetimes of allocations, activations and what holds the memory: one rule per test on tiny
+traces built in code (the live models are in test_activation_memory.py)."""
+
+from __future__ import annotations
+
+from traceprof.analysis.lifetimes import lifetimes
+from traceprof.read.build import load_trace
+
+from .test_rules import forward_model
+from .tracebuilder import TraceBuilder
+
+BASE = 10_000  # bytes allocated before the trace, in the allocator's total
+
+
+class Allocator:
+    """[memory] events with the allocator's running total, and addresses."""
+
+    def __init__(self, b: TraceBuilder, base: int = BASE) -> None:
+        self.b, self.total = b, base
+
+    def alloc(self, ts, nbytes, addr, tid=1):
+        self.total += nbytes
+        self.b.memory(ts, nbytes, total=self.total, addr=addr, tid=tid)
+
+    def free(self, ts, nbytes, addr, tid=1):
+        self.total -= nbytes
+        self.b.memory(ts, -nbytes, total=self.total, addr=addr, tid=tid)
+
+
+def use(profile, name):
+    node = profile.find(name)
+    return profile.memory_of(node)
+
+
+def training_step(b: TraceBuilder, params: int | None = None) -> TraceBuilder:
+    """fc and act's forward (step 1: 0-1000), fc's backward at 600-640 on the autograd thread,
+    an SGD step at 700-800; blocks:
+
+    - 0x9000 2048 B allocated before the trace, freed at 5;
+    - 0x1000 4096 B fc's forward, freed in the backward: an activation of fc;
+    - 0x2000 1024 B fc's forward, freed in fc: a temporary;
+    - 0x3000 512 B act's forward, never freed: an activation of act;
+    - 0x4000 256 B the backward's, alive after it: a gradient;
+    - 0x5000 512 B the backward's, freed in it: a temporary;
+    - 0x6000 8192 B the optimizer's, alive after the step: optimizer state;
+    - 0x7000 4096 B the optimizer's, freed in it: a temporary (the peak, 21,008 B, is its
+      allocation).
+    """
+    forward_model(b)
+    b.op("AddmmBackward0", 600, 40, tid=2, seq=11, fwd_tid=1)
+    b.annotation("Optimizer.step#SGD.step", 700, 100)
+    m = Allocator(b)
+    m.free(5, 2048, 0x9000)
+    m.alloc(35, 4096, 0x1000)
+    m.alloc(36, 1024, 0x2000)
+    m.free(100, 1024, 0x2000)
+    m.alloc(170, 512, 0x3000)
+    m.free(620, 4096, 0x1000, tid=2)
+    m.alloc(625, 256, 0x4000, tid=2)
+    m.alloc(630, 512, 0x5000, tid=2)
+    m.free(635, 512, 0x5000, tid=2)
+    m.alloc(710, 8192, 0x6000)
+    m.alloc(720, 4096, 0x7000)
+    m.free(730, 4096, 0x7000)
+    if params is not None:
+        b.top["traceprof"] = {
+            "format": "traceprof.modules",
+            "version": 1,
+            "modules": [
+                {"name": "", "class": "Net", "param_bytes_total": params},
+                {"name": "fc", "class": "Linear", "param_bytes_total": params},
+                {"name": "act", "class": "ReLU", "param_bytes_total": 0},
+            ],
+        }
+    return b
+
+
+def test_allocations_pair_with_the_frees_of_their_block(tmp_path):
+    b = training_step(TraceBuilder())
+    life = lifetimes(load_trace(b.write(tmp_path / "t.json"), cache=False))
+    assert life.has_addresses
+    assert len(life) == 8  # 7 allocations, 1 free of a block allocated before the trace
+    assert life.allocated_before == 1
+    assert life.alive_at_end == 3  # act's activation, the gradient, the optimizer state
+    assert (life.free_missing, life.size_mismatch, life.without_address) == (0, 0, 0)
+    by_size = {int(n): (float(s), float(e)) for n, s, e in zip(life.nbytes, life.start, life.end)}
+    assert by_size[4096 + 0] in ((35.0, 620.0), (720.0, 730.0))
+    assert by_size[2048] == (float("-inf"), 5.0)
+    assert by_size[512] in ((170.0, float("inf")), (630.0, 635.0))
+    assert by_size[8192] == (710.0, float("inf"))
+
+
+def test_a_lost_free_and_a_free_of_another_size_are_repaired_and_counted(analyze_built, tmp_path):
+    b = forward_model(TraceBuilder())
+    b.memory(31, 100, total=100, addr=0xA)
+    b.memory(32, 100, total=200, addr=0xA)  # the same block again: its free was lost
+    b.memory(33, -60, total=140, addr=0xA)  # freed with another size
+    b.memory(34, 50, total=190)  # no address
+    life = lifetimes(load_trace(b.write(tmp_path / "t.json"), cache=False))
+    assert (life.free_missing, life.size_mismatch, life.without_address) == (1, 1, 1)
+    assert sorted(zip(life.start.tolist(), life.end.tolist())) == [(31.0, 32.0), (32.0, 33.0)]
+    assert sorted(life.nbytes.tolist()) == [100, 100]  # the allocation's size kept
+    warnings = " ".join(analyze_built(b).warnings)
+    assert "1 allocation of a block allocated again without a free" in warnings
+    assert "1 free of another size than its block's allocation" in warnings
+    assert "1 [memory] event without an address left out of the lifetimes" in warnings
+
+
+def test_activations_are_the_forward_blocks_still_allocated_when_the_backward_begins(analyze_built):
+    p = analyze_built(training_step(TraceBuilder()))
+    assert use(p, "fc").own_activation_bytes == 4096  # the temporary freed in fc is not
+    assert use(p, "act").own_activation_bytes == 512
+    assert use(p, "").own_activation_bytes == 0
+    assert use(p, "").activation_bytes == 4096 + 512  # the subtree's
+    assert p.memory_summary.activation_bytes == 4096 + 512
+    assert p.memory_summary.lifetimes == 8
+    assert p.memory_summary.allocated_before_trace == 1 and p.memory_summary.alive_at_trace_end == 3
+
+
+def test_each_backward_pass_of_a_step_begins_anew(analyze_built):
+    """Gradient accumulation: two forwards and two backwards in one step; each block of a
+    forward counts when the backward that follows it begins."""
+    b = TraceBuilder()
+    b.step(1, 0, 3000)
+    b.scope("fc", "Linear", 100, 100)
+    b.op("aten::addmm", 110, 50, seq=11)
+    b.op("AddmmBackward0", 400, 40, seq=11, fwd_tid=1)
+    b.scope("fc", "Linear", 1100, 100)
+    b.op("aten::addmm", 1110, 50, seq=21)
+    b.op("AddmmBackward0", 1400, 40, seq=21, fwd_tid=1)
+    m = Allocator(b)
+    m.alloc(120, 1000, 0x1)  # freed by the first backward: held
+    m.free(420, 1000, 0x1)
+    m.alloc(130, 300, 0x2)  # freed between the backward and the next forward: held
+    m.free(900, 300, 0x2)
+    m.alloc(1120, 2000, 0x3)  # freed by the second backward: held
+    m.free(1420, 2000, 0x3)
+    m.alloc(1130, 7, 0x4)  # freed before the second backward: not held
+    m.free(1300, 7, 0x4)
+    p = analyze_built(b)
+    assert use(p, "fc").own_activation_bytes == 3300
+
+
+def test_an_inference_has_no_activations(analyze_built):
+    b = forward_model(TraceBuilder())
+    Allocator(b).alloc(35, 4096, 0x1)
+    p = analyze_built(b)
+    assert use(p, "fc").activation_bytes is None
+    assert p.memory_summary.activation_bytes is None
+    assert p.memory_summary.forward_end is None
+    assert p.memory_summary.peak.temporaries_bytes == 4096  # alive, kept for no backward
+
+
+def test_traces_without_addresses_say_what_is_not_known(analyze_built):
+    b = forward_model(TraceBuilder(era="2021"))
+    b.op("AddmmBackward0", 600, 40, tid=2, seq=11, fwd_tid=1)
+    b.memory(35, 4096)
+    b.memory(620, -4096, tid=2)
+    p = analyze_built(b)
+    assert use(p, "fc").activation_bytes is None
+    summary = p.memory_summary
+    assert summary.lifetimes is None and summary.peak is None
+    assert "no addresses" in summary.note
+
+
+def test_the_peak_and_the_end_of_the_forward_by_category(analyze_built):
+    p = analyze_built(training_step(TraceBuilder()))
+    peak = p.memory_summary.peak
+    assert (peak.step, peak.time_us, peak.phase) == (1, 720.0, "other")
+    assert peak.module == "(not in any module)/Optimizer.step#SGD.step"
+    assert peak.total_bytes == 21_008
+    assert peak.activations_bytes == 512
+    assert [(h.qualified_name, h.bytes) for h in peak.activations_by_module] == [("act", 512)]
+    assert peak.gradients_bytes == 256
+    assert peak.optimizer_state_bytes == 8192
+    assert peak.temporaries_bytes == 4096
+    assert peak.parameters_bytes is None and not peak.parameters_in_total
+    assert peak.before_trace_bytes == BASE - 2048  # the block freed at 5 is gone
+    end = p.memory_summary.forward_end
+    assert (end.time_us, end.phase, end.module) == (170.0, "forward", "act")
+    assert end.total_bytes == 12_560
+    assert end.activations_bytes == 4096 + 512
+    assert [(h.qualified_name, h.bytes) for h in end.activations_by_module] == [("fc", 4096), ("act", 512)]
+    assert end.gradients_bytes == end.optimizer_state_bytes == end.temporaries_bytes == 0
+
+
+def test_parameters_come_from_the_module_table(analyze_built):
+    p = analyze_built(training_step(TraceBuilder(), params=6000))
+    peak = p.memory_summary.peak
+    assert peak.parameters_bytes == 6000 and peak.parameters_in_total
+    assert peak.before_trace_bytes == BASE - 2048 - 6000
+    # a total that cannot hold them (the CPU allocator counts from the start of profiling)
+    p = analyze_built(training_step(TraceBuilder(), params=60_000))
+    peak = p.memory_summary.peak
+    assert peak.parameters_bytes == 60_000 and not peak.parameters_in_total
+    assert peak.before_trace_bytes == BASE - 2048
+
+
+def test_lifetimes_are_the_same_read_in_parallel(tmp_path):
+    b = training_step(TraceBuilder())
+    for i in range(3000):  # enough events for several runs of the parallel reader
+        b.memory(900 + i * 0.01, 8, total=BASE, addr=0x100000 + i)
+    path = b.write(tmp_path / "t.json")
+    one = lifetimes(load_trace(path, cache=False, jobs=1))
+    many = lifetimes(load_trace(path, cache=False, jobs=2, chunk_bytes=64 * 1024))
+    for f in ("alloc", "free", "nbytes", "start", "end"):
+        assert getattr(one, f).tolist() == getattr(many, f).tolist()
