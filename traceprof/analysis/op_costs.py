@@ -101,8 +101,16 @@ def count_ops(
     if not n or not np.any(ev.input_dims[is_op] >= 0):
         return OpCosts.empty(has_shapes=False, n_events=n)
 
-    entries = [registry.get(name) for name in ev.names]
-    name_class = np.array([_classify_name(name, e) for name, e in zip(ev.names, entries)], np.int8)
+    # the names of op events only: a trace with Python frames (with_stack) has ten thousand
+    # names of functions, which no formula and no test below looks at
+    op_name = np.zeros(len(ev.names), bool)
+    op_name[ev.name[is_op]] = True
+    named_ops = op_name.tolist()
+    entries = [registry.get(name) if used else None for name, used in zip(ev.names, named_ops)]
+    name_class = np.array(
+        [_classify_name(name, e) if used else _OTHER for name, e, used in zip(ev.names, entries, named_ops)],
+        np.int8,
+    )
     cls = np.where(is_op, name_class[ev.name], _OTHER)
     composite_name = np.array([bool(e is not None and e.composite) for e in entries], bool)
 
@@ -124,7 +132,11 @@ def count_ops(
     launchers = links.parent[links.launch[links.launch >= 0]]
     launches_work = np.zeros(n, bool)
     launches_work[launchers[launchers >= 0]] = True
-    is_op_name = ev.named(lambda s: _OP_NAME.match(s) is not None)
+    # (of op events: the only ones it is asked of below)
+    is_op_name = np.array(
+        [used and _OP_NAME.match(name) is not None for name, used in zip(ev.names, named_ops)] or [False],
+        bool,
+    )[ev.name]
     unknown = is_op & ~ok & (cls != _NO_COST) & (is_op_name | launches_work | (cls == _FORMULA))
     # per event: a counted op with FLOPs (its distinct call's); an op whose children carry
     # counted FLOPs is covered, whatever the timing (the structure decides, not CPU time)

@@ -721,14 +721,20 @@ def _trace_name(path: str) -> str:
 MAX_ROWS = 40
 
 
+#: OpStat.key() of a row, without the method call (a large tree's rows are tens of thousands)
+_OP_KEY = operator.attrgetter("kind", "name", "phase", "input_shapes")
+
+
 def bounded(rows: list[OpStat] | tuple[OpStat, ...], limit: int = MAX_ROWS) -> tuple[OpStat, ...]:
     """Rows with equal keys summed, largest first (GPU busy time, then CPU time, FLOPs, calls);
     past ``limit`` rows of a kind and pass, the rest folded into one ``(N more)`` row."""
     merged: dict[tuple[OpKind, str, str, str | None], OpStat] = {}
-    for r in rows:
-        k = r.key()
-        merged[k] = merged[k] + r if k in merged else r
+    for k, r in zip(map(_OP_KEY, rows), rows):
+        earlier = merged.get(k)
+        merged[k] = r if earlier is None else earlier + r
     ranked = sorted(merged.values(), key=lambda r: (-r.gpu_busy_us, -r.cpu_us, -r.flops, -r.calls, r.name))
+    if len(ranked) <= limit:  # no kind and pass has more (most nodes): nothing to fold
+        return tuple(ranked)
     kept: list[OpStat] = []
     rest: dict[tuple[OpKind, str], list[OpStat]] = {}
     seen: dict[tuple[OpKind, str], int] = {}
