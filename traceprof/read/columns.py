@@ -6,7 +6,8 @@ and those of the events a mask keeps. The Trace is built from them (:mod:`tracep
 from __future__ import annotations
 
 from collections import Counter
-from operator import attrgetter
+from itertools import chain, compress, repeat
+from operator import attrgetter, is_not
 from typing import Any
 
 import msgspec
@@ -138,17 +139,42 @@ def _ints(values, n: int | None = None) -> np.ndarray:
     return int32_if_fits(np.array(values, dtype=np.int64) if values else np.zeros(0, np.int64))
 
 
-def _floats(values, n: int) -> np.ndarray:
-    return np.fromiter(values, np.float64, n)
-
-
 def _texts(raws: list) -> tuple[np.ndarray, list]:
-    if raws.count(None) == len(raws):  # no event has it: every code is that of b""
-        return np.zeros(len(raws), np.int32), [b""] if raws else []
-    return _factorize([b"" if r is None else bytes(r) for r in raws])
+    """Codes and values of raw JSON values (``msgspec.Raw``, None for absent, coded as b""),
+    values in first-seen order, as ``_factorize`` of their bytes; the events that have one are
+    found, and their values copied to bytes, at C speed (no Python code per event)."""
+    n = len(raws)
+    absent = raws.count(None)
+    if absent == n:  # no event has it: every code is that of b""
+        return np.zeros(n, np.int32), [b""] if raws else []
+    if not absent:
+        return _factorize(list(map(bytes, raws)))
+    present = list(map(is_not, raws, repeat(None, n)))
+    has = np.array(present, bool)
+    codes, values = _factorize(list(map(bytes, compress(raws, present))))
+    # b"" is first seen at the first event without a value, after the values seen before it
+    first_absent = int(np.argmin(has))
+    before = int(codes[:first_absent].max()) + 1 if first_absent else 0
+    out = np.full(n, before, np.int32)
+    out[has] = codes + (codes >= before)
+    return out, values[:before] + [b""] + values[before:]
 
 
 _get_args = attrgetter("args")
+#: the numbers read of every event, and of every event's args
+_TIMES = ("ts", "dur")
+_INT_ARGS = ("correlation", "external_id", "external_id_2021", "sequence_number", "fwd_thread_id", "stream")
+
+
+def _fields(structs: list, names: tuple[str, ...], dtype: type) -> list[np.ndarray]:
+    """The fields ``names`` (2 or more) of each struct, one array per field (each its own): a
+    tuple of them per struct, flattened at C speed, where one pass per field cost a Python call
+    per struct and field."""
+    width = len(names)
+    flat = np.fromiter(chain.from_iterable(map(attrgetter(*names), structs)), dtype, len(structs) * width)
+    return [flat[k::width].copy() for k in range(width)]
+
+
 _EVENT_KEY = attrgetter("ph", "cat", "name", "pid", "tid")
 _LABELS = attrgetter(*_SIDE_CODED)
 _NO_LABEL: tuple[Any, ...] = (None,) * len(_SIDE_CODED)
@@ -169,7 +195,6 @@ def _labels(kind: np.ndarray, args: list) -> tuple[np.ndarray, list[tuple[np.nda
 
 def columns_from_events(evs: list) -> Columns:
     """The columns of a list of schema.RawEvent."""
-    n = len(evs)
     # A run has few distinct (ph, cat, name, pid, tid): they are coded in one pass, and each
     # field's codes follow from theirs. The first event with a value is the first event of the
     # first such combination that has it, so the values come out in first-seen order.
@@ -181,17 +206,17 @@ def columns_from_events(evs: list) -> Columns:
     kind_of = np.array([schema.kind_of(c[0], c[1]) for c in combos], dtype=np.int8)
     ph, cat, name, thread, kind = (codes[combo] for codes in (ph_of, cat_of, name_of, thread_of, kind_of))
     del combo, combos
-    ts = _floats(map(attrgetter("ts"), evs), n)
-    dur = _floats(map(attrgetter("dur"), evs), n)
+    ts, dur = _fields(evs, _TIMES, np.float64)
     args = list(map(_get_args, evs))
-    correlation = _ints(map(attrgetter("correlation"), args), n)
-    external_id = np.fromiter(map(attrgetter("external_id"), args), np.int64, n)
-    legacy = np.fromiter(map(attrgetter("external_id_2021"), args), np.int64, n)
+    correlation, external_id, legacy, sequence_number, fwd_thread_id, stream = _fields(
+        args, _INT_ARGS, np.int64
+    )
+    correlation = int32_if_fits(correlation)
     external_id = int32_if_fits(np.where(external_id >= 0, external_id, legacy))
     del legacy
-    sequence_number = _ints(map(attrgetter("sequence_number"), args), n)
-    fwd_thread_id = _ints(map(attrgetter("fwd_thread_id"), args), n)
-    stream = _ints(map(attrgetter("stream"), args), n)
+    sequence_number = int32_if_fits(sequence_number)
+    fwd_thread_id = int32_if_fits(fwd_thread_id)
+    stream = int32_if_fits(stream)
     input_dims, input_dims_texts = _texts(list(map(attrgetter("input_dims"), args)))
     input_types, input_types_texts = _texts(list(map(attrgetter("input_types"), args)))
     concrete_inputs, concrete_texts = _texts(list(map(attrgetter("concrete_inputs"), args)))
