@@ -182,10 +182,15 @@ def code_fingerprint() -> str:
 
     root = Path(__file__).resolve().parent.parent
     h = xxhash.xxh3_64(f"{__version__}/{FORMAT_VERSION}".encode())
-    for module in sorted(root.rglob("*.py")):
+    modules = []  # os.walk: a third of the time of Path.rglob, which every cached look paid
+    for folder, subfolders, files in os.walk(root):
+        subfolders[:] = [d for d in subfolders if d != "__pycache__"]
+        modules += [os.path.join(folder, f) for f in files if f.endswith(".py")]
+    start = len(str(root)) + 1  # the module's path under the package's folder
+    for module in sorted(modules):
         with contextlib.suppress(OSError):
-            st = module.stat()
-            h.update(f"{module.relative_to(root)}:{st.st_size}:{st.st_mtime_ns};".encode())
+            st = os.stat(module)
+            h.update(f"{module[start:]}:{st.st_size}:{st.st_mtime_ns};".encode())
     return h.hexdigest()
 
 
