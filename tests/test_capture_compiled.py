@@ -209,6 +209,60 @@ def test_parse_wrapper_source_lists_call_sites_in_order():
     assert parse_wrapper_source("") == ({}, [])
 
 
+#: the shape of a CUDA wrapper (Inductor's Triton codegen): kernels defined with
+#: async_compile.triton and called as ``<kernel>.run(..., stream=stream0)`` inside a device guard
+TRITON_WRAPPER = '''
+triton_poi_fused_add_0 = async_compile.triton('triton_poi_fused_add_0', """
+@triton.jit
+def triton_poi_fused_add_0(in_ptr0, out_ptr0, xnumel, XBLOCK : tl.constexpr):
+    pass
+""", device_str='cuda')
+
+triton_per_fused_native_layer_norm_1 = async_compile.triton('triton_per_fused_native_layer_norm_1', """
+@triton.jit
+def triton_per_fused_native_layer_norm_1(in_ptr0, out_ptr0, xnumel, r0_numel):
+    pass
+""", device_str='cuda')
+
+async_compile.wait(globals())
+del async_compile
+
+def call(args):
+    primals_1, primals_2 = args
+    args.clear()
+    with torch.cuda._DeviceGuard(0):
+        torch.cuda.set_device(0)
+        buf0 = empty_strided_cuda((8, 16), (16, 1), torch.float32)
+        # Topologically Sorted Source Nodes: [linear], Original ATen: [aten.addmm]
+        # [Provenance debug handles] extern_kernels.addmm:1
+        extern_kernels.addmm(primals_2, primals_1, primals_1, alpha=1, beta=1, out=buf0)
+        stream0 = get_raw_stream(0)
+        # [Provenance debug handles] triton_poi_fused_add_0:2
+        triton_poi_fused_add_0.run(buf0, buf0, 128, stream=stream0)
+        # [Provenance debug handles] triton_per_fused_native_layer_norm_1:3
+        triton_per_fused_native_layer_norm_1.run(buf0, buf0, 8, 16, stream=stream0)
+    return (buf0, )
+'''
+
+
+def test_parse_wrapper_source_finds_triton_kernel_calls():
+    """A CUDA graph's Triton kernels are call sites, named as their events (a ``cpu_op`` named
+    after the kernel, as the traces of an H100 and an H200 show), with their provenance handles."""
+    kernels, calls = parse_wrapper_source(TRITON_WRAPPER)
+    assert kernels == {
+        "triton_poi_fused_add_0": {"kind": "triton", "event": "triton_poi_fused_add_0"},
+        "triton_per_fused_native_layer_norm_1": {
+            "kind": "triton",
+            "event": "triton_per_fused_native_layer_norm_1",
+        },
+    }
+    assert [(c["kernel"], c["kind"], c["event"], c["handle"]) for c in calls] == [
+        ("extern_kernels.addmm", "extern", "aten::addmm", 1),
+        ("triton_poi_fused_add_0", "triton", "triton_poi_fused_add_0", 2),
+        ("triton_per_fused_native_layer_norm_1", "triton", "triton_per_fused_native_layer_norm_1", 3),
+    ]
+
+
 def test_named_model_modules_see_through_compile_wrappers():
     model = nn.Sequential(nn.Linear(2, 2), nn.Sequential(nn.ReLU(), nn.Linear(2, 2)))
     model[1] = torch.compile(model[1])

@@ -273,6 +273,8 @@ def _call_site(line: str, kernels: dict[str, dict[str, Any]]) -> dict[str, Any] 
     """The call site a line of the wrapper's ``call`` function makes, or ``None``."""
     call = _CALL_RE.match(line)
     callee = call.group("callee") if call else None
+    if callee and callee.endswith(".run") and callee[: -len(".run")] in kernels:
+        callee = callee[: -len(".run")]  # a Triton kernel: ``triton_poi_fused_0.run(..., stream=stream0)``
     if callee in kernels:
         return {"kernel": callee, "kind": kernels[callee]["kind"], "event": kernels[callee]["event"]}
     if callee and callee.startswith("extern_kernels."):
@@ -688,6 +690,21 @@ def _provenance_map() -> dict[str, list[str]]:
     return getattr(inductor_debug, "_inductor_triton_kernel_to_post_grad_node_info", None) or {}
 
 
+def _with_pass(current: Any, ours: Any, version: str) -> Any:
+    """The value of ``post_grad_custom_post_pass`` with our pass after the user's: a list where
+    this torch runs several (2.12 on), ours alone where it runs one and none is set (2.11)."""
+    try:
+        from torch._inductor.custom_graph_pass import get_custom_graph_passes
+    except ImportError:  # one pass only
+        if current is not None:
+            raise RecorderUnavailable(
+                f"torch {version} runs one post-grad pass and one is already set"
+            ) from None
+        return ours
+    passes = get_custom_graph_passes(current)
+    return [*passes, ours] if passes else ours
+
+
 def _make_pass(recorder: CompiledGraphRecorder) -> Any:
     from torch._inductor.custom_graph_pass import CustomGraphPass
 
@@ -767,7 +784,6 @@ class CompiledGraphRecorder:
             import torch._inductor.config as inductor_config
             import torch._inductor.custom_graph_pass  # the pass base class
             import torch._inductor.debug  # the provenance map
-            from torch._inductor.custom_graph_pass import get_custom_graph_passes
             from torch._inductor.output_code import CompiledFxGraph
         except Exception as e:
             raise RecorderUnavailable(f"torch {torch.__version__} has no Inductor hooks: {e}") from e
@@ -791,9 +807,10 @@ class CompiledGraphRecorder:
             inductor_config.cpp.enable_kernel_profile = True
             if not inductor_config.trace.provenance_tracking_level:
                 inductor_config.trace.provenance_tracking_level = 2
-            passes = get_custom_graph_passes(inductor_config.post_grad_custom_post_pass)
             ours = _make_pass(self)
-            inductor_config.post_grad_custom_post_pass = [*passes, ours] if passes else ours
+            inductor_config.post_grad_custom_post_pass = _with_pass(
+                inductor_config.post_grad_custom_post_pass, ours, str(torch.__version__)
+            )
 
             self._original = CompiledFxGraph.__dict__["post_compile"]
             self._patched = _wrap_post_compile(self, self._original)
