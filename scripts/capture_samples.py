@@ -13,6 +13,7 @@ name (``h100``, ``a100``, ``mi300x``...).
     python scripts/capture_samples.py --threads 1     # how the committed CPU samples were made
     python scripts/capture_samples.py --device cpu --models gpt --modes train --compiled --threads 1
     python scripts/capture_samples.py --device cpu --models hf_gpt2 --modes train --threads 1 [--compiled]
+    python scripts/capture_samples.py --device cpu --models gpt --modes train --memory --threads 1
 
 ``--compiled`` captures the models compiled with ``torch.compile(model)`` instead, as
 ``<model>_<train|infer>_compiled_<device>.pt.trace.json.gz``: the session records the graphs
@@ -116,7 +117,9 @@ def call(model: torch.nn.Module, inputs: tuple) -> Any:
     return model(*inputs)
 
 
-def capture_one(name: str, mode: str, device: torch.device, out_dir: str, compiled: bool = False) -> str:
+def capture_one(
+    name: str, mode: str, device: torch.device, out_dir: str, compiled: bool = False, memory: bool = False
+) -> str:
     torch.manual_seed(0)
     model, make_inputs, loss_of = sample(name, device)
     model.to(device)
@@ -141,9 +144,12 @@ def capture_one(name: str, mode: str, device: torch.device, out_dir: str, compil
                 call(model, make_inputs())
 
     variant = f"{mode}_compiled" if compiled else mode
+    variant += "_memory" if memory else ""
     final = os.path.join(out_dir, f"{name}_{variant}_{device_tag(device)}.pt.trace.json.gz")
     # _trace_file: one file with this exact name instead of <worker>.<ms>.pt.trace.json.gz
-    with capture.profile(model, wait=1, warmup=1, active=2, _trace_file=os.path.relpath(final)) as prof:
+    with capture.profile(
+        model, wait=1, warmup=1, active=2, profile_memory=memory, _trace_file=os.path.relpath(final)
+    ) as prof:
         for _ in range(steps):
             step()
             prof.step()
@@ -188,6 +194,11 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="torch.compile(model) (files named <model>_<mode>_compiled_...)",
     )
+    parser.add_argument(
+        "--memory",
+        action="store_true",
+        help="record memory too, profile_memory=True (files named <model>_<mode>[_compiled]_memory_...)",
+    )
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -197,7 +208,9 @@ def main(argv: list[str] | None = None) -> int:
     os.makedirs(args.out, exist_ok=True)
     for name in args.models:
         for mode in args.modes:
-            print(summarize(capture_one(name, mode, device, args.out, args.compiled)), flush=True)
+            print(
+                summarize(capture_one(name, mode, device, args.out, args.compiled, args.memory)), flush=True
+            )
     return 0
 
 

@@ -415,3 +415,50 @@ def test_chromium_shows_a_modules_kernels_the_timeline_and_the_memory_peak(repor
     assert on_curve == label
     errors = [m for m in browser.get_log("browser") if m["level"] == "SEVERE"]
     assert not errors, errors
+
+
+MEMORY_SAMPLE = SAMPLE_TRACES / "gpt_train_memory_cpu.pt.trace.json.gz"
+
+
+def test_chromium_stacks_the_memory_curve_by_category_and_by_module(browser, tmp_path, update_golden):
+    """A GPT training step recorded with memory: the curve's layers (the blocks alive at each
+    event, by category, then by module at a depth, over what was allocated before the trace)
+    add up to the allocator's total at every point, and at the peak hold what the profile's
+    memory summary says; the table under the curve lists the peak and the end of the forward."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    profile = traceprof.analyze(MEMORY_SAMPLE)
+    summary = profile.memory_summary
+    assert summary.peak.step == profile.timeline.step  # the peak is in the step drawn
+    page = tmp_path / "memory.html"
+    page.write_text(render.render(profile, "html"), encoding="utf-8")
+    open_report(browser, page)
+    stack = Select(browser.find_element(By.ID, "tp-memory-stack"))
+    assert stack.first_selected_option.get_attribute("value") == "category"
+    layers = browser.execute_script(
+        "return traceprofView.timelineView.memoryLayers().map((l) => [l.name, Array.from(l.values)])"
+    )
+    curve = profile.timeline.memory
+    for k, total in enumerate(curve.allocated_bytes):
+        assert sum(values[k] for _, values in layers) == pytest.approx(total, rel=1e-9, abs=1)
+    at_peak = {name: values[curve.time_us.index(curve.peak_time_us)] for name, values in layers}
+    assert at_peak["activations"] == pytest.approx(summary.peak.activations_bytes)
+    assert at_peak["temporaries"] == pytest.approx(summary.peak.temporaries_bytes)
+    assert at_peak.get("gradients", 0) == pytest.approx(summary.peak.gradients_bytes)
+    legend = browser.find_element(By.ID, "tp-memory-legend").text
+    assert "activations" in legend and "temporaries" in legend
+    holders = browser.find_element(By.ID, "tp-memory-holders").text
+    assert "at the peak" in holders and "end of forward" in holders
+    viewer_checks.screenshot(browser, "tp-memory-panel", "viewer-memory-stacked.png", tmp_path, update_golden)
+
+    stack.select_by_value("module:3")
+    layers = browser.execute_script(
+        "return traceprofView.timelineView.memoryLayers().map((l) => [l.name, Array.from(l.values)])"
+    )
+    names = [name for name, _ in layers]
+    assert {"h.0", "h.1", "lm_head"} <= set(names)
+    for k, total in enumerate(curve.allocated_bytes):
+        assert sum(values[k] for _, values in layers) == pytest.approx(total, rel=1e-9, abs=1)
+    errors = [m for m in browser.get_log("browser") if m["level"] == "SEVERE"]
+    assert not errors, errors

@@ -148,7 +148,9 @@ def test_an_inference_has_no_activations(analyze_built):
     assert use(p, "fc").activation_bytes is None
     assert p.memory_summary.activation_bytes is None
     assert p.memory_summary.forward_end is None
-    assert p.memory_summary.peak.temporaries_bytes == 4096  # alive, kept for no backward
+    peak = p.memory_summary.peak  # an inference's forward blocks alive: its activations
+    assert peak.activations_bytes == 4096 and peak.temporaries_bytes == 0
+    assert [(h.qualified_name, h.bytes) for h in peak.activations_by_module] == [("fc", 4096)]
 
 
 def test_traces_without_addresses_say_what_is_not_known(analyze_built):
@@ -189,7 +191,7 @@ def test_parameters_come_from_the_module_table(analyze_built):
     peak = p.memory_summary.peak
     assert peak.parameters_bytes == 6000 and peak.parameters_in_total
     assert peak.before_trace_bytes == BASE - 2048 - 6000
-    # a total that cannot hold them (the CPU allocator counts from the start of profiling)
+    # a total that cannot hold them
     p = analyze_built(training_step(TraceBuilder(), params=60_000))
     peak = p.memory_summary.peak
     assert peak.parameters_bytes == 60_000 and not peak.parameters_in_total

@@ -265,6 +265,7 @@ def _attribute(
         memory,
         memory_device(memory_use),
         compiled,
+        (life, spans),
     )
 
     selection = step_selection(ctx, cpu, gpu, counted, unsupported, costs)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from traceprof.analysis import module_ops, step_timeline
+from traceprof.analysis import memory_holders, module_ops, step_timeline
 from traceprof.analysis.classify import Context
 from traceprof.analysis.compiled import CompiledWork
 from traceprof.analysis.counted_ops import Ops
@@ -19,7 +19,9 @@ from traceprof.analysis.cpu_time import CpuTime
 from traceprof.analysis.gpu_work import GpuWork
 from traceprof.analysis.hierarchy import scope_labels
 from traceprof.analysis.kernel_labels import LabelWork, label_fused_rows
+from traceprof.analysis.lifetimes import Lifetimes
 from traceprof.analysis.memory_events import SelectedMemory
+from traceprof.analysis.memory_holders import BackwardSpans
 from traceprof.analysis.op_costs import OpCosts
 from traceprof.analysis.stage import gives_memory_back
 from traceprof.analysis.tree_levels import node_depths
@@ -130,10 +132,12 @@ def first_step_timeline(
     memory: SelectedMemory,
     memory_device: str | None,
     compiled: CompiledWork | None = None,
+    lifetimes: tuple[Lifetimes, BackwardSpans] | None = None,
 ) -> Timeline | None:
     """The timeline of the first selected step (the whole trace when it has no steps) and
     its memory curve (traceprof.analysis.step_timeline); with ``compiled``, the kernels of
-    compiled graphs on the module lanes, in the modules the compiled-kernel table gives them."""
+    compiled graphs on the module lanes, in the modules the compiled-kernel table gives them;
+    with ``lifetimes`` (and the backward passes), the curve's blocks by category and module."""
     ev, steps = ctx.trace.events, ctx.steps
     if not ctx.whole_trace:
         pos = int(ctx.selected[0])
@@ -166,6 +170,9 @@ def first_step_timeline(
         memory_device=memory_device,
         scope_labels=scope_labels(ctx.trace, ctx.tree),
         compiled=_compiled_lanes(ctx, parent, compiled) if compiled is not None else None,
+        memory_blocks=None
+        if lifetimes is None
+        else memory_holders.step_blocks(ctx, memory, *lifetimes, memory_device, window),
     )
 
 

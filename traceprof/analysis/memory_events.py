@@ -56,11 +56,12 @@ def memory_events(ctx: Context, groups: Groups) -> SelectedMemory:
     outside = (node < 0) & (kept_around >= 0)
     node[outside] = groups.of(kept_around[outside])
     node[node < 0] = groups.bucket  # no slice around it at all
-    ev = trace.events
     has = around >= 0
-    top = np.where(has, ctx.top[np.maximum(around, 0)], -1)
-    optimizer_name = ev.named(lambda s: s.startswith(schema.OPTIMIZER_STEP_PREFIXES))
-    row_optimizer = (top >= 0) & optimizer_name[np.maximum(top, 0)] & (node_all < 0)
+    # under an optimizer step (its annotation, a foreach or fused update op) at any depth: the
+    # Python frames of with_stack traces come between the annotation and the ops
+    optimizer = links.nearest(trace.events.named(lambda s: s.startswith(schema.OPTIMIZER_STEP_PREFIXES)))
+    row_optimizer = has & (optimizer[np.maximum(around, 0)] >= 0) & (node_all < 0)
+    del optimizer
     scope = np.where(has, ctx.scope_of[np.maximum(around, 0)], -1)
     row_recomputed = (scope >= 0) & ctx.tree.recompute_mask[np.maximum(scope, 0)]
     return SelectedMemory(keep, node, pass_code, pass_all, row_optimizer, row_recomputed)

@@ -16,8 +16,9 @@ each ``[memory]`` event (:mod:`traceprof.analysis.memory_events`):
   optimizer's step (``Optimizer.step#...``, ``aten::_foreach_*``, fused optimizers) and alive at
   its step's end is **optimizer state**; one allocated in a forward pass (in a module, or
   outside the modules by an op autograd recorded: the loss) and still allocated when the
-  backward begins is an **activation** of the node that allocated it; the rest made in the
-  trace are **temporaries** (a forward's blocks freed before the backward, an inference's). Blocks allocated before
+  backward begins is an **activation** of the node that allocated it (in a step without a
+  backward, an inference, every forward block alive is: the outputs in flight); the rest made
+  in the trace are **temporaries** (a forward's blocks freed before its backward begins). Blocks allocated before
   the trace are the allocator's total less those: the **parameters** (the module table's
   bytes, when the total counts them) and the rest **before the trace**.
 
@@ -32,10 +33,30 @@ import numpy as np
 from traceprof.analysis.classify import BACKWARD, FORWARD, Context
 from traceprof.analysis.lifetimes import Lifetimes
 from traceprof.analysis.memory_events import SelectedMemory
-from traceprof.result.memory import MAX_HOLDERS, MemoryHolder, MemoryMoment, MemorySummary
+from traceprof.result.memory import (
+    ACTIVATION,
+    GRADIENT,
+    MAX_HOLDERS,
+    OPTIMIZER_STATE,
+    TEMPORARY,
+    MemoryHolder,
+    MemoryMoment,
+    MemorySummary,
+)
 from traceprof.trace.model import Trace
 
 PHASES = ("forward", "backward", "other")
+
+
+class StepBlocks(msgspec.Struct, frozen=True):
+    """Blocks alive during a step: trace times of their allocation and free (+inf: alive at the
+    trace's end), bytes, category code, the node that allocated them (-1: none known)."""
+
+    start: np.ndarray
+    end: np.ndarray
+    nbytes: np.ndarray
+    category: np.ndarray
+    node: np.ndarray
 
 
 class BackwardSpans(msgspec.Struct, frozen=True):
@@ -238,21 +259,17 @@ class _MomentContext:
         made = a >= 0
         alive, a = alive[made], a[made]
         nbytes = life.nbytes[alive].astype(np.float64)
-        start = life.start[alive]
-        pass_ = memory.row_pass[a]
-        step = _step_of(ctx, start)
-        gradient = (pass_ == BACKWARD) & (life.end[alive] > self.spans.step_end_of_backward[step])
-        optimizer = ~gradient & memory.row_optimizer[a] & (life.end[alive] > _step_ends(ctx)[step])
-        activation = ~gradient & ~optimizer & (pass_ == FORWARD)
-        activation[activation] = _held_for_backward(
-            ctx, self.spans, start[activation], life.end[alive][activation]
-        )
-        temporary = ~(gradient | optimizer | activation)
+        category = block_categories(ctx, memory, life, self.spans, alive)
+        gradient, optimizer = category == GRADIENT, category == OPTIMIZER_STATE
+        activation, temporary = category == ACTIVATION, category == TEMPORARY
         known = float(nbytes.sum())
         total = float(mem.total_allocated[row])
         before: float | None = total - known if total >= 0 else None
         params = self.parameter_bytes
-        in_total = params is not None and before is not None and before >= params * 0.99
+        # the CPU allocator counts the blocks allocated while a profiler runs, never the
+        # parameters made before it; an accelerator's counts every block
+        on_cpu = mem.devices[self.device] == "cpu"
+        in_total = params is not None and before is not None and not on_cpu and before >= params * 0.99
         if before is not None:
             before = max(before - (params or 0.0), 0.0) if in_total else max(before, 0.0)
         # activations by the node that allocated them
@@ -275,6 +292,7 @@ class _MomentContext:
             time_us=round(t - t0, 3),
             phase=PHASES[int(memory.row_pass[row])],
             module=self.names[node] if 0 <= node < n else None,
+            module_path=tuple(self.paths[node]) if 0 <= node < n else (),
             total_bytes=total if total >= 0 else None,
             parameters_bytes=params,
             parameters_in_total=bool(in_total),
@@ -286,6 +304,55 @@ class _MomentContext:
             activations_by_module=holders,
             other_modules_bytes=max(other, 0.0),
         )
+
+
+def block_categories(
+    ctx: Context, memory: SelectedMemory, life: Lifetimes, spans: BackwardSpans, idx: np.ndarray
+) -> np.ndarray:
+    """The category code (result.memory.CATEGORIES) of the lifetimes ``idx``, allocated in the
+    trace (``life.alloc`` >= 0): a property of the block, whatever the moment."""
+    a = life.alloc[idx]
+    start, end = life.start[idx], life.end[idx]
+    pass_ = memory.row_pass[a]
+    step = _step_of(ctx, start)
+    gradient = (pass_ == BACKWARD) & (end > spans.step_end_of_backward[step])
+    optimizer = ~gradient & memory.row_optimizer[a] & (end > _step_ends(ctx)[step])
+    activation = ~gradient & ~optimizer & (pass_ == FORWARD)
+    # kept for the backward; in a step without one (an inference), the outputs in flight
+    held = _held_for_backward(ctx, spans, start[activation], end[activation])
+    activation[activation] = held | ~np.isfinite(spans.step_end_of_backward[step[activation]])
+    code = np.full(len(idx), TEMPORARY, np.int8)
+    code[activation] = ACTIVATION
+    code[gradient] = GRADIENT
+    code[optimizer] = OPTIMIZER_STATE
+    return code
+
+
+def step_blocks(
+    ctx: Context,
+    memory: SelectedMemory,
+    life: Lifetimes,
+    spans: BackwardSpans,
+    device: str | None,
+    window: tuple[float, float],
+) -> StepBlocks | None:
+    """The blocks allocated in the trace and alive during ``window`` on ``device`` (the
+    timeline's step), with their category and node: the memory curve stacked by category or by
+    module. None without lifetimes."""
+    mem = ctx.trace.memory
+    if mem is None or device is None or device not in mem.devices or not life.has_addresses:
+        return None
+    d = mem.devices.index(device)
+    t0, t1 = window
+    idx = np.flatnonzero((life.device == d) & (life.alloc >= 0) & (life.start < t1) & (life.end > t0))
+    node_of = _row_array(len(mem), memory.keep, memory.node, -1)
+    return StepBlocks(
+        start=life.start[idx],
+        end=life.end[idx],
+        nbytes=life.nbytes[idx].astype(np.float64),
+        category=block_categories(ctx, memory, life, spans, idx),
+        node=node_of[life.alloc[idx]],
+    )
 
 
 def _trace_start(trace: Trace) -> float:

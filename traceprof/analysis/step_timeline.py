@@ -31,7 +31,16 @@ import numpy as np
 from msgspec.structs import replace
 
 from traceprof.analysis.link import Links
-from traceprof.result.timeline import MAX_EVENTS, Lane, LaneKind, MemoryCurve, Timeline
+from traceprof.analysis.memory_holders import StepBlocks
+from traceprof.result.timeline import (
+    MAX_EVENTS,
+    MAX_MEMORY_BLOCKS,
+    Lane,
+    LaneKind,
+    MemoryBlocks,
+    MemoryCurve,
+    Timeline,
+)
 from traceprof.trace.model import ThreadInfo, Trace, unique
 
 MAX_MEMORY_POINTS = 4_000
@@ -68,6 +77,7 @@ def build_timeline(
     memory_device: str | None,
     scope_labels: dict[int, str] | None = None,
     compiled: StepEvents | None = None,
+    memory_blocks: StepBlocks | None = None,
 ) -> Timeline:
     """The timeline of the step in ``window`` (trace times). ``path_of[node]`` and
     ``depth_of[node]`` for attribution's node ids; ``cpu`` and ``gpu`` the selection's events
@@ -177,6 +187,8 @@ def build_timeline(
     mem = None
     if curve is not None:
         mem = _with_peak_module(curve[0], mod_codes.index(curve[1]) if curve[1] >= 0 else -1)
+        if memory_blocks is not None:
+            mem = replace(mem, blocks=_blocks(memory_blocks, t0, span, len(path_of), mod_codes))
     return Timeline(
         step=step,
         start_us=float(t0),
@@ -321,6 +333,40 @@ def _memory_curve(
         exact_total=exact,
     )
     return curve, peak_node
+
+
+def _blocks(blocks: StepBlocks, t0: float, span: float, n_paths: int, mod_codes: list[int]) -> MemoryBlocks:
+    """The step's blocks on the timeline's axis (clipped to the step), the largest (bytes x
+    time) past MAX_MEMORY_BLOCKS; their nodes added to ``mod_codes`` (the timeline's modules)."""
+    start = np.clip(blocks.start - t0, 0.0, span)
+    end = np.clip(blocks.end - t0, 0.0, span)
+    nbytes, category, node = blocks.nbytes, blocks.category, blocks.node
+    dropped = 0
+    if len(start) > MAX_MEMORY_BLOCKS:
+        keep = np.sort(np.argsort(-(nbytes * (end - start)), kind="stable")[:MAX_MEMORY_BLOCKS])
+        dropped = len(start) - MAX_MEMORY_BLOCKS
+        start, end, nbytes, category, node = (a[keep] for a in (start, end, nbytes, category, node))
+    index = {c: i for i, c in enumerate(mod_codes)}
+    named = (node >= 0) & (node < n_paths)
+    for c in unique(node[named]).tolist():
+        if c not in index:
+            index[c] = len(mod_codes)
+            mod_codes.append(c)
+    module = np.full(len(node), -1, np.int64)
+    if named.any():
+        codes = np.array(list(index), np.int64)
+        order = np.argsort(codes)
+        module[named] = np.array(list(index.values()), np.int64)[order][
+            np.searchsorted(codes[order], node[named])
+        ]
+    return MemoryBlocks(
+        start=start.astype(np.float64),
+        end=end.astype(np.float64),
+        nbytes=nbytes.astype(np.float64),
+        category=category.astype(np.int8),
+        module=module,
+        dropped=dropped,
+    )
 
 
 def _with_peak_module(curve: MemoryCurve, module: int) -> MemoryCurve:

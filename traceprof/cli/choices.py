@@ -29,6 +29,7 @@ TABLE_COLUMNS = (
     "fwd",
     "bwd",
     "other",
+    "activations",
     "share",
     "kernels",
     "calls",
@@ -47,6 +48,7 @@ DEFAULT_TABLE_COLUMNS = (
     "fwd",
     "bwd",
     "other",
+    "activations",
     "share",
     "kernels",
 )

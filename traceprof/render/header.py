@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from traceprof import units
+from traceprof.render import memory_text
 from traceprof.render.registry import RenderOptions
 from traceprof.result.model import PASSES, ModuleNode, ModuleProfile
 
@@ -39,6 +40,7 @@ def header_lines(profile: ModuleProfile, opts: RenderOptions | None = None) -> l
     lines.extend(compiled_lines(profile))
     lines.extend(flop_lines(profile, opts))
     lines.extend(memory_lines(profile))
+    lines.extend(memory_text.summary_lines(profile, opts.raw_numbers))
     for w in profile.warnings:
         lines.append(f"warning:   {w}")
     return lines
@@ -136,7 +138,7 @@ def memory_lines(profile: ModuleProfile) -> list[str]:
     """Memory allocated and freed per step on the reported device, from [memory] events."""
     device = profile.memory_device
     if device is None:
-        return []
+        return [memory_text.NOT_RECORDED]
     uses = [u for u in (profile.memory_of(profile.nodes[r]) for r in profile.roots) if u]
     allocated = sum(ph.allocated_bytes for u in uses for ph in u.phases)
     freed = sum(ph.freed_bytes for u in uses for ph in u.phases)

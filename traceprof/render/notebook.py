@@ -21,7 +21,9 @@ from typing import TYPE_CHECKING, TypeVar
 
 from traceprof import units
 from traceprof.job.analyze import spread_of
+from traceprof.render import memory_text
 from traceprof.render.job_text import reference_text
+from traceprof.result.memory import CATEGORIES
 from traceprof.result.model import PASSES, ModuleNode, ModuleProfile, NodeKind
 
 if TYPE_CHECKING:  # types only: a diff or a job arrives built, its module already loaded
@@ -113,6 +115,9 @@ def node_html(node: ModuleNode) -> str:
         cards.append(("Input → output", f"{units.shape(info.inputs)} → {units.shape(info.outputs)}"))
     if node.children:
         cards.append(("Children", units.count(len(node.children))))
+    held = next((m for m in node.memory if m.activation_bytes is not None), None)
+    if held is not None and held.activation_bytes is not None:
+        cards.append((f"Activations / step ({held.device})", units.byte_count(held.activation_bytes)))
     rows = [
         (
             p.value,
@@ -181,9 +186,50 @@ def profile_html(profile: ModuleProfile) -> str:
             ("module", "class", "own", "of the step", "total"),
             _top_module_rows(profile),
         ),
+        _memory_table(profile),
         icicle_svg(_profile_cells(profile)),
         _caption(f"Width: {what} per step, all passes (forward, backward, other)."),
     )
+
+
+def _memory_table(profile: ModuleProfile) -> str:
+    """What holds the memory device's memory at the step's peak and at the end of the forward,
+    by category, with the largest activations by module."""
+    summary = profile.memory_summary
+    moments = [
+        (w, m)
+        for w, m in (
+            ("at the peak", summary and summary.peak),
+            ("end of forward", summary and summary.forward_end),
+        )
+        if m
+    ]
+    if summary is None or not moments:
+        return ""
+    names = memory_text.holder_names(profile)
+    header = ("", "total", *CATEGORIES, "parameters", "before the trace", "largest activations")
+    rows = [
+        (
+            what,
+            units.byte_count(m.total_bytes),
+            *(
+                units.byte_count(v)
+                for v in (
+                    m.activations_bytes,
+                    m.gradients_bytes,
+                    m.optimizer_state_bytes,
+                    m.temporaries_bytes,
+                )
+            ),
+            units.byte_count(m.parameters_bytes) + ("" if m.parameters_in_total else " (not in the total)")
+            if m.parameters_bytes is not None
+            else "--",
+            units.byte_count(m.before_trace_bytes),
+            memory_text.holders_text(m, names=names),
+        )
+        for what, m in moments
+    ]
+    return _table(f"What holds memory on {summary.device}", header, rows)
 
 
 def profile_cards(profile: ModuleProfile) -> list[tuple[str, str]]:
@@ -212,6 +258,11 @@ def profile_cards(profile: ModuleProfile) -> list[tuple[str, str]]:
         peak = profile.flops.peak
         if rates.mfu is not None and peak is not None:
             cards.append(("MFU", f"{units.fraction(rates.mfu)} of {peak.device} {peak.precision}"))
+    memory = profile.memory_summary
+    if memory is not None and memory.peak is not None:
+        cards.append(("Memory peak", f"{units.byte_count(memory.peak.total_bytes)} ({memory.device})"))
+    if memory is not None and memory.activation_bytes is not None:
+        cards.append(("Activations / step", units.byte_count(memory.activation_bytes)))
     return cards
 
 

@@ -403,6 +403,18 @@ def _trainable_cell(ctx: _Context, n: ModuleNode) -> str:
     return "True" if info.trainable_total == info.params_total else "Partial"
 
 
+def _has_activations(p: ModuleProfile) -> bool:
+    """Traces with [memory] events paired into lifetimes and a backward pass."""
+    return p.memory_summary is not None and p.memory_summary.activation_bytes is not None
+
+
+def _activations_cell(ctx: _Context, n: ModuleNode) -> str:
+    use = ctx.profile.memory_of(n)
+    if use is None or use.activation_bytes is None:
+        return "--"
+    return units.byte_count(use.activation_bytes, ctx.opts.raw_numbers)
+
+
 def _info(attr: Callable[[ModuleInfo], str]) -> Callable[[_Context, ModuleNode], str]:
     return lambda ctx, n: attr(n.info) if n.info is not None else "--"
 
@@ -491,6 +503,14 @@ COLUMNS: dict[str, Column] = {
         ),
         *(_pass_column(p) for p in PASSES),
         Column(
+            "activations",
+            "Activations: bytes the forward of the row (its subtree) allocated that are still "
+            "allocated when the backward begins, per step, on the memory device",
+            lambda p: "Activations",
+            _activations_cell,
+            _has_activations,
+        ),
+        Column(
             "share",
             "share of the step's GPU busy time (CPU time on CPU-only traces)",
             lambda p: f"{_time_name(p)} %",
@@ -544,6 +564,7 @@ DEFAULT_COLUMNS = (
     "fwd",
     "bwd",
     "other",
+    "activations",
     "share",
     "kernels",
 )
@@ -580,6 +601,7 @@ DROP_ORDER = (
     "macs",
     "mfu",
     "name",
+    "activations",
     "kernels",
     "output",
     "params",

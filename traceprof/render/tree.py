@@ -43,6 +43,8 @@ def memory_fields(profile: ModuleProfile, node: ModuleNode, opts: RenderOptions)
     peaks = [ph.peak_bytes for ph in use.phases if ph.peak_bytes is not None]
     if peaks:
         text += f" peak {units.byte_count(max(peaks), raw)}"
+    if use.activation_bytes is not None:
+        text += f", act {units.byte_count(use.activation_bytes, raw)}"
     return [text]
 
 

@@ -45,6 +45,11 @@ class MemoryUse(msgspec.Struct, frozen=True, gc=False, array_like=True):
         return (self.forward, self.backward, self.other)
 
 
+#: the categories of the blocks allocated in the trace (codes: their index); the parameters and
+#: the rest allocated before the trace are the allocator's total less these
+CATEGORIES = ("activations", "gradients", "optimizer state", "temporaries")
+ACTIVATION, GRADIENT, OPTIMIZER_STATE, TEMPORARY = range(len(CATEGORIES))
+
 #: activations listed per moment at most (the largest; the rest summed in ``other_modules_bytes``)
 MAX_HOLDERS = 40
 
@@ -67,6 +72,7 @@ class MemoryMoment(msgspec.Struct, frozen=True, gc=False):
     time_us: float  # from the step's start (the timeline's axis)
     phase: str  # the pass of the memory event at the moment (forward, backward, other)
     module: str | None  # qualified name of the node whose event it is; None: none
+    module_path: tuple[str, ...]  # that node's path (ModuleNode.path); (): none
     total_bytes: float | None  # the allocator's total there; None: the trace lacks totals
     #: the module table's parameter bytes (shared tensors once); None: no module table
     parameters_bytes: float | None
@@ -75,7 +81,9 @@ class MemoryMoment(msgspec.Struct, frozen=True, gc=False):
     parameters_in_total: bool
     gradients_bytes: float  # allocated in a backward pass, alive at that pass's end
     optimizer_state_bytes: float  # allocated under the optimizer's step, alive at its step's end
-    activations_bytes: float  # allocated in a forward pass (by activations_by_module)
+    #: allocated in a forward pass and kept for its backward (in a step without a backward: alive),
+    #: by activations_by_module
+    activations_bytes: float
     temporaries_bytes: float  # the rest of the allocations made in the trace
     #: alive, allocated before the trace (less the parameters when the total counts them):
     #: optimizer state and buffers of earlier steps, inputs; None: the total is unknown

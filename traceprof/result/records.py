@@ -38,6 +38,8 @@ JSON_SCHEMA = "traceprof.profile/3"
 RATE_FIELDS = ("flop_per_s", "mfu", "bytes_per_s", "bandwidth_use")
 #: memory per pass on ModuleProfile.memory_device (None: no [memory] events there)
 MEMORY_FIELDS = ("allocated_bytes", "freed_bytes", "peak_bytes")
+#: activations on ModuleProfile.memory_device, after the memory fields (None: not known)
+ACTIVATION_FIELDS = ("activation_bytes", "own_activation_bytes")
 
 
 class _PassKeys(NamedTuple):
@@ -110,6 +112,8 @@ def node_record(
     use = profile.memory_of(node)
     for k in _PASS_KEYS:
         rec.update(zip(k.memory, _MEMORY(getattr(use, k.attr)) if use else _NO_MEMORY))
+    rec["activation_bytes"] = use.activation_bytes if use else None
+    rec["own_activation_bytes"] = use.own_activation_bytes if use else None
     if has_fused(profile):  # kernels fused across modules (traces with compiled work, or labels)
         for k in _PASS_KEYS:
             fused = getattr(node.fused, k.attr) if node.fused is not None else PhaseTimes()
@@ -150,6 +154,7 @@ def profile_dataframe(profile: ModuleProfile) -> pd.DataFrame:
     rows = profile_rows(profile)
     rates = {f"{phase.value}_{key}": "float64" for phase in PASSES for key in RATE_FIELDS}
     memory = {f"{phase.value}_{key}": "float64" for phase in PASSES for key in MEMORY_FIELDS}
+    memory.update(dict.fromkeys(ACTIVATION_FIELDS, "float64"))
     return pd.DataFrame(rows).astype({"calls": "float64", "depth": "int64", **rates, **memory})
 
 
@@ -263,7 +268,12 @@ def op_records(profile: ModuleProfile, node: ModuleNode | None = None) -> list[d
 def _memory_record(m: MemoryUse) -> dict[str, Any]:
     """One device's memory use as a dict of its passes (built here, field by field: the structs
     are stored as arrays in the cache)."""
-    return {"device": m.device, **{p.value: asdict(m.phase(p)) for p in PASSES}}
+    return {
+        "device": m.device,
+        **{p.value: asdict(m.phase(p)) for p in PASSES},
+        "activation_bytes": m.activation_bytes,
+        "own_activation_bytes": m.own_activation_bytes,
+    }
 
 
 def profile_document(profile: ModuleProfile, timeline: bool = False) -> dict[str, Any]:
@@ -303,10 +313,33 @@ def profile_document(profile: ModuleProfile, timeline: bool = False) -> dict[str
         ],
         "ops": op_records(profile),
     }
+    doc["memory"] = memory_section(profile)
     if profile.compiled is not None:
         doc["compiled"] = asdict(profile.compiled)
     if timeline:
         doc["timeline"] = profile.timeline.document() if profile.timeline else None
+    return doc
+
+
+def memory_section(profile: ModuleProfile) -> dict[str, Any] | None:
+    """What holds the memory device's memory (``ModuleProfile.memory_summary``); None for a
+    trace without [memory] events."""
+    summary = profile.memory_summary
+    if summary is None:
+        return None
+    doc = asdict(summary)
+    for key in ("peak", "forward_end"):
+        moment = getattr(summary, key)
+        if moment is not None:
+            doc[key] = {
+                **asdict(moment),
+                "module_path": list(moment.module_path),
+                "activations_by_module": [
+                    {"qualified_name": h.qualified_name, "path": list(h.path), "bytes": h.bytes}
+                    for h in moment.activations_by_module
+                ],
+            }
+    doc["recomputed_modules"] = list(summary.recomputed_modules)
     return doc
 
 

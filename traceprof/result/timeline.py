@@ -9,6 +9,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from traceprof.result.memory import CATEGORIES
 from traceprof.trace.model import check_column
 
 #: events a timeline keeps at most (the rest merged or left out, and counted)
@@ -29,6 +30,24 @@ class Lane(msgspec.Struct, frozen=True):
     rows: int
 
 
+class MemoryBlocks(msgspec.Struct, frozen=True):
+    """The blocks allocated in the trace that are alive during the step on the curve's device,
+    one entry per block (columns), so that a viewer stacks the curve by category or by module:
+    the curve's total less the blocks alive at a time is what was allocated before the trace
+    (the parameters, ...) and the blocks left out."""
+
+    start: np.ndarray  # µs from the step's start, 0 for a block allocated before it
+    end: np.ndarray  # µs from the step's start, the step's span for a block alive after it
+    nbytes: np.ndarray
+    category: np.ndarray  # int8 code: result.memory.CATEGORIES
+    module: np.ndarray  # index into Timeline.modules of the node that allocated it, -1: none
+    dropped: int = 0  # blocks left out past MAX_MEMORY_BLOCKS (the smallest: bytes x time)
+
+
+#: blocks a memory curve keeps at most (the rest are in the curve's remainder, and counted)
+MAX_MEMORY_BLOCKS = 20_000
+
+
 class MemoryCurve(msgspec.Struct, frozen=True):
     device: str
     time_us: tuple[float, ...]  # from the step's start
@@ -38,6 +57,7 @@ class MemoryCurve(msgspec.Struct, frozen=True):
     peak_module: int  # index into Timeline.modules, -1: none
     peak_phase: str  # the pass of the event at the peak
     exact_total: bool  # False: the trace lacks totals; bytes are relative to the step's start
+    blocks: MemoryBlocks | None = None  # None: the trace writes no addresses
 
 
 class Timeline(msgspec.Struct, frozen=True):
@@ -75,6 +95,14 @@ class Timeline(msgspec.Struct, frozen=True):
         check_column(self.dur, "timeline.dur", n, "f")
         if self.memory is not None and not -1 <= self.memory.peak_module < len(self.modules):
             raise ValueError("the memory peak's module is not one of the timeline's")
+        blocks = self.memory.blocks if self.memory is not None else None
+        if blocks is not None:
+            m = len(blocks.start) if isinstance(blocks.start, np.ndarray) else -1
+            check_column(blocks.start, "timeline.memory.blocks.start", m, "f")
+            check_column(blocks.end, "timeline.memory.blocks.end", m, "f")
+            check_column(blocks.nbytes, "timeline.memory.blocks.nbytes", m, "f")
+            check_column(blocks.category, "timeline.memory.blocks.category", m, "i", (0, len(CATEGORIES)))
+            check_column(blocks.module, "timeline.memory.blocks.module", m, "i", (-1, len(self.modules)))
 
     def document(self) -> dict[str, Any]:
         """The timeline as JSON-ready columns (the HTML report and TensorBoard tab read it)."""
@@ -119,5 +147,17 @@ class Timeline(msgspec.Struct, frozen=True):
                     "phase": mem.peak_phase,
                 },
                 "exact_total": mem.exact_total,
+                "blocks": None
+                if mem.blocks is None
+                else {
+                    "start": r(mem.blocks.start),
+                    "end": r(mem.blocks.end),
+                    "bytes": mem.blocks.nbytes.tolist(),
+                    "category": mem.blocks.category.tolist(),
+                    "module": mem.blocks.module.tolist(),
+                    "categories": list(CATEGORIES),
+                    "dropped": mem.blocks.dropped,
+                    "max_blocks": MAX_MEMORY_BLOCKS,
+                },
             },
         }

@@ -556,6 +556,9 @@ class TraceprofView {
     } else {
       cards.push(['CPU / step', duration(s.cpu_us)]);
     }
+    const mem = d.memory;
+    if (mem && mem.peak) cards.push(['Memory peak', `${formatField('bytes', mem.peak.total_bytes)} (${mem.device})`]);
+    if (mem && typeof mem.activation_bytes === 'number') cards.push(['Activations / step', formatField('bytes', mem.activation_bytes)]);
     if (this.extraFields.flops) {
       const achieved = (d.flops && d.flops.achieved) || {};
       const flops = s.flops !== undefined ? s.flops : this.stepFlops();
@@ -883,10 +886,67 @@ class TraceprofView {
             el('button', {class: 'tp-button', id: 'tp-zoom-out', onclick: () => zoom(2)}, 'Zoom out'),
             el('button', {class: 'tp-button', id: 'tp-zoom-reset', onclick: () => this.timelineView.reset()}, 'Reset')),
         this.timelineInfo, this.timelineBox,
-        tl.memory ? el('div', {class: 'tp-panel-head tp-memory-head'}, el('h2', {}, `Memory allocated on ${tl.memory.device}`),
+        tl.memory ? el('div', {id: 'tp-memory-panel'}, el('div', {class: 'tp-panel-head tp-memory-head'}, el('h2', {}, `Memory allocated on ${tl.memory.device}`),
             el('span', {class: 'tp-hint'}, tl.memory.exact_total ? 'the allocator\'s total at each [memory] event; module scopes under the curve' :
-              'bytes allocated since the step began (the trace lacks the allocator\'s totals); module scopes under the curve')) : null,
-        tl.memory ? this.memoryBox : null);
+              'bytes allocated since the step began (the trace lacks the allocator\'s totals); module scopes under the curve'),
+            tl.memory.blocks ? el('span', {class: 'tp-push-right'}) : null,
+            tl.memory.blocks ? this.memoryStackSelect() : null),
+        this.memoryBox, this.renderMemoryHolders()) : null);
+  }
+
+  // the short name of the node at `path` (its closest ancestor in the tree), else the path's end
+  shortNameOfPath(path) {
+    if (!this.shortOf) this.shortOf = treeShortNames(this.doc.nodes);
+    const id = this.nodeOfPath(path);
+    const exact = id >= 0 && JSON.stringify(this.byId.get(id).path) === JSON.stringify(path);
+    return (exact && this.shortOf.get(id)) || path[path.length - 1] || '(root)';
+  }
+
+  // how the memory curve is stacked: by category, by module at a depth, or the total alone
+  memoryStackSelect() {
+    const depths = Math.max(1, ...this.doc.timeline.modules.map((p) => p.length));
+    const options = [['category', 'by category'],
+      ...Array.from({length: Math.min(depths, 6)}, (_, d) => [`module:${d}`, `by module, depth ${d}`]),
+      ['total', 'total only']];
+    if (!this.memStack) this.memStack = 'category';
+    const select = el('select', {id: 'tp-memory-stack', title: 'stack the curve by what holds the memory',
+      onchange: (ev) => { this.memStack = ev.target.value; this.drawTimeline(); }},
+    options.map(([v, label]) => el('option', {value: v, selected: v === this.memStack}, label)));
+    return el('label', {class: 'tp-hint'}, 'Stack ', select);
+  }
+
+  // what holds the memory at the step's peak and at the end of the forward (doc.memory)
+  renderMemoryHolders() {
+    const m = this.doc.memory;
+    if (!m || (!m.peak && m.activation_bytes === null && !m.note)) return null;
+    const bytes = (v) => formatField('bytes', v);
+    const moment = (what, x) => {
+      if (!x) return null;
+      const parts = [['activations', x.activations_bytes], ['gradients', x.gradients_bytes],
+        ['optimizer state', x.optimizer_state_bytes], ['temporaries', x.temporaries_bytes]];
+      if (x.parameters_in_total) parts.push(['parameters', x.parameters_bytes]);
+      parts.push(['before the trace', x.before_trace_bytes]);
+      const holders = (x.activations_by_module || []).slice(0, 5).map((h) =>
+        el('span', {class: 'tp-mem-holder', title: h.qualified_name}, `${this.shortNameOfPath(h.path)} ${bytes(h.bytes)}`));
+      const params = x.parameters_bytes !== null && !x.parameters_in_total ?
+        el('span', {class: 'tp-hint'}, ` · parameters ${bytes(x.parameters_bytes)} (module table) not in this total`) : null;
+      return el('tr', {class: 'tp-mem-moment'},
+          el('th', {}, what), el('td', {class: 'tp-num'}, bytes(x.total_bytes)),
+          ...parts.map(([k, v]) => el('td', {class: 'tp-num', title: k}, bytes(v))),
+          el('td', {class: 'tp-mem-holders'}, holders, params));
+    };
+    const head = el('tr', {}, el('th', {}, ''), el('th', {}, 'total'),
+        ...['activations', 'gradients', 'optimizer state', 'temporaries'].map((k) => el('th', {}, k)),
+        ...(((m.peak || m.forward_end || {}).parameters_in_total) ? [el('th', {}, 'parameters')] : []),
+        el('th', {}, 'before the trace'), el('th', {}, 'largest activations'));
+    const where = m.peak ? ` (step ${m.peak.step}, ${duration(m.peak.time_us)}, ${m.peak.phase} pass)` : '';
+    const activations = m.activation_bytes !== null ?
+      `${bytes(m.activation_bytes)} per step kept by the forward for the backward` : '';
+    return el('div', {class: 'tp-mem-holders-box', id: 'tp-memory-holders'},
+        el('div', {class: 'tp-hint'}, [activations, m.peak ? `peak ${bytes(m.peak.total_bytes)}${where}` : '', m.note || '']
+          .filter(Boolean).join(' · ')),
+        m.peak || m.forward_end ? el('table', {class: 'tp-mem-table'}, el('thead', {}, head),
+          el('tbody', {}, moment('at the peak', m.peak), moment('end of forward', m.forward_end))) : null);
   }
 
   drawTimeline() {
@@ -960,6 +1020,11 @@ class TraceprofView {
         cols.push({key: f, label: capitalized(title(f)), num: true, get: (n) => n[f],
           fmt: (v) => formatField(f, v)});
       }
+    }
+    if (this.doc.nodes.some((n) => typeof n.activation_bytes === 'number')) {
+      cols.push({key: 'activations', label: 'Activations', num: true, get: (n) => n.activation_bytes,
+        fmt: (v) => formatField('bytes', v),
+        title: () => 'bytes its forward allocated that are still allocated when the backward begins, per step'});
     }
     cols.push({key: 'calls', label: 'Calls', num: true, get: (n) => n.calls, fmt: count});
     // parameters and shapes come from a module table (traceprof.capture): no column without one
@@ -1352,10 +1417,37 @@ class StepTimelineView {
       const next = i < hi ? Math.min(Math.max(this.x(t[i + 1], w), TL_LABEL), w) : w;
       d += `${d ? 'L' : 'M'}${x.toFixed(1)},${y(b[i]).toFixed(1)}L${next.toFixed(1)},${y(b[i]).toFixed(1)}`;
     }
-    if (d) {
+    const layers = this.memoryLayers();
+    if (d && layers) {
+      // stacked from the bottom: each layer's band between the sum below it and the sum with it
+      const below = new Float64Array(t.length).fill(base);
+      const legend = [];
+      for (const layer of layers) {
+        let top = '';
+        let bottom = '';
+        for (let i = lo; i <= hi; i++) {
+          const x = Math.min(Math.max(this.x(t[i], w), TL_LABEL), w);
+          const next = i < hi ? Math.min(Math.max(this.x(t[i + 1], w), TL_LABEL), w) : w;
+          const v = Math.max(below[i], base) + layer.values[i];
+          top += `${top ? 'L' : 'M'}${x.toFixed(1)},${y(Math.min(v, max)).toFixed(1)}L${next.toFixed(1)},${y(Math.min(v, max)).toFixed(1)}`;
+          bottom = `L${next.toFixed(1)},${y(Math.max(below[i], base)).toFixed(1)}L${x.toFixed(1)},${y(Math.max(below[i], base)).toFixed(1)}` + bottom;
+        }
+        for (let i = 0; i < t.length; i++) below[i] += layer.values[i];
+        const band = svg('path', {class: 'tp-memory-layer', d: `${top}${bottom}Z`, fill: layer.color});
+        const tip = svg('title');
+        tip.textContent = layer.title || layer.name;
+        band.append(tip);
+        chart.append(band);
+        legend.push(el('span', {class: 'tp-mem-key', title: layer.title || layer.name},
+            el('span', {class: 'tp-mem-swatch', style: `background:${layer.color}`}), layer.name));
+      }
+      chart.append(svg('path', {class: 'tp-memory-line', d}));
+      this.memoryLegend = el('div', {class: 'tp-mem-legend', id: 'tp-memory-legend'}, legend);
+    } else if (d) {
       const firstX = Math.min(Math.max(this.x(t[lo], w), TL_LABEL), w);
       chart.append(svg('path', {class: 'tp-memory-area', d: `${d}L${w},${MEM_HEIGHT}L${firstX.toFixed(1)},${MEM_HEIGHT}Z`}));
       chart.append(svg('path', {class: 'tp-memory-line', d}));
+      this.memoryLegend = null;
     }
     const scaleText = svg('text', {x: 4, y: 12, class: 'tp-memory-scale'});
     scaleText.textContent = `${formatField('bytes', hiB)}`;
@@ -1399,7 +1491,81 @@ class StepTimelineView {
       text.textContent = label;
       chart.append(text);
     }
-    box.replaceChildren(el('div', {class: 'tp-memory-peak', id: 'tp-memory-peak'}, label), chart);
+    box.replaceChildren(el('div', {class: 'tp-memory-peak', id: 'tp-memory-peak'}, label), chart, this.memoryLegend || '');
+  }
+
+  // The curve's layers, bottom first, for the stacking chosen: each {name, color, values} with
+  // a value per curve point (the bytes of the blocks alive just after that point's event, by
+  // their category or by their module at a depth); the bottom layer is what the blocks do not
+  // hold (allocated before the trace: parameters, earlier steps' state; blocks left out). Null:
+  // the total alone.
+  memoryLayers() {
+    const mem = this.tl.memory;
+    const blk = mem.blocks;
+    const mode = this.view.memStack || 'category';
+    if (!blk || mode === 'total' || !mem.exact_total) return null;
+    const t = mem.time_us;
+    const n = t.length;
+    const keys = [];
+    const index = new Map();
+    const groupOf = new Int32Array(blk.start.length);
+    const depth = mode.startsWith('module:') ? Number(mode.slice(7)) : -1;
+    for (let i = 0; i < blk.start.length; i++) {
+      let key;
+      if (depth < 0) key = `c${blk.category[i]}`;
+      else if (blk.module[i] < 0) key = 'none';
+      else key = JSON.stringify(this.tl.modules[blk.module[i]].slice(0, depth + 1));
+      if (!index.has(key)) { index.set(key, keys.length); keys.push(key); }
+      groupOf[i] = index.get(key);
+    }
+    // sweep the blocks' starts and ends along the curve's points
+    const values = keys.map(() => new Float64Array(n));
+    const edges = [];
+    for (let i = 0; i < blk.start.length; i++) {
+      edges.push([blk.start[i], blk.bytes[i], groupOf[i]], [blk.end[i], -blk.bytes[i], groupOf[i]]);
+    }
+    edges.sort((a, b) => a[0] - b[0]);
+    const now = new Float64Array(keys.length);
+    for (let k = 0, j = 0; k < n; k++) {
+      while (j < edges.length && edges[j][0] <= t[k]) { now[edges[j][2]] += edges[j][1]; j++; }
+      for (let g = 0; g < keys.length; g++) values[g][k] = Math.max(now[g], 0);
+    }
+    const first = keys.map(() => Infinity);
+    for (let i = 0; i < blk.start.length; i++) first[groupOf[i]] = Math.min(first[groupOf[i]], blk.start[i]);
+    let groups = keys.map((key, g) => ({key, values: values[g], first: first[g], peak: values[g].reduce((a, b) => Math.max(a, b), 0)}));
+    if (depth < 0) groups.sort((a, b) => a.key.localeCompare(b.key));  // categories in their order
+    else groups.sort((a, b) => a.first - b.first);  // modules as they first allocate
+    if (depth >= 0 && groups.length > 10) {  // the 9 largest modules, the rest summed
+      const largest = new Set([...groups].sort((a, b) => b.peak - a.peak).slice(0, 9));
+      const rest = groups.filter((g) => !largest.has(g));
+      const summed = new Float64Array(n);
+      for (const r of rest) for (let k = 0; k < n; k++) summed[k] += r.values[k];
+      groups = [...groups.filter((g) => largest.has(g)), {key: 'more', values: summed, count: rest.length}];
+    }
+    const base = new Float64Array(n);
+    for (let k = 0; k < n; k++) {
+      base[k] = Math.max(mem.allocated_bytes[k] - groups.reduce((sum, g) => sum + g.values[k], 0), 0);
+    }
+    const baseName = blk.dropped ? `before the trace, and ${count(blk.dropped)} smallest blocks not drawn` : 'before the trace';
+    const layers = [{name: baseName, color: '#e0e0e0', values: base,
+      title: 'allocated before the trace and alive: parameters, earlier steps\' state, inputs'}];
+    const CATEGORY_COLORS = ['#64b5f6', '#81c784', '#ffb74d', '#ba68c8'];
+    groups.forEach((g, i) => {
+      if (g.key.startsWith('c')) {
+        const c = Number(g.key.slice(1));
+        layers.push({name: blk.categories[c], color: CATEGORY_COLORS[c % CATEGORY_COLORS.length], values: g.values});
+      } else if (g.key === 'none' || g.key === 'more') {
+        layers.push({name: g.key === 'none' ? 'no module' : `${g.count} more modules`, color: '#bdbdbd', values: g.values});
+      } else {
+        const path = JSON.parse(g.key);
+        const id = this.view.nodeOfPath(path);
+        const node = id >= 0 ? this.view.byId.get(id) : null;
+        const name = this.view.shortNameOfPath(path);
+        layers.push({name: name || '(root)', title: node ? node.qualified_name || node.name : path.join(' › '),
+          color: PALETTE[i % PALETTE.length], values: g.values});
+      }
+    });
+    return layers;
   }
 }
 
