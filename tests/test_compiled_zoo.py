@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import multiprocessing
+import os
 import shutil
 from concurrent.futures import ProcessPoolExecutor, as_completed
 
@@ -49,12 +50,28 @@ def zoo(tmp_path_factory) -> dict[str, str]:
     out = tmp_path_factory.mktemp("zoo")
     tasks = [("family", n) for n in ORDER if n in FAMILIES] + [("variant", v) for v in VARIANTS]
     paths: dict[str, str] = {}
-    with ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn")) as pool:
-        futures = {pool.submit(capture_task, task, str(out)): task for task in tasks}
-        for future in as_completed(futures):
-            kind, name = futures[future]
-            for key, path in future.result().items():
-                paths[f"{name}/{key}" if kind == "family" else f"variant/{key}"] = path
+    # the workers compile into a cache of their own (shared by the two): what other runs left
+    # in Inductor's cache (a kernel half written by a process that was killed) cannot fail them
+    saved = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(tmp_path_factory.mktemp("inductor"))
+    try:
+        with ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn")) as pool:
+            futures = {pool.submit(capture_task, task, str(out)): task for task in tasks}
+            try:
+                for future in as_completed(futures):
+                    kind, name = futures[future]
+                    for key, path in future.result().items():
+                        paths[f"{name}/{key}" if kind == "family" else f"variant/{key}"] = path
+            except BaseException:  # a failed capture: the others are not waited for
+                pool.shutdown(wait=False, cancel_futures=True)
+                for process in list(getattr(pool, "_processes", {}).values()):
+                    process.terminate()  # its cache is this run's own
+                raise
+    finally:
+        if saved is None:
+            os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)
+        else:
+            os.environ["TORCHINDUCTOR_CACHE_DIR"] = saved
     return paths
 
 

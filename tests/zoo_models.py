@@ -2,8 +2,8 @@
 downloaded), captured eager and ``torch.compile``d by ``traceprof.capture.profile``.
 
 Each family is the model class users compile, at a size where the kernels and not Dynamo's
-per-call overhead make up a step on a CPU (text: hidden 256, sequence 256, batch 4, two
-layers, :data:`SIZE`; images 4x3x128x128; audio 4x80x256 frames), so that the share of the
+per-call overhead make up a step on a CPU (text: hidden 256, sequence 256, batch 8, two
+layers, :data:`SIZE`; images 8x3x224x224; audio 8x80x256 frames), so that the share of the
 root's time that lands in its submodules can be compared between eager and compiled traces.
 :func:`capture_family` writes a training step (forward, loss, backward, SGD step) and an
 inference step (``eval()``, ``torch.no_grad()``), eager and ``torch.compile(model)``;
@@ -31,7 +31,7 @@ import transformers as hf
 import traceprof.capture as tp_capture
 
 #: hidden size, sequence length, batch size, layers of every text model
-SIZE = {"hidden": 256, "seq": 256, "batch": 4, "layers": 2}
+SIZE = {"hidden": 256, "seq": 256, "batch": 8, "layers": 2}
 VOCAB = 512
 
 
@@ -67,7 +67,7 @@ def _seq2seq_inputs(gen: torch.Generator) -> dict[str, Any]:
 
 def _image_inputs(gen: torch.Generator) -> dict[str, Any]:
     return {
-        "pixel_values": torch.randn(SIZE["batch"], 3, 128, 128, generator=gen),
+        "pixel_values": torch.randn(SIZE["batch"], 3, 224, 224, generator=gen),
         "labels": torch.randint(0, 10, (SIZE["batch"],), generator=gen),
     }
 
@@ -142,7 +142,7 @@ def _t5() -> torch.nn.Module:
 def _vit() -> torch.nn.Module:
     h = SIZE["hidden"]
     config = hf.ViTConfig(
-        image_size=128,
+        image_size=224,
         patch_size=16,
         hidden_size=h,
         intermediate_size=2 * h,
@@ -155,7 +155,7 @@ def _vit() -> torch.nn.Module:
 
 def _convnext() -> torch.nn.Module:
     config = hf.ConvNextConfig(
-        hidden_sizes=[32, 64, 128, 256], depths=[1, 1, 2, 1], num_labels=10, image_size=128
+        hidden_sizes=[32, 64, 128, 256], depths=[1, 1, 2, 1], num_labels=10, image_size=224
     )
     return hf.ConvNextForImageClassification(config)
 
