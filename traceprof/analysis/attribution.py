@@ -55,11 +55,12 @@ from traceprof.analysis.event_detail import first_step_timeline, node_ops
 from traceprof.analysis.gpu_work import gpu_work
 from traceprof.analysis.hierarchy import Hierarchy, Source, build_hierarchy, check_depth
 from traceprof.analysis.kernel_labels import LabelWork, place_labelled_work
-from traceprof.analysis.lifetimes import lifetimes
+from traceprof.analysis.lifetimes import Lifetimes, lifetimes
 from traceprof.analysis.link import Links, link
 from traceprof.analysis.memory import memory_by_node
 from traceprof.analysis.memory_events import memory_device, memory_events
 from traceprof.analysis.memory_holders import (
+    BackwardSpans,
     activations_by_node,
     backward_spans,
     lifetime_warnings,
@@ -170,6 +171,8 @@ class _Prepared(NamedTuple):
     found: Steps
     costs: OpCosts
     hints: list[str]
+    #: the trace's blocks paired into lifetimes, and its backward passes (None: no addresses)
+    lifetimes: tuple[Lifetimes, BackwardSpans | None]
 
 
 def _prepare(trace: Trace, hierarchy: Source | str | None, formulas: Registry | None) -> _Prepared:
@@ -184,13 +187,15 @@ def _prepare(trace: Trace, hierarchy: Source | str | None, formulas: Registry | 
     hints = []
     if tree.source in (Source.ANNOTATIONS, Source.NONE) and hierarchy in (None, "auto") and labels is None:
         hints.append(NO_MODULES_WARNING)
-    return _Prepared(links, tree, compiled, labels, found, costs, hints)
+    life = lifetimes(trace)
+    spans = backward_spans(trace, links, tree, found) if life.has_addresses else None
+    return _Prepared(links, tree, compiled, labels, found, costs, hints, (life, spans))
 
 
 def _attribute_step(trace: Trace, p: _Prepared, step: int | None) -> tuple[ModuleProfile, Context]:
     selected, selection_warnings = select_steps(p.found, step, trace.metadata.path)
     ctx = make_context(trace, p.links, p.tree, p.found, selected)
-    return _attribute(ctx, p.hints + selection_warnings, p.costs, p.compiled, p.labels), ctx
+    return _attribute(ctx, p.hints + selection_warnings, p.costs, p.compiled, p.labels, p.lifetimes), ctx
 
 
 def _described(tree: Hierarchy, compiled: CompiledWork | None, labels: LabelWork | None) -> str:
@@ -215,6 +220,7 @@ def _attribute(
     costs: OpCosts,
     compiled: CompiledWork | None,
     labels: LabelWork | None = None,
+    memory_lifetimes: tuple[Lifetimes, BackwardSpans | None] | None = None,
 ) -> ModuleProfile:
     """The ModuleProfile of the context's selected steps: every stage in order."""
     trace, links, tree = ctx.trace, ctx.links, ctx.tree
@@ -235,9 +241,8 @@ def _attribute(
         fused_own = fused_metrics(ctx, n_nodes, cpu, gpu, compiled, labels)
         fused = (fused_own, subtree_totals_of(fused_own, parent))
     shape = tree_shape(tree, groups, total, parent, trace.metadata.module_table)
-    life = lifetimes(trace)
-    spans = backward_spans(ctx)
-    activation = activations_by_node(ctx, memory, life, spans, n_nodes)
+    life, spans = memory_lifetimes or (lifetimes(trace), None)
+    activation = activations_by_node(ctx, memory, life, spans, n_nodes) if spans is not None else None
     memory_use = memory_by_node(
         trace, memory.keep, memory.node, memory.pass_code, parent, ctx.n_steps, activation
     )
@@ -265,7 +270,7 @@ def _attribute(
         memory,
         memory_device(memory_use),
         compiled,
-        (life, spans),
+        (life, spans) if spans is not None else None,
     )
 
     selection = step_selection(ctx, cpu, gpu, counted, unsupported, costs)

@@ -21,6 +21,7 @@ from traceprof.analysis.stage import gives_memory_back
 from traceprof.analysis.unattributed import Groups
 from traceprof.result.memory import MemoryUse
 from traceprof.trace import schema
+from traceprof.trace.model import Trace
 
 
 class SelectedMemory(msgspec.Struct):
@@ -57,14 +58,29 @@ def memory_events(ctx: Context, groups: Groups) -> SelectedMemory:
     node[outside] = groups.of(kept_around[outside])
     node[node < 0] = groups.bucket  # no slice around it at all
     has = around >= 0
-    # under an optimizer step (its annotation, a foreach or fused update op) at any depth: the
-    # Python frames of with_stack traces come between the annotation and the ops
-    optimizer = links.nearest(trace.events.named(lambda s: s.startswith(schema.OPTIMIZER_STEP_PREFIXES)))
-    row_optimizer = has & (optimizer[np.maximum(around, 0)] >= 0) & (node_all < 0)
-    del optimizer
+    row_optimizer = np.zeros(len(around), bool)  # outside the modules only
+    outside_all = np.flatnonzero(has & (node_all < 0))
+    row_optimizer[outside_all] = _under_optimizer(trace, links.parent, around[outside_all])
     scope = np.where(has, ctx.scope_of[np.maximum(around, 0)], -1)
     row_recomputed = (scope >= 0) & ctx.tree.recompute_mask[np.maximum(scope, 0)]
     return SelectedMemory(keep, node, pass_code, pass_all, row_optimizer, row_recomputed)
+
+
+def _under_optimizer(trace: Trace, parent: np.ndarray, slices: np.ndarray) -> np.ndarray:
+    """Whether each slice (-1: none) is an optimizer step's or inside one (its annotation, a
+    foreach or fused update op) at any depth: the Python frames of with_stack traces come
+    between the annotation and the ops. Climbs the slices' ancestors a level at a time."""
+    ev = trace.events
+    named = np.fromiter((n.startswith(schema.OPTIMIZER_STEP_PREFIXES) for n in ev.names), bool, len(ev.names))
+    found = np.zeros(len(slices), bool)
+    at = slices.astype(np.int64)
+    live = np.flatnonzero(at >= 0)
+    while len(live):
+        cur = at[live]
+        found[live] |= named[ev.name[cur]]
+        at[live] = parent[cur]
+        live = live[(at[live] >= 0) & ~found[live]]
+    return found
 
 
 def memory_device(memory_use: Sequence[Sequence[MemoryUse]]) -> str | None:

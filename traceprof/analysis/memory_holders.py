@@ -31,8 +31,11 @@ import msgspec
 import numpy as np
 
 from traceprof.analysis.classify import BACKWARD, FORWARD, Context
+from traceprof.analysis.hierarchy import Hierarchy
 from traceprof.analysis.lifetimes import Lifetimes
+from traceprof.analysis.link import Links
 from traceprof.analysis.memory_events import SelectedMemory
+from traceprof.analysis.steps import Steps
 from traceprof.result.memory import (
     ACTIVATION,
     GRADIENT,
@@ -67,10 +70,10 @@ class BackwardSpans(msgspec.Struct, frozen=True):
     step_end_of_backward: np.ndarray  # -inf: the step has no backward work
 
 
-def backward_spans(ctx: Context) -> BackwardSpans:
+def backward_spans(trace: Trace, links: Links, tree: Hierarchy, steps: Steps) -> BackwardSpans:
     """Backward node ops (outermost) in runs: a run is one backward pass, and a new one begins
     after a module's forward or in another step (gradient accumulation runs several a step)."""
-    ev, links = ctx.trace.events, ctx.links
+    ev = trace.events
     region = links.backward_region
     n = len(region)
     own = np.flatnonzero(region == np.arange(n, dtype=region.dtype))
@@ -81,14 +84,13 @@ def backward_spans(ctx: Context) -> BackwardSpans:
     end = start + ev.dur[own]
     order = np.argsort(start, kind="stable")
     start, end = start[order], end[order]
-    steps = ctx.steps
     per_step = np.full(len(steps.numbers) + 1, -np.inf)
     if not len(start):
         return BackwardSpans(start, per_step)
-    step = _step_of(ctx, start)
+    step = _steps_of(steps, start)
     np.maximum.at(per_step, step, end)
     # a module's forward between two backward node ops: a new pass
-    scopes = ctx.tree.scope_mask & ~ctx.tree.recompute_mask & (region < 0)
+    scopes = tree.scope_mask & ~tree.recompute_mask & (region < 0)
     forward_starts = np.sort(ev.ts[scopes].astype(np.float64))
     prev_end = np.maximum.accumulate(end)
     between = np.ones(len(start), bool)
@@ -102,7 +104,10 @@ def backward_spans(ctx: Context) -> BackwardSpans:
 def _step_of(ctx: Context, t: np.ndarray) -> np.ndarray:
     """Position of the step holding each time (the last entry, one past the steps, for a trace
     without steps or a time outside them)."""
-    steps = ctx.steps
+    return _steps_of(ctx.steps, t)
+
+
+def _steps_of(steps: Steps, t: np.ndarray) -> np.ndarray:
     if not len(steps.numbers):
         return np.zeros(len(t), np.int64)
     pos = steps.of_time(t)
@@ -168,7 +173,7 @@ def memory_summary(
     ctx: Context,
     memory: SelectedMemory,
     life: Lifetimes,
-    spans: BackwardSpans,
+    spans: BackwardSpans | None,
     device: str | None,
     *,
     activation: np.ndarray | None,
@@ -195,7 +200,7 @@ def memory_summary(
         recomputed_bytes=recomputed,
         recomputed_modules=recomputed_modules,
     )
-    if not life.has_addresses:
+    if not life.has_addresses or spans is None:
         note = "the trace's [memory] events have no addresses (traces before 2022): what holds memory is not known"
         return msgspec.structs.replace(base, note=note)
     rows = np.flatnonzero(memory.keep)
