@@ -291,3 +291,54 @@ def test_checkpointed_blocks_keep_their_output_only_and_allocate_again_in_the_ba
     summary = result.memory_summary
     assert summary.recomputed_modules == ("blocks.1.inner", "blocks.2.inner")
     assert summary.recomputed_bytes >= 2 * use("blocks.0").activation_bytes
+
+
+class Stack(nn.Module):
+    """Four MLP blocks; those in ``checkpointed`` run under activation checkpointing, called
+    from the stack's forward (so the module names are the same either way)."""
+
+    def __init__(self, checkpointed: tuple[int, ...] = ()) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList([_mlp_block() for _ in range(4)])
+        self.checkpointed = checkpointed
+
+    def forward(self, x):
+        for i, block in enumerate(self.blocks):
+            x = checkpoint(block, x, use_reentrant=False) if i in self.checkpointed else block(x)
+        return x
+
+
+def test_diff_compares_activations_per_module_and_the_peak_by_category(tmp_path):
+    """The same model without and with activation checkpointing of two blocks: the diff gives
+    each module's activations on both sides (the checkpointed blocks keep only their output)
+    and the step's peak by category, in the text, the rows and the JSON document."""
+    import json
+
+    from traceprof.compare.records import diff_document, diff_rows
+    from traceprof.render.diff import DIFF_REGISTRY
+    from traceprof.render.registry import RenderOptions
+
+    paths = []
+    for name, blocks in (("base", ()), ("new", (1, 2))):
+        torch.manual_seed(0)
+        model = Stack(blocks).train()
+        result = traced_profile(model, (torch.randn(32, 256),), _sum, tmp_path / name)
+        paths.append(result.metadata.path)
+    diff = traceprof.diff(*paths)
+    rows = {(r["qualified_name"], r["pass"]): r for r in diff_rows(diff)}
+    plain = rows[("blocks.0", "forward")]
+    assert plain["base_activation_bytes"] == plain["new_activation_bytes"] > 0
+    for name in ("blocks.1", "blocks.2"):
+        row = rows[(name, "forward")]
+        # its output only (the next block's input), not its ReLU's
+        assert row["new_activation_bytes"] == row["base_activation_bytes"] / 2
+        assert rows[(name, "backward")]["base_activation_bytes"] is None  # the forward's row holds it
+    assert diff.new.activation_bytes < diff.base.activation_bytes
+    assert dict(diff.base.peak_categories)["activations"] is not None
+    doc = json.loads(json.dumps(diff_document(diff)))
+    assert doc["base"]["activation_bytes"] == diff.base.activation_bytes
+    assert set(doc["new"]["peak_categories"]) >= {"activations", "gradients", "temporaries"}
+    text = DIFF_REGISTRY.renderer("tree").render(diff, RenderOptions())
+    memory_line = next(line for line in text.splitlines() if line.startswith("memory:"))
+    assert memory_line.startswith("memory:    activations ") and "(at the peak: activations " in memory_line
+    assert "act " in text

@@ -32,7 +32,7 @@ def use(profile, name):
     return profile.memory_of(node)
 
 
-def training_step(b: TraceBuilder, params: int | None = None) -> TraceBuilder:
+def training_step(b: TraceBuilder, params: int | None = None, extra: int = 0) -> TraceBuilder:
     """fc and act's forward (step 1: 0-1000), fc's backward at 600-640 on the autograd thread,
     an SGD step at 700-800; blocks:
 
@@ -53,6 +53,8 @@ def training_step(b: TraceBuilder, params: int | None = None) -> TraceBuilder:
     m.free(5, 2048, 0x9000)
     m.alloc(35, 4096, 0x1000)
     m.alloc(36, 1024, 0x2000)
+    if extra:  # a block of fc's forward never freed
+        m.alloc(40, extra, 0xBEEF)
     m.free(100, 1024, 0x2000)
     m.alloc(170, 512, 0x3000)
     m.free(620, 4096, 0x1000, tid=2)
@@ -207,3 +209,21 @@ def test_lifetimes_are_the_same_read_in_parallel(tmp_path):
     many = lifetimes(load_trace(path, cache=False, jobs=2, chunk_bytes=64 * 1024))
     for f in ("alloc", "free", "nbytes", "start", "end"):
         assert getattr(one, f).tolist() == getattr(many, f).tolist()
+
+
+def test_a_job_shows_the_peak_per_rank(tmp_path):
+    import traceprof
+    from traceprof.job.records import rank_records
+    from traceprof.render import render_job
+
+    paths = []
+    for rank, extra in ((0, 0), (1, 50_000)):  # rank 1 holds a block more
+        b = training_step(TraceBuilder().cpu_rank(rank), extra=extra)
+        paths.append(b.write(tmp_path / f"rank{rank}.json"))
+    job = traceprof.analyze_job([str(p) for p in paths])
+    peaks = [r.memory_peak_bytes for r in job.ranks]
+    assert peaks[1] - peaks[0] == 50_000
+    assert [r["memory_peak_bytes"] for r in rank_records(job)] == peaks
+    text = render_job(job, "tree")
+    header = next(line for line in text.splitlines() if line.startswith("rank "))
+    assert "memory peak" in header

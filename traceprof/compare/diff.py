@@ -21,7 +21,7 @@ from __future__ import annotations
 import enum
 import math
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 from msgspec.structs import replace
@@ -109,6 +109,10 @@ class PassDelta(_Change, msgspec.Struct, frozen=True):
     new_memory_peak_bytes: float | None
     base_calls: float
     new_calls: float
+    #: the node's activations, bytes per step (result.memory.MemoryUse.activation_bytes): in the
+    #: forward pass's delta only; None: not known on that side (or another pass)
+    base_activation_bytes: float | None = None
+    new_activation_bytes: float | None = None
 
 
 class InsideDelta(msgspec.Struct, frozen=True):
@@ -177,6 +181,13 @@ class SideSummary(msgspec.Struct, frozen=True):
     collectives_outside_us: float = 0.0  # those of them in the bucket
     #: the trace's complete steps (what ``steps`` are without a step asked for)
     complete_steps: tuple[int, ...] = ()
+    #: memory (ModuleProfile.memory_summary): the device, the whole forward's activations per
+    #: step, the step's peak and its categories ((name, bytes), result.memory's order); None and
+    #: () when the trace has no [memory] events or lifetimes
+    memory_device: str | None = None
+    activation_bytes: float | None = None
+    peak_bytes: float | None = None
+    peak_categories: tuple[tuple[str, float | None], ...] = ()
 
     @property
     def step_alone(self) -> bool:
@@ -479,7 +490,32 @@ def _summary(side: Side) -> SideSummary:
         collectives_us=collectives,
         collectives_outside_us=outside_collectives,
         complete_steps=tuple(s for s in p.selection.in_trace if s not in p.selection.incomplete),
+        **_memory_fields(p),
     )
+
+
+def _memory_fields(p: ModuleProfile) -> dict[str, Any]:
+    """A side's memory summary for SideSummary: activations, the peak and its categories."""
+    m = p.memory_summary
+    if m is None:
+        return {}
+    peak = m.peak
+    categories: tuple[tuple[str, float | None], ...] = ()
+    if peak is not None:
+        categories = (
+            ("activations", peak.activations_bytes),
+            ("gradients", peak.gradients_bytes),
+            ("optimizer state", peak.optimizer_state_bytes),
+            ("temporaries", peak.temporaries_bytes),
+            ("parameters", peak.parameters_bytes if peak.parameters_in_total else None),
+            ("before the trace", peak.before_trace_bytes),
+        )
+    return {
+        "memory_device": m.device,
+        "activation_bytes": m.activation_bytes,
+        "peak_bytes": peak.total_bytes if peak is not None else None,
+        "peak_categories": categories,
+    }
 
 
 def _stdev(values) -> float | None:
@@ -713,11 +749,12 @@ def _pass_delta(
 ) -> PassDelta:
     def side(node, profile, s: Side):
         if node is None:
-            return 0.0, 0.0, 0.0, None, None, 0.0, None
+            return 0.0, 0.0, 0.0, None, None, 0.0, None, None
         t = node.phase(phase).total
         rate = profile.throughput(t).flop_per_s if t.flops else None
         mem = profile.memory_of(node)
         peak = mem.phase(phase).peak_bytes if mem is not None else None
+        held = mem.activation_bytes if mem is not None and phase is Pass.FORWARD else None
         steps = s.node_steps.get((node.path, PASSES.index(phase))) if s.metric == metric else None
         return (
             getattr(t, metric),
@@ -727,12 +764,15 @@ def _pass_delta(
             peak,
             node.calls if phase is not Pass.OTHER else 0.0,
             _stdev(steps or ()),
+            held,
         )
 
-    bt, bf, bk, br, bm, bc, bsd = side(b, bp, base)
-    nt, nf, nk, nr, nm, nc, nsd = side(n, np_, new)
+    bt, bf, bk, br, bm, bc, bsd, ba = side(b, bp, base)
+    nt, nf, nk, nr, nm, nc, nsd, na = side(n, np_, new)
     spreads = [x for x in (bsd, nsd) if x is not None]
-    return PassDelta(phase, bt, nt, max(spreads) if spreads else None, bf, nf, bk, nk, br, nr, bm, nm, bc, nc)
+    return PassDelta(
+        phase, bt, nt, max(spreads) if spreads else None, bf, nf, bk, nk, br, nr, bm, nm, bc, nc, ba, na
+    )
 
 
 def _inside(

@@ -51,6 +51,8 @@ def diff_rows(diff: DiffProfile) -> list[dict[str, Any]]:
                     "new_memory_peak_bytes": p.new_memory_peak_bytes,
                     "base_calls": p.base_calls,
                     "new_calls": p.new_calls,
+                    "base_activation_bytes": p.base_activation_bytes,
+                    "new_activation_bytes": p.new_activation_bytes,
                     "inside": json.dumps([_inside_record(d) for d in inside], separators=(",", ":")),
                     "_order": len(rows),
                 }
@@ -77,7 +79,7 @@ def diff_document(diff) -> dict:
     (each with its passes and the kernels or ops that changed most inside it) and the rows."""
 
     def side(s) -> dict:
-        return {**asdict(s), "idle_us": s.idle_us}
+        return {**asdict(s), "idle_us": s.idle_us, "peak_categories": dict(s.peak_categories)}
 
     return {
         "schema": DIFF_JSON_SCHEMA,
@@ -158,6 +160,8 @@ _FLOAT_COLUMNS = (
     "new_memory_peak_bytes",
     "base_calls",
     "new_calls",
+    "base_activation_bytes",
+    "new_activation_bytes",
 )
 
 

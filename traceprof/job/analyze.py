@@ -202,6 +202,13 @@ class JobRank(msgspec.Struct, frozen=True):
         """The rank's step time by ``metric``: a :class:`StepTimeline` field or ``cpu_compute_us``."""
         return self.cpu_compute_us if metric == "cpu_compute_us" else float(getattr(self.selected, metric))
 
+    @property
+    def memory_peak_bytes(self) -> float | None:
+        """The allocator's highest total in the rank's selected steps on its memory device
+        (``ModuleProfile.memory_summary``); None without [memory] events or totals."""
+        summary = self.profile.memory_summary
+        return summary.peak.total_bytes if summary is not None and summary.peak is not None else None
+
 
 def is_collective_group(node: ModuleNode | JobModule) -> bool:
     """A "not in any module" group of a CPU-side collective (``gloo:all_reduce``)."""

@@ -117,6 +117,12 @@ def rank_records(job: Job) -> list[dict]:
                 "straggler": any(s.rank == jr.rank for s in job.stragglers),
                 # why its modules' times add up to more than its step's wall time (None: they do not)
                 "over_wall": jr.profile.over_wall(),
+                # the allocator's peak on its memory device (None: no [memory] events)
+                "memory_device": jr.profile.memory_device,
+                "memory_peak_bytes": jr.memory_peak_bytes,
+                "activation_bytes": jr.profile.memory_summary.activation_bytes
+                if jr.profile.memory_summary is not None
+                else None,
             }
         )
     return out

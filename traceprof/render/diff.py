@@ -73,6 +73,7 @@ def render_tree(diff, opts: RenderOptions) -> str:
         f"matched:   by {diff.matched_by}; times are {what} per step, all passes unless named"
         + ("; ± is the step-to-step spread" if diff.wall_spread_us is not None else ""),
     ]
+    lines += _memory_lines(diff, raw)
     short = diff_html.diff_short_names(diff)
     ranked = [(m, d) for m, d in diff.most_changed() if abs(d) >= 0.05][:3]
     if ranked:
@@ -113,6 +114,8 @@ def render_tree(diff, opts: RenderOptions) -> str:
                     f"peak {units.byte_count(p.base_memory_peak_bytes, raw)} -> "
                     f"{units.byte_count(p.new_memory_peak_bytes, raw)}"
                 )
+            if p.base_activation_bytes is not None or p.new_activation_bytes is not None:
+                extra.append(f"act {_bytes_change(p.base_activation_bytes, p.new_activation_bytes, raw)}")
             pnoise = f" {NOISE}" if p.noise else ""
             change = _fused_change(p, raw, node) or _change(p.base_us, p.new_us, p.delta_ratio, raw)
             lines.append(
@@ -121,6 +124,37 @@ def render_tree(diff, opts: RenderOptions) -> str:
             )
         lines += _inside_lines(node, ind, raw)
     return "\n".join(lines) + "\n"
+
+
+def _bytes_change(base: float | None, new: float | None, raw: bool) -> str:
+    """``25.7 MB -> 30.1 MB (+4.40 MB)``; ``--`` for a side without the number."""
+    text = f"{units.byte_count(base, raw)} -> {units.byte_count(new, raw)}"
+    if base is not None and new is not None and base != new:
+        delta = units.byte_count(abs(new - base), raw)
+        text += f" ({'+' if new > base else '-'}{delta})"
+    return text
+
+
+def _memory_lines(diff, raw: bool) -> list[str]:
+    """The whole forward's activations and the step's peak by category, base -> new (sides with
+    [memory] events and lifetimes)."""
+    b, n = diff.base, diff.new
+    if (
+        b.peak_bytes is None
+        and n.peak_bytes is None
+        and b.activation_bytes is None
+        and n.activation_bytes is None
+    ):
+        return []
+    text = f"memory:    activations {_bytes_change(b.activation_bytes, n.activation_bytes, raw)} per step"
+    text += f", peak {_bytes_change(b.peak_bytes, n.peak_bytes, raw)}"
+    base, new = dict(b.peak_categories), dict(n.peak_categories)
+    parts = [
+        f"{name} {_bytes_change(base.get(name), new.get(name), raw)}"
+        for name in dict.fromkeys([*base, *new])
+        if base.get(name) or new.get(name)
+    ]
+    return [text + (f" (at the peak: {', '.join(parts)})" if parts else "")]
 
 
 def _label(node, short: dict[str, str]) -> str:

@@ -95,23 +95,29 @@ def _ranks_section(job: Job, raw: bool) -> list[str]:
         else "Per rank, per step (GPU time; collectives: NCCL/RCCL kernels; not overlapped: "
         "collective time with no other GPU work running)",
     ]
-    header = ["rank"] + [title for _, title in columns] + ["kernels", ""]
+    # the memory peak per rank: only for jobs whose traces have [memory] events
+    peaks = [r.memory_peak_bytes for r in job.ranks]
+    memory = [] if all(p is None for p in peaks) else ["memory peak"]
+    header = ["rank"] + [title for _, title in columns] + ["kernels"] + memory + [""]
     straggling = {s.rank for s in job.stragglers}
     rows = []
-    for r in job.ranks:
+    for r, peak in zip(job.ranks, peaks):
         rows.append(
             [str(r.rank)]
             + [d(r.step_time(k)) for k, _ in columns]
-            + [units.count(r.selected.kernels), "straggler" if r.rank in straggling else ""]
+            + [units.count(r.selected.kernels)]
+            + ([units.byte_count(peak, raw)] if memory else [])
+            + ["straggler" if r.rank in straggling else ""]
         )
     spreads = step_spreads(job)
+    blank = [""] * (len(memory) + 2)
     if len(job.ranks) > 1:
         for label, key in (("median", "median"), ("max", "max")):
-            rows.append([label] + [d(spreads[k][key]) if spreads[k] else "--" for k, _ in columns] + ["", ""])
+            rows.append([label] + [d(spreads[k][key]) if spreads[k] else "--" for k, _ in columns] + blank)
         rows.append(
             ["slowest"]
             + [f"rank {spreads[k]['slowest_rank']}" if spreads[k] else "--" for k, _ in columns]
-            + ["", ""]
+            + blank
         )
     # a rank whose modules' times add up to more than its step says why, as a trace's report does
     metric = "GPU busy time" if job.metric == "gpu_busy_us" else "CPU time"

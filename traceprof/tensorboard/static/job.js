@@ -95,13 +95,25 @@ function jobCards(doc) {
         H.el('div', {class: 'tp-card-value', title: v}, v))));
 }
 
+// bytes as the page's other numbers (index.js bigNumber): 42.50 MB, '--' when unknown
+function byteCount(value) {
+  if (value === null || value === undefined) return '--';
+  for (const [div, suffix] of [[1e15, ' PB'], [1e12, ' TB'], [1e9, ' GB'], [1e6, ' MB'], [1e3, ' kB']]) {
+    if (Math.abs(value) >= div) return `${(value / div).toFixed(2)}${suffix}`;
+  }
+  return `${Math.round(value)} B`;
+}
+
 // The ranks' step times (the table of `traceprof analyze JOB`), a click on a rank opens it.
 function stepTable(doc, open) {
   const columns = doc.step_metric === 'cpu_compute_us' ? CPU_STEP_COLUMNS : GPU_STEP_COLUMNS;
   const num = (text, cls = '') => H.el('td', {class: `tp-num ${cls}`}, text);
+  // the memory peak per rank: only for jobs whose traces have [memory] events
+  const memory = doc.ranks.some((r) => typeof r.memory_peak_bytes === 'number');
   const head = H.el('tr', {}, H.el('th', {}, 'Rank'),
       columns.map(([, label]) => H.el('th', {class: 'tp-num'}, label)),
-      H.el('th', {class: 'tp-num'}, 'Kernels'), H.el('th', {}, ''));
+      H.el('th', {class: 'tp-num'}, 'Kernels'), memory ? H.el('th', {class: 'tp-num'}, 'Memory peak') : null,
+      H.el('th', {}, ''));
   const body = H.el('tbody');
   for (const r of doc.ranks) {
     body.append(H.el('tr', {class: `tp-job-rank${r.straggler ? ' tp-job-straggling' : ''}`, 'data-rank': r.rank,
@@ -109,16 +121,19 @@ function stepTable(doc, open) {
     H.el('td', {}, `rank ${r.rank}`),
     columns.map(([k]) => num(H.duration(r.step[k] || 0))),
     num(String(r.step.kernels ?? r.kernels ?? '--')),
+    memory ? num(byteCount(r.memory_peak_bytes)) : null,
     H.el('td', {class: 'tp-job-flag'}, r.straggler ? 'straggler' : '')));
   }
   if (doc.ranks.length > 1) {
     const spread = (k) => doc.step_spread[k];
     for (const [label, key] of [['median', 'median'], ['max', 'max']]) {
       body.append(H.el('tr', {class: 'tp-job-stat'}, H.el('td', {}, label),
-          columns.map(([k]) => num(spread(k) ? H.duration(spread(k)[key]) : '--')), H.el('td'), H.el('td')));
+          columns.map(([k]) => num(spread(k) ? H.duration(spread(k)[key]) : '--')), H.el('td'),
+          memory ? H.el('td') : null, H.el('td')));
     }
     body.append(H.el('tr', {class: 'tp-job-stat'}, H.el('td', {}, 'slowest'),
-        columns.map(([k]) => num(spread(k) ? `rank ${spread(k).slowest_rank}` : '--')), H.el('td'), H.el('td')));
+        columns.map(([k]) => num(spread(k) ? `rank ${spread(k).slowest_rank}` : '--')), H.el('td'),
+        memory ? H.el('td') : null, H.el('td')));
   }
   return H.el('div', {class: 'tp-ops-wrap'},
       H.el('table', {class: 'tp-ops tp-job-steps', id: 'traceprof-job-steps'}, H.el('thead', {}, head), body));
