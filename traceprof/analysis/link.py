@@ -298,19 +298,28 @@ def _nest_sorted(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray, 
     by_key = np.argsort(d.astype(np.int16) if m and d.max() < 2**15 else key, kind="stable")
     # searched in the order of the keys, where the searches come sorted too (a binary search
     # in a random order of 99,000 searches took 40% of the nesting)
+    ordered = key[by_key]
     pos = np.empty(m, np.int64)
-    pos[by_key] = np.searchsorted(key[by_key], key[by_key] - m, side="right") - 1
+    pos[by_key] = np.searchsorted(ordered, ordered - m, side="right") - 1
+    del ordered
     has = (d > 0) & (pos >= 0)
     cand = np.where(has, by_key[np.clip(pos, 0, m - 1)], 0)
     has &= d[cand] == d - 1
     return d, np.where(has, cand, 0), has
 
 
+#: the most values (both arrays together) :func:`_sorted_search` merges: its merge holds three
+#: arrays of that length at once (6 MB here), where a binary search needs its result only; past
+#: it (a thread of more than 131,000 slices) the binary search keeps the memory that a large
+#: trace's nesting takes as it was
+_MERGE_MAX = 1 << 18
+
+
 def _sorted_search(a: np.ndarray, v: np.ndarray) -> np.ndarray:
     """``np.searchsorted(a, v, side="right")`` for ``a`` and ``v`` both sorted: one stable merge
     of the two (a sort that finds two sorted runs), where a binary search per value jumps
-    about ``a``."""
-    if not len(a) or not len(v):
+    about ``a`` (four times slower on a thread of 99,000 slices)."""
+    if not len(a) or not len(v) or len(a) + len(v) > _MERGE_MAX:
         return np.searchsorted(a, v, side="right")
     merged = np.argsort(np.concatenate([a, v]), kind="stable")  # equal values of a come first
     found: np.ndarray = np.flatnonzero(merged >= len(a)) - np.arange(len(v))
