@@ -43,9 +43,11 @@ call sites one to one (rare: a site without an event, an extra event).
 
 from __future__ import annotations
 
+import bisect
 import re
-from collections.abc import Iterable
-from typing import Any
+from collections import Counter
+from collections.abc import Callable, Iterable
+from typing import Any, ClassVar
 
 import msgspec
 import numpy as np
@@ -58,6 +60,7 @@ from traceprof.analysis.link import Links
 from traceprof.analysis.op_costs import OpCosts, cost_of
 from traceprof.flops import FAMILIES, REGISTRY, Registry
 from traceprof.flops.shapes import ArgumentError, OpArgs, OpCost
+from traceprof.read.limits import MAX_TREE_DEPTH
 from traceprof.result.model import CompiledSummary
 from traceprof.trace import schema
 from traceprof.trace.model import CompiledGraph, CompiledNode, CompiledTable, Trace, index_dtype
@@ -200,6 +203,10 @@ class _Join:
         #: relative modules the table knows: of nodes, and of call sites (common ancestors)
         self.known = set(self.classes) | {c.module for g in self.graphs for c in g.calls if c.module}
         self.module_table = trace.metadata.module_table
+        #: module paths of the table that name no module of the model, and how often met
+        self.named_nothing: Counter[str] = Counter()
+        #: nodes not costed, by reason ("size": a size past any tensor's)
+        self.problems: Counter[str] = Counter()
         #: symbolic sizes of runs (binding 0: none)
         self.sizes: list[dict[str, int]] = [{}]
         #: per binding: the cost of each distinct (op, arguments), worked out once
@@ -282,6 +289,21 @@ class _Join:
                 f"{'s' if len(missing) != 1 else ''} not in the compiled-kernel table "
                 f"({', '.join(k[:12] for k in missing[:3])}{', ...' if len(missing) > 3 else ''}): "
                 "their kernels stay on the module around them"
+            )
+        if self.problems["size"]:
+            n = self.problems["size"]
+            self.warnings.append(
+                f"{n} distinct node{'s' if n != 1 else ''} of the compiled-kernel table "
+                f"{'have' if n != 1 else 'has'} sizes past any tensor's (more than {MAX_SIZE:.3g} "
+                f"elements or {MAX_DIMS} dimensions): not costed, their kernels' FLOPs are lower bounds"
+            )
+        if self.named_nothing:
+            names = sorted(self.named_nothing, key=lambda m: -self.named_nothing[m])
+            self.warnings.append(
+                f"{len(names)} module path{'s' if len(names) != 1 else ''} of the compiled-kernel table "
+                f"name no module of the model ({', '.join(repr(m) for m in names[:3])}"
+                f"{', ...' if len(names) > 3 else ''}): their kernels are on the nearest module the "
+                "model has"
             )
         unmatched = len(children) - int(matched.sum())
         if unmatched:
@@ -569,7 +591,21 @@ class _Join:
         holder = root
         base = self.nodes[root].qualified_name
         parts = module.split(".")
+        if (
+            not all(_PART.fullmatch(p) for p in parts)
+            or len(parts) + len(self.nodes[root].path) > MAX_TREE_DEPTH
+        ):
+            # no module's name: an empty part ("a..b"), control characters, past any depth
+            self.named_nothing[module[:80]] += 1
+            return root
         listed = self.module_table.modules if self.module_table is not None else {}
+        if listed and _qualified(base, module) not in listed:
+            # a module the model does not have: on its deepest ancestor that it has
+            self.named_nothing[module[:80]] += 1
+            while parts and _qualified(base, ".".join(parts)) not in listed:
+                parts.pop()
+            if not parts:
+                return root
         for k in range(1, len(parts) + 1):
             relative = ".".join(parts[:k])
             qualified = _qualified(base, relative)
@@ -617,6 +653,7 @@ class _Join:
                     self.registry,
                     self.sizes[b],
                     self.node_costs[b],
+                    self.problems,
                 )
             per_combo.append(
                 [
@@ -706,11 +743,21 @@ def _bound_sizes(graph: CompiledGraph, dims: Any, concrete: Any) -> dict[str, in
 
 def _walk(names: list[int], sites: list[int]) -> list[int]:
     """The call site each child takes, walking both in order: the next site with the child's
-    name, else the next site if its event is not known; -1: none."""
+    name, else the next site if its event is not known; -1: none. The sites of each name are
+    looked up by bisection, so that children matching no site cost ``log`` of the sites each,
+    not a scan of the rest (N children against N sites: N log N, not N**2)."""
+    positions: dict[int, list[int]] = {}
+    for j, site in enumerate(sites):
+        positions.setdefault(site, []).append(j)
     out = []
     at = 0
     for name in names:
-        found = next((j for j in range(at, len(sites)) if sites[j] == name), -1)
+        found = -1
+        of_name = positions.get(name)
+        if of_name:
+            k = bisect.bisect_left(of_name, at)
+            if k < len(of_name):
+                found = of_name[k]
         if found < 0 and at < len(sites) and sites[at] == _ANY:
             found = at
         if found >= 0:
@@ -837,6 +884,7 @@ def _site_costs(
     registry: Registry,
     sizes: dict[str, int],
     memo: dict[bytes, tuple[OpCost, int] | None],
+    problems: Counter[str] | None = None,
 ) -> list[tuple[str, OpCost, int, float]]:
     """The cost of a generated kernel's nodes (those it owns, see _owners) by module: (module,
     cost, family of its largest node, FLOPs of recomputed forward ops); ``sizes``: the run's
@@ -862,12 +910,12 @@ def _site_costs(
             original = CompiledNode(node.original_aten or node.op, node.original_inputs or ())
             signature = msgspec.json.encode((original.op, original.inputs))
             if signature not in memo:
-                memo[signature] = node_cost(original, registry, sizes)
+                memo[signature] = node_cost(original, registry, sizes, problems)
             found = memo[signature]
         if found is None:
             signature = msgspec.json.encode((node.op, node.inputs))
             if signature not in memo:
-                memo[signature] = node_cost(node, registry, sizes)
+                memo[signature] = node_cost(node, registry, sizes, problems)
             found = memo[signature]
         if found is None:
             continue
@@ -895,17 +943,25 @@ def _site_costs(
 
 
 def node_cost(
-    node: CompiledNode, registry: Registry, sizes: dict[str, int] | None = None
+    node: CompiledNode,
+    registry: Registry,
+    sizes: dict[str, int] | None = None,
+    problems: Counter[str] | None = None,
 ) -> tuple[OpCost, int] | None:
     """The cost of one node's op and its family's code, through ``registry`` as an eager op
     event of the same op and arguments would be counted; None when it has none (no formula,
-    arguments not understood, a symbolic size not bound in ``sizes``)."""
+    arguments not understood, a symbolic size not bound in ``sizes``, a size past any
+    tensor's: counted in ``problems["size"]``)."""
     name = schema.compiled_op_event_name(node.op)
     entry = registry.get(name) if name is not None else None
     if name is None or entry is None or entry.formula is None:
         return None
     try:
         args = op_args(name, node.inputs, sizes or {})
+    except SizeOutOfRange:
+        if problems is not None:
+            problems["size"] += 1
+        return None
     except ArgumentError:
         return None
     cost = cost_of(entry, args)
@@ -930,11 +986,15 @@ def op_args(name: str, inputs: Iterable[Any], sizes: dict[str, int]) -> OpArgs:
 def _argument(value: Any, sizes: dict[str, int]) -> tuple[Any, str, str]:
     if _is_tensor(value):
         dtype = str(value["dtype"])
-        return (
-            [_size(s, sizes) for s in value["shape"]],
-            schema.TORCH_DTYPE_SPELLINGS.get(dtype, f"c10::{dtype}"),
-            "",
-        )
+        if len(value["shape"]) > MAX_DIMS:
+            raise SizeOutOfRange(f"a tensor of {len(value['shape'])} dimensions")
+        dims = [_size(s, sizes) for s in value["shape"]]
+        numel = 1
+        for d in dims:
+            numel *= d
+            if numel > MAX_SIZE:
+                raise SizeOutOfRange(f"a tensor of more than {MAX_SIZE} elements")
+        return dims, schema.TORCH_DTYPE_SPELLINGS.get(dtype, f"c10::{dtype}"), ""
     if isinstance(value, dict) and "sym" in value:
         return [], schema.SCALAR_TYPE, str(_size(value["sym"], sizes))
     if _is_encoded_number(value):  # {"float": "-inf"}, {"int": "<digits>"}: as a trace spells them
@@ -967,23 +1027,138 @@ def _is_tensor(value: Any) -> bool:
     return isinstance(value, dict) and isinstance(value.get("shape"), list) and "dtype" in value
 
 
-_EXPRESSION = re.compile(r"[0-9+\-*/() ]+\Z")
 _SYMBOL = re.compile(r"[A-Za-z_]\w*")
+#: one part of a module's qualified name: an attribute or an index (printable, no dot)
+_PART = re.compile(r"[^\x00-\x1f\x7f.\s]{1,200}")
+#: a size (or a tensor's elements) in the table past this is no tensor's (its bytes would not
+#: fit any memory), nor is a tensor of more dimensions than MAX_DIMS (torch's limit is 64)
+MAX_SIZE = 2**48
+MAX_DIMS = 64
+_TOKEN = re.compile(r"\s*(?:(\d+)|([A-Za-z_]\w*)|(//|[-+*/%(),]))")
+
+
+class SizeOutOfRange(ArgumentError):
+    """A size in the compiled-kernel table beyond :data:`MAX_SIZE`."""
 
 
 def _size(value: Any, sizes: dict[str, int]) -> int:
-    """A size: an int, or a symbolic size ("s77", "2*s1") with its symbols bound in ``sizes``."""
+    """A size: an int, or a symbolic size (``"s77"``, ``"2*s1"``, ``"(s0 + 1)//2"``,
+    ``"Max(1, s0)"``) with its symbols bound in ``sizes``, evaluated by :class:`_Expression`
+    (integers only, each step within :data:`MAX_SIZE`; anything else is refused)."""
     if isinstance(value, bool):
         raise ArgumentError(f"size {value!r}")
     if isinstance(value, int):
-        return value
-    text = _SYMBOL.sub(lambda m: str(sizes[m.group(0)]) if m.group(0) in sizes else "?", str(value))
-    if not _EXPRESSION.match(text):
-        raise ArgumentError(f"symbolic size {value!r} not bound")
-    try:
-        return int(eval(text.replace("/", "//"), {"__builtins__": {}}, {}))
-    except (SyntaxError, ZeroDivisionError, ValueError) as e:
-        raise ArgumentError(f"size {value!r}: {e}") from None
+        out = value
+    elif isinstance(value, str) and len(value) <= 200:
+        out = _Expression(value, sizes).value()
+    else:
+        raise ArgumentError(f"size {str(value)[:40]!r}")
+    if not 0 <= out <= MAX_SIZE:
+        raise SizeOutOfRange(f"size {str(value)[:40]} out of range")
+    return out
+
+
+class _Expression:
+    """A symbolic size's text parsed by recursive descent: ``+ - * // / %``, parentheses, unary
+    minus, ``Max``/``Min`` of arguments and ``floor``/``ceiling`` of one; integers and bound
+    symbols. Every intermediate value stays within :data:`MAX_SIZE` in magnitude, nesting
+    within 32 levels: a hostile text (``9**9**9``) is refused, never evaluated."""
+
+    _FUNCTIONS: ClassVar[dict[str, Callable[[list[int]], int]]] = {"Max": max, "Min": min}
+
+    def __init__(self, text: str, sizes: dict[str, int]) -> None:
+        self.text, self.sizes = text, sizes
+        self.tokens: list[tuple[str, str]] = []
+        pos = 0
+        while pos < len(text):
+            m = _TOKEN.match(text, pos)
+            if m is None or m.end() == pos:
+                if text[pos:].strip() == "":
+                    break
+                raise ArgumentError(f"symbolic size {text!r} not understood")
+            kind = "int" if m.group(1) else "name" if m.group(2) else "op"
+            self.tokens.append((kind, m.group(1) or m.group(2) or m.group(3)))
+            pos = m.end()
+        self.at = 0
+        self.depth = 0
+
+    def value(self) -> int:
+        out = self._sum()
+        if self.at != len(self.tokens):
+            raise ArgumentError(f"symbolic size {self.text!r} not understood")
+        return out
+
+    def _peek(self) -> str | None:
+        return self.tokens[self.at][1] if self.at < len(self.tokens) else None
+
+    def _take(self, expected: str | None = None) -> tuple[str, str]:
+        if self.at >= len(self.tokens) or (expected is not None and self.tokens[self.at][1] != expected):
+            raise ArgumentError(f"symbolic size {self.text!r} not understood")
+        self.at += 1
+        return self.tokens[self.at - 1]
+
+    @staticmethod
+    def _checked(v: int) -> int:
+        if abs(v) > MAX_SIZE:
+            raise SizeOutOfRange(f"size out of range ({v:.3g})")
+        return v
+
+    def _sum(self) -> int:
+        out = self._product()
+        while self._peek() in ("+", "-"):
+            op = self._take()[1]
+            right = self._product()
+            out = self._checked(out + right if op == "+" else out - right)
+        return out
+
+    def _product(self) -> int:
+        out = self._unary()
+        while self._peek() in ("*", "//", "/", "%"):
+            op = self._take()[1]
+            right = self._unary()
+            if op == "*":
+                out = self._checked(out * right)
+            elif right == 0:
+                raise ArgumentError(f"symbolic size {self.text!r} divides by 0")
+            else:  # sizes are integers: / is floor division, as in torch's size expressions
+                out = out % right if op == "%" else out // right
+        return out
+
+    def _unary(self) -> int:
+        if self._peek() == "-":
+            self._take()
+            return -self._unary()
+        return self._atom()
+
+    def _atom(self) -> int:
+        self.depth += 1
+        if self.depth > 32:
+            raise ArgumentError(f"symbolic size {self.text[:40]!r} nested too deeply")
+        try:
+            kind, token = self._take()
+            if kind == "int":
+                return self._checked(int(token)) if len(token) <= 16 else self._checked(MAX_SIZE + 1)
+            if token == "(":
+                out = self._sum()
+                self._take(")")
+                return out
+            if kind == "name" and self._peek() == "(" and token in ("Max", "Min", "floor", "ceiling"):
+                self._take("(")
+                args = [self._sum()]
+                while self._peek() == ",":
+                    self._take()
+                    args.append(self._sum())
+                self._take(")")
+                if token in self._FUNCTIONS:
+                    return self._FUNCTIONS[token](args)
+                if len(args) != 1:
+                    raise ArgumentError(f"symbolic size {self.text!r} not understood")
+                return args[0]  # integer sizes: floor and ceiling of an int are itself
+            if kind == "name" and token in self.sizes:
+                return self._checked(int(self.sizes[token]))
+            raise ArgumentError(f"symbolic size {self.text!r} not bound")
+        finally:
+            self.depth -= 1
 
 
 def with_compiled_costs(costs: OpCosts, work: CompiledWork) -> OpCosts:

@@ -8,17 +8,26 @@ import base64
 import binascii
 import json
 import os
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
 import numpy as np
 
-from traceprof.errors import TraceReadError
+from traceprof.errors import MemoryLimitError, TraceReadError
 from traceprof.read import cache as trace_cache
 from traceprof.read.columns import Columns, columns_from_events, first_seen_codes, select
 from traceprof.read.document import RawDocument
 from traceprof.read.events import DROP_REASONS
-from traceprof.read.limits import MAX_SPEC_DEPTH, MAX_TREE_DEPTH
+from traceprof.read.limits import (
+    BYTES_PER_JSON_BYTE,
+    BYTES_PER_OBJECT,
+    ENV_VAR,
+    MAX_SPEC_DEPTH,
+    MAX_TREE_DEPTH,
+    count_objects,
+    describe_size,
+)
 from traceprof.read.load import Progress, StreamedDocument, load_raw
 from traceprof.read.source import ContentHash
 from traceprof.trace import schema
@@ -469,8 +478,9 @@ def _metadata(doc: RawDocument | StreamedDocument) -> TraceMetadata:
             )
     dist = top.get(schema.DISTRIBUTED_INFO_KEY)
     dist = dist if isinstance(dist, dict) else {}
-    table = _module_table(top.get(schema.MODULE_TABLE_KEY), doc.warnings)
-    compiled = _compiled_table(top.get(schema.COMPILED_TABLE_KEY), doc.warnings)
+    check = _table_budget(doc)
+    table = _module_table(top.get(schema.MODULE_TABLE_KEY), doc.warnings, check)
+    compiled = _compiled_table(top.get(schema.COMPILED_TABLE_KEY), doc.warnings, check)
     rank = _int(dist.get(schema.DIST_RANK), None)
     world = _int(dist.get(schema.DIST_WORLD_SIZE), None)
     if table is not None:
@@ -530,11 +540,38 @@ def _spec(value: Any, depth: int = 0) -> Any:
     return value
 
 
-def _module_table(payload: Any, warnings: list[str]) -> ModuleTable | None:
+def _table_budget(doc: RawDocument | StreamedDocument) -> Callable[[bytes, str], bytes]:
+    """A check of an embedded table's decoded JSON against the load's memory limit: the
+    base64 text hides the objects the budget counts as the JSON arrives (its ``{``), and a
+    table decodes into Python objects, hundreds of bytes each. Past the limit:
+    :class:`MemoryLimitError`, as for events."""
+
+    def check(raw: bytes, what: str) -> bytes:
+        if doc.memory_limit is None:
+            return raw
+        need = max(len(raw) * BYTES_PER_JSON_BYTE, count_objects(raw) * BYTES_PER_OBJECT)
+        if need > doc.memory_limit:
+            raise MemoryLimitError(
+                doc.path,
+                f"its {what} ({describe_size(len(raw))} of JSON) needs more than the memory "
+                f"limit of {describe_size(doc.memory_limit)}; raise it with --max-memory or {ENV_VAR}",
+            )
+        return raw
+
+    return check
+
+
+def _module_table(
+    payload: Any, warnings: list[str], check: Callable[[bytes, str], bytes] | None = None
+) -> ModuleTable | None:
     if payload is None:
         return None
     try:
-        doc = payload if isinstance(payload, dict) else json.loads(base64.b64decode(payload))
+        if isinstance(payload, dict):
+            doc = payload
+        else:
+            raw = base64.b64decode(payload)
+            doc = json.loads(check(raw, "module table") if check else raw)
         if doc.get("format") != "traceprof.modules":
             raise ValueError("unknown format")
         modules = {}
@@ -580,13 +617,20 @@ def _module_table(payload: Any, warnings: list[str]) -> ModuleTable | None:
         return None
 
 
-def _compiled_table(payload: Any, warnings: list[str]) -> CompiledTable | None:
+def _compiled_table(
+    payload: Any, warnings: list[str], check: Callable[[bytes, str], bytes] | None = None
+) -> CompiledTable | None:
     """The compiled-kernel table (base64 JSON, as the module table; docs/attribution.md
-    "Compiled models"), or None with a warning when it cannot be read: a load never fails on it."""
+    "Compiled models"), or None with a warning when it cannot be read: a load never fails on it
+    (but for the memory limit, ``check``)."""
     if payload is None:
         return None
     try:
-        doc = payload if isinstance(payload, dict) else json.loads(base64.b64decode(payload, validate=True))
+        if isinstance(payload, dict):
+            doc = payload
+        else:
+            raw = base64.b64decode(payload, validate=True)
+            doc = json.loads(check(raw, "compiled-kernel table") if check else raw)
         if not isinstance(doc, dict) or doc.get("format") != schema.COMPILED_TABLE_FORMAT:
             raise ValueError("unknown format")
         table = msgspec.convert(doc, CompiledTable)

@@ -39,6 +39,9 @@ class RawDocument(msgspec.Struct):
     events: list  # list[schema.RawEvent]
     warnings: list[str] = msgspec.field(default_factory=list)
     dropped: Counter = msgspec.field(default_factory=Counter)
+    #: the load's memory limit (bytes, over the estimate's scale), which the embedded tables,
+    #: decoded when the Trace is built, count against; None: not checked
+    memory_limit: int | None = None
 
 
 def decode_trace(path: str | os.PathLike, data: bytes) -> RawDocument:

@@ -20,7 +20,7 @@ import msgspec
 from traceprof.read import chunks, parallel
 from traceprof.read.columns import Columns
 from traceprof.read.document import TOP_LEVEL, decode_trace, decoded_top_level, duplicated_members
-from traceprof.read.limits import MemoryBudget
+from traceprof.read.limits import MemoryBudget, resolve_max_memory
 from traceprof.read.runs import Fallback
 from traceprof.read.source import (
     GZIP_MAGIC,
@@ -52,6 +52,8 @@ class StreamedDocument(msgspec.Struct):
     columns: Columns
     warnings: list[str] = msgspec.field(default_factory=list)
     dropped: Counter = msgspec.field(default_factory=Counter)
+    #: as RawDocument.memory_limit
+    memory_limit: int | None = None
 
 
 def load_raw(
@@ -82,12 +84,13 @@ def load_raw(
         )
     except Fallback:
         doc = None
-    if doc is not None:
-        return doc
-    data = read_trace_bytes(path, max_memory, memory_scale=memory_scale, content=content)
-    if progress:
-        progress(f"decoding {len(data) / 1e6:.0f} MB of JSON")
-    return decode_trace(path, data)
+    if doc is None:
+        data = read_trace_bytes(path, max_memory, memory_scale=memory_scale, content=content)
+        if progress:
+            progress(f"decoding {len(data) / 1e6:.0f} MB of JSON")
+        doc = decode_trace(path, data)
+    doc.memory_limit = int(resolve_max_memory(max_memory) / max(memory_scale, 1e-9))
+    return doc
 
 
 def _load_streamed(
