@@ -4,6 +4,8 @@ same on the path ``profile_once`` returns (real torch, CPU, tiny models)."""
 from __future__ import annotations
 
 import io
+import json
+import os
 
 import pytest
 
@@ -159,3 +161,28 @@ def test_a_rank_that_does_not_profile_has_no_trace(tmp_path, monkeypatch):
     with pytest.raises(TraceprofError, match=r"rank 1 does not profile \(ranks=\[0\]\)") as error:
         prof.report()
     one_line(error)
+
+
+def test_a_trace_path_through_a_missing_directory_and_dot_dot_is_written(tmp_path):
+    """``logdir="<tmp>/x/../../dd"`` with ``x`` missing: the temporary file went to the
+    normalized path and the rename to the raw one (FileNotFoundError)."""
+    from traceprof.capture.session import write_trace
+
+    class Exporter:
+        def export_chrome_trace(self, path):
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(json.dumps({"traceEvents": [], "traceName": path}))
+
+    target = os.path.join(str(tmp_path), "x", "..", "dd", "t.pt.trace.json")
+    written = write_trace(Exporter(), target)
+    assert written == os.path.join(str(tmp_path), "dd", "t.pt.trace.json")
+    assert os.path.exists(written) and os.listdir(tmp_path / "dd") == ["t.pt.trace.json"]
+
+
+def test_no_trace_yet_is_an_option_error():
+    from traceprof.errors import OptionError
+
+    prof = capture.profile(torch.nn.Linear(2, 2))
+    with pytest.raises(OptionError, match="has not started") as error:
+        prof.analyze()
+    assert error.value.exit_code == OptionError.exit_code

@@ -22,7 +22,7 @@ from traceprof.capture.compiled import (
     runs_compiled,
 )
 from traceprof.capture.module_table import build_table, describe_modules, encode_table
-from traceprof.errors import TraceprofError
+from traceprof.errors import OptionError
 from traceprof.render.registry import RenderOptions
 from traceprof.render.tree import render_tree
 from traceprof.result.model import ModuleProfile
@@ -325,7 +325,7 @@ class profile:
     def _last_trace(self) -> CapturedTrace:
         if self.trace_paths:
             return self.trace_paths[-1]
-        raise TraceprofError(self._why_no_trace())
+        raise OptionError(self._why_no_trace())
 
     def _why_no_trace(self) -> str:
         if not self._entered:
@@ -523,8 +523,10 @@ def write_trace(prof: Any, path: str | os.PathLike, compresslevel: int = 6) -> s
     """
     import tempfile
 
-    path = os.fspath(path)
-    directory = os.path.dirname(os.path.abspath(path))
+    # one spelling of the path for the temporary file and the rename: "/a/x/../../dd" with x
+    # missing named a directory that exists for one and not for the other
+    path = os.path.abspath(os.fspath(path))
+    directory = os.path.dirname(path)
     os.makedirs(directory, exist_ok=True)
     base = os.path.basename(path)
     fd, tmp_json = tempfile.mkstemp(prefix=f".{base}.", suffix=".json.tmp", dir=directory)
