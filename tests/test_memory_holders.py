@@ -3,9 +3,12 @@ traces built in code (the live models are in test_activation_memory.py)."""
 
 from __future__ import annotations
 
+import pytest
+
 from traceprof.analysis.lifetimes import lifetimes
 from traceprof.read.build import load_trace
 
+from .conftest import SHARED_TRACES
 from .test_rules import forward_model
 from .tracebuilder import TraceBuilder
 
@@ -227,3 +230,44 @@ def test_a_job_shows_the_peak_per_rank(tmp_path):
     text = render_job(job, "tree")
     header = next(line for line in text.splitlines() if line.startswith("rank "))
     assert "memory peak" in header
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "module_tree/h100_bert_small_inference.json.gz",
+        "module_tree/h100_qwen1.5_0.5b_inference.json.gz",
+        "module_tree/h100_vit_image_classification_inference.json.gz",
+    ],
+)
+def test_real_traces_with_memory_events_say_what_holds_the_peak(name):
+    """The shared H100 inference traces recorded with memory: every block paired, the peak's
+    categories adding up to the allocator's total, its activations by module (an inference's
+    outputs in flight), no activations kept for a backward (there is none)."""
+    import traceprof
+
+    p = traceprof.analyze(SHARED_TRACES / name)
+    p.self_check()
+    summary = p.memory_summary
+    assert summary.device == "cuda:0" and summary.note is None
+    assert summary.lifetimes > 0 and summary.activation_bytes is None
+    peak = summary.peak
+    parts = [peak.activations_bytes, peak.gradients_bytes, peak.optimizer_state_bytes, peak.temporaries_bytes]
+    assert sum(parts) + peak.before_trace_bytes == pytest.approx(peak.total_bytes)
+    assert peak.total_bytes == max(
+        ph.peak_bytes for r in p.roots for m in p.nodes[r].memory for ph in m.phases if ph.peak_bytes
+    )
+    assert peak.activations_bytes > 0 and peak.activations_by_module
+    assert peak.gradients_bytes == peak.optimizer_state_bytes == 0
+    assert all(p.memory_of(n) is None or p.memory_of(n).activation_bytes is None for n in p.walk())
+    assert summary.forward_end is None  # no backward
+    assert any(line.startswith("peak:") for line in traceprof.render.render(p, "tree").splitlines())
+
+
+def test_a_real_trace_without_addresses_says_so():
+    import traceprof
+
+    p = traceprof.analyze(SHARED_TRACES / "legacy_2021/resnet50_v100_2021.pt.trace.json.gz")
+    summary = p.memory_summary
+    assert summary.lifetimes is None and summary.peak is None and "no addresses" in summary.note
+    assert any(line.startswith("holders:   ") for line in traceprof.render.render(p, "tree").splitlines())
