@@ -150,13 +150,10 @@ def activations_by_node(
     made = a >= 0
     am = np.maximum(a, 0)
     forward = made & memory.keep[am] & (memory.row_pass[am] == FORWARD) & (node_of[am] >= 0)
-    idx = np.flatnonzero(forward)
-    if not len(idx):
-        return np.zeros((len(mem.devices), n_nodes))
-    held = _held_for_backward(ctx, spans, life.start[idx], life.end[idx])
     if not ctx.in_selection(spans.start).any():
         return None  # an inference: no backward pass in the selection
-    idx = idx[held]
+    idx = np.flatnonzero(forward)
+    idx = idx[_held_for_backward(ctx, spans, life.start[idx], life.end[idx])]
     nodes = node_of[a[idx]]
     out = np.zeros((len(mem.devices), n_nodes))
     for d in range(len(mem.devices)):
@@ -224,7 +221,8 @@ def memory_summary(
     begins = spans.start[_step_of(ctx, spans.start) == step]
     if len(begins):  # the backward that began last before the peak, else the first after it
         b = float(begins[begins <= t_peak][-1]) if (begins <= t_peak).any() else float(begins[0])
-        before = rows[trace.events.ts[mem.event[rows]] < b]
+        t = trace.events.ts[mem.event[rows]]
+        before = rows[(t < b) & (_step_of(ctx, t) == step)]
         if len(before):
             forward_end = ctx_moment.at(int(before[-1]))
     return msgspec.structs.replace(base, peak=peak, forward_end=forward_end)
@@ -246,12 +244,8 @@ class _MomentContext:
         parameter_bytes: float | None,
     ) -> None:
         self.ctx, self.memory, self.life, self.spans, self.device = ctx, memory, life, spans, device
-        self.node_of, self.names, self.paths, self.parameter_bytes = (
-            node_of,
-            qualified_names,
-            paths,
-            parameter_bytes,
-        )
+        self.node_of, self.names, self.paths = node_of, qualified_names, paths
+        self.parameter_bytes = parameter_bytes
 
     def at(self, row: int) -> MemoryMoment:
         """The allocations alive just after the memory event ``row``."""
