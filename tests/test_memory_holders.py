@@ -8,7 +8,7 @@ import pytest
 from traceprof.analysis.lifetimes import lifetimes
 from traceprof.read.build import load_trace
 
-from .conftest import SHARED_TRACES
+from .conftest import SAMPLE_TRACES, SHARED_TRACES
 from .test_rules import forward_model
 from .tracebuilder import TraceBuilder
 
@@ -271,3 +271,23 @@ def test_a_real_trace_without_addresses_says_so():
     summary = p.memory_summary
     assert summary.lifetimes is None and summary.peak is None and "no addresses" in summary.note
     assert any(line.startswith("holders:   ") for line in traceprof.render.render(p, "tree").splitlines())
+
+
+def test_depth_and_top_fold_activations_as_they_fold_time():
+    """A node cut by --depth holds its children's activations as its own; a ``(k more)`` node
+    holds its group's; the subtree's add up after every transform (self_check)."""
+    import traceprof
+    from traceprof.result.model import NodeKind
+
+    path = SAMPLE_TRACES / "gpt_train_memory_cpu.pt.trace.json.gz"
+    full = traceprof.analyze(path)
+    whole = full.memory_of(full.nodes[full.roots[0]]).activation_bytes
+    cut = traceprof.analyze(path, depth=0)
+    cut.self_check()
+    root = cut.memory_of(cut.nodes[cut.roots[0]])
+    assert root.own_activation_bytes == root.activation_bytes == whole
+    top = traceprof.analyze(path, top=1)
+    top.self_check()
+    more = [n for n in top.walk() if n.kind is NodeKind.OTHERS]
+    assert more and any(top.memory_of(n).activation_bytes for n in more)
+    assert top.memory_of(top.nodes[top.roots[0]]).activation_bytes == whole

@@ -585,6 +585,16 @@ class ModuleProfile(msgspec.Struct, frozen=True):
                         assert part <= own or close(part, own), (
                             f"{node.qualified_name} {phase} fused {key}: {part} > own {own}"
                         )
+            for use in node.memory:  # activations add up: subtree = own + the children's
+                if use.activation_bytes is None or use.own_activation_bytes is None:
+                    continue
+                held = use.own_activation_bytes
+                for c in node.children:
+                    below = next((m for m in self.nodes[c].memory if m.device == use.device), None)
+                    held += (below.activation_bytes or 0.0) if below is not None else 0.0
+                assert close(use.activation_bytes, held), (
+                    f"{node.qualified_name} activations on {use.device}: {use.activation_bytes} != {held}"
+                )
             if node.ops:  # the ops rows add up to the node's own work, per pass
                 for phase in PASSES:
                     own = node.phase(phase).own

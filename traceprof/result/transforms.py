@@ -8,6 +8,7 @@ from collections.abc import Callable
 from msgspec.structs import replace
 
 from traceprof.result import shaping
+from traceprof.result.memory import MemoryPhase, MemoryUse
 from traceprof.result.model import (
     PASSES,
     ZERO,
@@ -101,6 +102,52 @@ def ignore_modules(profile: ModuleProfile, patterns: list[str] | tuple[str, ...]
     return _rebuild(profile, arrange)
 
 
+def _summed_memory(group: list[ModuleNode]) -> tuple[MemoryUse, ...]:
+    """The memory of a ``(k more)`` node: its group's per device, summed (peaks: the highest)."""
+    by_device: dict[str, list[MemoryUse]] = {}
+    for c in group:
+        for m in c.memory:
+            by_device.setdefault(m.device, []).append(m)
+
+    def total(values: list[float | None]) -> float | None:
+        known = [v for v in values if v is not None]
+        return sum(known) if len(known) == len(values) else None
+
+    out = []
+    for device, uses in by_device.items():
+        phases = []
+        for i in range(3):
+            ph = [u.phases[i] for u in uses]
+            peaks = [p.peak_bytes for p in ph if p.peak_bytes is not None]
+            phases.append(
+                MemoryPhase(
+                    allocated_bytes=sum(p.allocated_bytes for p in ph),
+                    freed_bytes=sum(p.freed_bytes for p in ph),
+                    peak_bytes=max(peaks) if peaks else None,
+                    events=sum(p.events for p in ph),
+                )
+            )
+        held = total([u.activation_bytes for u in uses])  # a node without memory holds none
+        forward, backward, other = phases
+        out.append(MemoryUse(device, forward, backward, other, held, held))
+    return tuple(out)
+
+
+def _with_folded_activations(
+    memory: tuple[MemoryUse, ...], folded: list[ModuleNode]
+) -> tuple[MemoryUse, ...]:
+    """A node's memory with the activations of the children folded into it counted as its own
+    (as their times become its own time); its subtree's activations are unchanged."""
+    out = []
+    for use in memory:
+        if use.own_activation_bytes is None:
+            out.append(use)
+            continue
+        inner = sum(m.activation_bytes or 0.0 for c in folded for m in c.memory if m.device == use.device)
+        out.append(replace(use, own_activation_bytes=use.own_activation_bytes + inner))
+    return tuple(out)
+
+
 #: (kept children in order, folded children, whether the folded ones become an "others" node)
 Arranged = tuple[list[ModuleNode], list[ModuleNode], bool]
 Arrange = Callable[[ModuleNode | None, list[ModuleNode]], Arranged]
@@ -162,10 +209,12 @@ def _rebuild(profile: ModuleProfile, arrange: Arrange) -> ModuleProfile:
                 ops=bounded(subtree_ops(folded)),
                 fused=fused_of(folded),
             )
+            others = replace(others, memory=_summed_memory(folded))
             out.append(others)
             child_ids.append(others.id)
         ops = node.ops
         fused = node.fused
+        memory = node.memory
         if folded and not as_sibling:
             phases = {
                 p.value: PhaseTimes(
@@ -174,6 +223,7 @@ def _rebuild(profile: ModuleProfile, arrange: Arrange) -> ModuleProfile:
                 for p in PASSES
             }
             ops = bounded(list(node.ops) + subtree_ops(folded))
+            memory = _with_folded_activations(node.memory, folded)
             inner = fused_of(folded)
             if fused is not None and inner is not None:
                 fused = Fused(
@@ -190,6 +240,7 @@ def _rebuild(profile: ModuleProfile, arrange: Arrange) -> ModuleProfile:
             depth=depth,
             ops=ops,
             fused=fused,
+            memory=memory,
             **phases,
         )
         return new_id
@@ -224,6 +275,7 @@ def _rebuild(profile: ModuleProfile, arrange: Arrange) -> ModuleProfile:
             ops=bounded(subtree_ops(folded_roots)),
             fused=fused_of(folded_roots),
         )
+        others = replace(others, memory=_summed_memory(folded_roots))
         out.append(others)
         bucket = [i for i in root_ids if out[i].kind is NodeKind.UNATTRIBUTED]
         root_ids = [i for i in root_ids if i not in bucket] + [others.id] + bucket
