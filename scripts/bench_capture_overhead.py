@@ -19,6 +19,7 @@ profiler.
     python scripts/bench_capture_overhead.py
     python scripts/bench_capture_overhead.py --models gpt --modes train --repeats 3
     python scripts/bench_capture_overhead.py --size small    # per-call stress test
+    python scripts/bench_capture_overhead.py --memory --modes train   # what profile_memory=True adds
 
 ``--compiled`` benchmarks ``torch.compile(model)`` instead (CPU: Inductor's C++ backend, so it
 needs a C++ compiler), in two parts:
@@ -171,8 +172,10 @@ def timed_steps(
             with_flops=True,
         ) as prof:
             loop(prof)
-    elif kind == "traceprof":
-        with capture.profile(model, logdir=logdir, wait=1, warmup=1, active=active) as prof:
+    elif kind in ("traceprof", "memory"):  # memory: profile_memory=True as well
+        with capture.profile(
+            model, logdir=logdir, wait=1, warmup=1, active=active, profile_memory=kind == "memory"
+        ) as prof:
             loop(prof)
         for path in prof.trace_paths:
             if compiled_check is not None:
@@ -184,27 +187,33 @@ def timed_steps(
     return times
 
 
-def bench_model(name: str, mode: str, size: str, repeats: int, active: int, logdir: str) -> dict:
-    """Per clock (wall, cpu): median step time per kind and traceprof/torch ratios per repeat."""
+def bench_model(
+    name: str, mode: str, size: str, repeats: int, active: int, logdir: str, memory: bool = False
+) -> dict:
+    """Per clock (wall, cpu): median step time per kind and traceprof/torch ratios per repeat;
+    ``memory``: also ``traceprof.capture.profile(..., profile_memory=True)`` and its ratios to
+    traceprof without it (``memory_ratios``)."""
     model, step = make_step(name, mode, size)
-    kinds = ["none", "torch", "traceprof"]
+    kinds = ["none", "torch", "traceprof"] + (["memory"] if memory else [])
     for kind in kinds:  # warm up every path once (allocator, profiler init, hooks)
         timed_steps(kind, model, step, 2, logdir)
     samples: dict[str, list[tuple[float, float]]] = {k: [] for k in kinds}
     ratios: dict[int, list[float]] = {0: [], 1: []}
+    memory_ratios: dict[int, list[float]] = {0: [], 1: []}
     for r in range(repeats):
         order = kinds if r % 2 == 0 else kinds[::-1]
         run = {kind: timed_steps(kind, model, step, active, logdir) for kind in order}
         for kind in kinds:
             samples[kind].extend(run[kind])
         for clock in (0, 1):
-            ratios[clock].append(
-                statistics.median(t[clock] for t in run["traceprof"])
-                / statistics.median(t[clock] for t in run["torch"])
-            )
+            traced = statistics.median(t[clock] for t in run["traceprof"])
+            ratios[clock].append(traced / statistics.median(t[clock] for t in run["torch"]))
+            if memory:
+                memory_ratios[clock].append(statistics.median(t[clock] for t in run["memory"]) / traced)
     return {
         "median": {(k, c): statistics.median(t[c] for t in v) for k, v in samples.items() for c in (0, 1)},
         "ratios": ratios,
+        "memory_ratios": memory_ratios,
         "calls": _calls_per_step(model, step),
     }
 
@@ -440,6 +449,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--compile-repeats", type=int, default=3, help="--compiled: fresh processes per kind for compile time"
     )
+    parser.add_argument(
+        "--memory",
+        action="store_true",
+        help="also traceprof with profile_memory=True: its step time and ratio to traceprof without",
+    )
     parser.add_argument("--compile-child", choices=("plain", "traceprof"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     warnings.filterwarnings("ignore", message=".*Profiler clears events.*")
@@ -460,23 +474,35 @@ def main(argv: list[str] | None = None) -> int:
         " backward); ratio = traceprof/torch,\nmedian over repeats [min..max];"
         " us/call = extra per module call from the medians"
     )
+    if args.memory:
+        print(
+            "memory = traceprof with profile_memory=True; mem ratio = memory/traceprof, median over repeats"
+        )
     print(
         f"{'model':9} {'mode':5} {'calls':>5} {'clock':5} {'none':>8} {'torch':>8}"
         f" {'traceprof':>9} {'ratio':>21} {'us/call':>7}"
+        + (f" {'memory':>9} {'mem ratio':>21}" if args.memory else "")
     )
     with tempfile.TemporaryDirectory(prefix="traceprof-bench-") as logdir:
         for name in args.models:
             for mode in args.modes:
-                r = bench_model(name, mode, args.size, args.repeats, args.active, logdir)
+                r = bench_model(name, mode, args.size, args.repeats, args.active, logdir, args.memory)
                 med = r["median"]
                 for clock, label in ((0, "wall"), (1, "cpu")):
                     ratios = r["ratios"][clock]
                     per_call = (med["traceprof", clock] - med["torch", clock]) / r["calls"] * 1e6
+                    memory = ""
+                    if args.memory:  # traceprof with profile_memory=True, and its ratio to without
+                        m = r["memory_ratios"][clock]
+                        memory = (
+                            f" {med['memory', clock] * 1e3:9.2f} {statistics.median(m):6.3f}"
+                            f" [{min(m):.3f}..{max(m):.3f}]"
+                        )
                     print(
                         f"{name:9} {mode:5} {r['calls']:5d} {label:5} "
                         f"{med['none', clock] * 1e3:8.2f} {med['torch', clock] * 1e3:8.2f} "
                         f"{med['traceprof', clock] * 1e3:9.2f} {statistics.median(ratios):6.3f}"
-                        f" [{min(ratios):.3f}..{max(ratios):.3f}] {per_call:7.1f}",
+                        f" [{min(ratios):.3f}..{max(ratios):.3f}] {per_call:7.1f}{memory}",
                         flush=True,
                     )
     print("\ncost per module call, chain of nn.Identity, best of 200 forwards, us")
