@@ -16,6 +16,7 @@ nn = torch.nn
 
 import traceprof.capture as capture  # noqa: E402
 from traceprof.capture import compiled as compiled_mod  # noqa: E402
+from traceprof.capture import graph_nodes, graph_patches  # noqa: E402
 from traceprof.capture.compiled import (  # noqa: E402
     CompiledGraphRecorder,
     RecorderUnavailable,
@@ -369,16 +370,14 @@ def test_replaced_nodes_take_the_stack_of_the_heaviest_matched_node():
         fx_node(aten.addmm.default),
         fx_node(aten.relu.default, nn_module_stack={"4": ("L['self'].d", nn.ReLU)}),
     )
-    compiled_mod._tag_replaced([bare, add_a, mm_b, mm_c], [new, own])
-    assert (
-        new.meta[compiled_mod._REPLACED_KEY] == mm_b.meta["fwd_nn_module_stack"]
-    )  # a matmul; ties: the first
-    assert compiled_mod._REPLACED_KEY not in own.meta  # a node with a stack of its own keeps it
-    row = compiled_mod._describe_node(SimpleNamespace(**vars(new), args=(), kwargs={}), ModulePaths([], {}))
+    graph_patches.tag_replaced([bare, add_a, mm_b, mm_c], [new, own])
+    assert new.meta[graph_nodes.REPLACED_KEY] == mm_b.meta["fwd_nn_module_stack"]  # a matmul; ties: the first
+    assert graph_nodes.REPLACED_KEY not in own.meta  # a node with a stack of its own keeps it
+    row = graph_nodes._describe_node(SimpleNamespace(**vars(new), args=(), kwargs={}), ModulePaths([], {}))
     assert (row["module"], row["module_class"], row["module_from"]) == ("b", "Linear", "replaced")
     pointwise = fx_node(aten.addmm.default)
-    compiled_mod._tag_replaced([bare, add_a], [pointwise])  # only pointwise nodes: the first with a stack
-    assert pointwise.meta[compiled_mod._REPLACED_KEY] == add_a.meta["nn_module_stack"]
+    graph_patches.tag_replaced([bare, add_a], [pointwise])  # only pointwise nodes: the first with a stack
+    assert pointwise.meta[graph_nodes.REPLACED_KEY] == add_a.meta["nn_module_stack"]
 
 
 def traceprof_analyze(path):

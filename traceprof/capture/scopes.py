@@ -37,7 +37,7 @@ from typing import Any
 
 import torch
 
-from traceprof.capture.compiled import compiled_methods
+from traceprof.capture.compiled_modules import compiled_methods
 from traceprof.capture.module_table import describe_call
 from traceprof.trace.schema import traceprof_scope_name as scope_name  # the spelling lives in schema.py
 

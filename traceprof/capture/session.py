@@ -15,12 +15,8 @@ from typing import Any, Literal, TextIO
 import msgspec
 
 from traceprof.api import analyze as analyze_trace
-from traceprof.capture.compiled import (
-    failure_table,
-    inside_compiled,
-    named_model_modules,
-    runs_compiled,
-)
+from traceprof.capture.compiled import failure_table
+from traceprof.capture.compiled_modules import inside_compiled, named_model_modules, runs_compiled
 from traceprof.capture.module_table import build_table, describe_modules, encode_table
 from traceprof.errors import OptionError
 from traceprof.render.registry import RenderOptions
