@@ -35,10 +35,15 @@ from traceprof.result.model import ModuleProfile, NodeKind
 
 from .zoo_models import COVERAGE_RATIO, FAMILIES, VARIANTS, capture_task, compare
 
-pytestmark = pytest.mark.skipif(
-    not any(shutil.which(cc) for cc in ("g++", "c++", "clang++")),
-    reason="torch.compile on CPU needs a C++ compiler",
-)
+pytestmark = [
+    pytest.mark.skipif(
+        not any(shutil.which(cc) for cc in ("g++", "c++", "clang++")),
+        reason="torch.compile on CPU needs a C++ compiler",
+    ),
+    # the captures (every family compiled, in two workers) run in the first test's setup: the
+    # suite's 300 s guard against a hang would stop them
+    pytest.mark.timeout(3600),
+]
 
 #: the slowest to compile first, so that two workers finish together
 ORDER = ("whisper", "convnext", "t5", "mixtral", "bert", "gpt2", "llama", "vit", "qwen2", "gemma")
@@ -61,6 +66,10 @@ def zoo(tmp_path_factory) -> dict[str, str]:
                 for future in as_completed(futures):
                     kind, name = futures[future]
                     for key, path in future.result().items():
+                        if key == "seconds":  # how long the task took, kept beside the traces
+                            with open(out / "seconds.txt", "a", encoding="utf-8") as f:
+                                f.write(f"{kind} {name} {path}\n")
+                            continue
                         paths[f"{name}/{key}" if kind == "family" else f"variant/{key}"] = path
             except BaseException:  # a failed capture: the others are not waited for
                 pool.shutdown(wait=False, cancel_futures=True)
