@@ -52,6 +52,10 @@ def memory_events(ctx: Context, groups: Groups) -> SelectedMemory:
         np.flatnonzero(links.depth >= 0).astype(links.parent.dtype),
         memory.event,
     )
+    if ctx.tree.event_node is not None:
+        around = _kernel_after(
+            trace.events.ts, links.parent, ctx.tree.event_node, around, trace.events.ts[memory.event]
+        )
     node_all, _, pass_all = ctx.classify(around)
     node, pass_code, kept_around = node_all[keep], pass_all[keep], around[keep]
     outside = (node < 0) & (kept_around >= 0)
@@ -64,6 +68,37 @@ def memory_events(ctx: Context, groups: Groups) -> SelectedMemory:
     scope = np.where(has, ctx.scope_of[np.maximum(around, 0)], -1)
     row_recomputed = (scope >= 0) & ctx.tree.recompute_mask[np.maximum(scope, 0)]
     return SelectedMemory(keep, node, pass_code, pass_all, row_optimizer, row_recomputed)
+
+
+def _kernel_after(
+    ts: np.ndarray, parent: np.ndarray, event_node: np.ndarray, around: np.ndarray, t: np.ndarray
+) -> np.ndarray:
+    """Memory events made by a compiled graph's wrapper between its kernel calls (the buffers
+    Inductor allocates for the kernel it calls next, and frees after the last reader): each
+    goes with the first kernel call of the same wrapper that starts at or after it and that the
+    compiled-kernel table gave a module (``event_node``), else stays on the wrapper."""
+    out: np.ndarray = around.copy()
+    loose = np.flatnonzero((around >= 0) & (event_node[np.maximum(around, 0)] < 0))
+    if not len(loose):
+        return out
+    calls = np.flatnonzero(event_node >= 0)
+    calls = calls[(parent[calls] >= 0) & (event_node[np.maximum(parent[calls], 0)] < 0)]
+    if not len(calls):
+        return out
+    # one sorted key per call: its wrapper, then its start's rank among every start
+    starts = np.sort(ts[calls])
+    width = len(starts) + 1
+    rank = np.searchsorted(starts, ts[calls], side="left")
+    keys = parent[calls].astype(np.int64) * width + rank
+    order = np.argsort(keys, kind="stable")
+    keys, calls = keys[order], calls[order]
+    wrapper = around[loose].astype(np.int64)
+    query = wrapper * width + np.searchsorted(starts, t[loose], side="left")
+    pos = np.searchsorted(keys, query, side="left")
+    found = pos < len(keys)
+    found[found] = parent[calls[pos[found]]] == wrapper[found]
+    out[loose[found]] = calls[pos[found]]
+    return out
 
 
 def _under_optimizer(trace: Trace, parent: np.ndarray, slices: np.ndarray) -> np.ndarray:
