@@ -80,7 +80,7 @@ sys.stdout.write(orjson.dumps({"json_bytes": len(data), "events": len(events)}).
 """
 
 
-def run_child(cmd, timeout, capture_stdout):
+def run_child(cmd, timeout, capture_stdout, env=None):
     """Run cmd; return wall seconds, peak RSS (MB) of that child, exit code, stdout, stderr tail."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         t0 = time.perf_counter()
@@ -90,6 +90,7 @@ def run_child(cmd, timeout, capture_stdout):
             stdin=subprocess.DEVNULL,
             stdout=out if capture_stdout else subprocess.DEVNULL,
             stderr=err,
+            env=env,
         )
         killer = threading.Timer(timeout, proc.kill)
         killer.start()
@@ -611,6 +612,172 @@ def cache_figures(a):
     return 0
 
 
+# -- start-up, cached looks and first looks at real traces (--startup) ---------------------------
+
+#: the reference of the first looks beside orjson.loads: simdjson's parse of the same text
+#: (pysimdjson; a lazy document, no Python objects), in the same kind of script
+REFERENCE_SIMDJSON = r"""
+import gzip, sys
+import simdjson
+with open(sys.argv[1], "rb") as f:
+    data = f.read()
+if data[:2] == b"\x1f\x8b":
+    data = gzip.decompress(data)
+doc = simdjson.Parser().parse(data)
+"""
+#: the real trace with the deepest module tree (../shared/traces/SOURCES.md)
+DEEP_REAL = SHARED / "speed" / "mi300_owlv2_inference.json.gz"
+#: the shared traces whose JSON is over this size get a first-look figure
+FIRST_LOOK_MB = 10
+
+
+def _json_mb(path):
+    """MB of JSON of a trace file: its size, or a gzip file's trailer (size modulo 4 GiB)."""
+    with open(path, "rb") as f:
+        if f.read(2) != b"\x1f\x8b":
+            return os.path.getsize(path) / 1e6
+        f.seek(-4, os.SEEK_END)
+        return int.from_bytes(f.read(4), "little") / 1e6
+
+
+def _paired(label, commands, repeat, timeout, exits=(0,)):
+    """Each of ``commands`` (name -> (argv, env)) run ``repeat`` times, in turn (A B A B ...),
+    after one untimed run of each; wall seconds per run. A command that exits with a status not
+    in ``exits`` stops the figure with its stderr."""
+    walls = {name: [] for name in commands}
+    for cmd, env in commands.values():
+        run_child(cmd, timeout, capture_stdout=False, env=env)  # bytecode, page and trace caches
+    for i in range(repeat):
+        for name, (cmd, env) in commands.items():
+            r = run_child(cmd, timeout, capture_stdout=False, env=env)
+            if r["rc"] not in exits:
+                raise SystemExit(f"{label}: {name} failed (exit {r['rc']}):\n{r['stderr_tail']}")
+            walls[name].append(r["wall_s"])
+        print(
+            f"  {label} [{i + 1}/{repeat}] "
+            + "  ".join(f"{name} {walls[name][-1]:.3f} s" for name in commands),
+            flush=True,
+        )
+    return walls
+
+
+def _ratio_row(figure, walls, a, b, target, extra=""):
+    """A row: the median of the pairs' ratios a/b, their spread and the medians of each."""
+    ratios = [x / y for x, y in zip(walls[a], walls[b])]
+    median = statistics.median(ratios)
+    measured = (
+        f"{statistics.median(walls[a]):.3f} s / {statistics.median(walls[b]):.3f} s: "
+        f"{median:.2f}x (pairs {min(ratios):.2f}-{max(ratios):.2f}x, {len(ratios)} runs){extra}"
+    )
+    return (figure, measured, f"<= {target}x", median <= target)
+
+
+def startup_figures(a):
+    """The figures of start-up (docs/performance.md "Start-up"), each the median of the ratios
+    of alternated pairs of whole processes:
+
+    * ``help``: ``traceprof --help``, ``--version`` and usage errors against
+      ``python -c "import numpy"`` (target 0.6x);
+    * ``cached``: looks served by the cache (every format of the real owlv2 trace, the Python
+      API's profile, a job of 8 real ranks, a diff of two traces) against
+      ``python -c "import numpy, msgspec"`` (target 1.5x);
+    * ``first``: the first look (no cache) at every shared trace of more than 10 MB of JSON
+      against ``orjson.loads`` of the same file (target 1.0x), and the ratio to simdjson's parse
+      (pysimdjson, when installed)."""
+    import shutil
+
+    py, t, repeat = a.python, a.timeout, a.repeat
+    tp = str(Path(py).with_name("traceprof"))  # the console script, as users run it
+    if not Path(tp).exists():
+        tp_cmd = [py, "-m", "traceprof"]
+    else:
+        tp_cmd = [tp]
+    subprocess.run([*tp_cmd, "--help"], cwd=REPO, env=CHILD_ENV, stdout=subprocess.DEVNULL, check=True)
+    want = set(a.startup_figures)
+    rows = []
+    if "help" in want:
+        numpy_only = ([py, "-c", "import numpy"], CHILD_ENV)
+        for name, argv in (
+            ("traceprof --help", ["--help"]),
+            ("traceprof --version", ["--version"]),
+            ("usage error: unknown option", ["analyze", "--bogus"]),
+            ("usage error: unknown format", ["analyze", "t.json", "--format", "nope"]),
+            ("usage error: no such command", ["nope"]),
+        ):
+            walls = _paired(
+                name,
+                {"traceprof": ([*tp_cmd, *argv], CHILD_ENV), "numpy": numpy_only},
+                repeat,
+                t,
+                exits=(0, 2, 3),  # a usage error exits 3 (click's own missing-command help: 2)
+            )
+            rows.append(_ratio_row(f"{name} vs import numpy", walls, "traceprof", "numpy", 0.6))
+    if "cached" in want:
+        scratch = Path(tempfile.mkdtemp(prefix="traceprof-bench-startup-"))
+        env = {**CHILD_ENV, "TRACEPROF_CACHE": str(scratch)}
+        reference = ([py, "-c", "import numpy, msgspec"], CHILD_ENV)
+        deep = str(DEEP_REAL)
+        job = str(SHARED / "multi_rank")
+        base, new = (
+            str(REPO / "sample_traces" / f"gpt_diff_{n}_cpu.pt.trace.json.gz") for n in ("base", "wide_mlp")
+        )
+        looks = [
+            (f"owlv2 --format {fmt}", [*tp_cmd, "analyze", deep, "--format", fmt, "-o", "-"])
+            for fmt in a.formats
+        ]
+        looks += [
+            (
+                "owlv2 profile (traceprof.analyze)",
+                [py, "-c", "import sys, traceprof; traceprof.analyze(sys.argv[1])", deep],
+            ),
+            ("job of 8 real ranks", [*tp_cmd, "analyze", job]),
+            ("diff of two traces", [*tp_cmd, "diff", base, new]),
+        ]
+        for name, cmd in looks:
+            walls = _paired(name, {"cached look": (cmd, env), "numpy+msgspec": reference}, repeat, t)
+            rows.append(
+                _ratio_row(
+                    f"cached: {name} vs import numpy, msgspec", walls, "cached look", "numpy+msgspec", 1.5
+                )
+            )
+        shutil.rmtree(scratch, ignore_errors=True)
+    if "first" in want:
+        try:
+            import simdjson  # noqa: F401 - only whether the reference can run
+        except ImportError:
+            simd = False
+            print("pysimdjson is not installed: no ratio to simdjson's parse", flush=True)
+        else:
+            simd = True
+        env = {**CHILD_ENV, "TRACEPROF_CACHE": "off"}
+        traces = sorted(p for p in SHARED.rglob("*.json*") if _json_mb(p) > FIRST_LOOK_MB)
+        for path in traces:
+            warm_cache(path)
+            commands = {
+                "traceprof": ([*tp_cmd, "analyze", str(path)], env),
+                "orjson.loads": ([py, "-c", REFERENCE, str(path), a.ref_gc], CHILD_ENV),
+            }
+            if simd:
+                commands["simdjson"] = ([py, "-c", REFERENCE_SIMDJSON, str(path)], CHILD_ENV)
+            walls = _paired(path.name, commands, repeat, t)
+            extra = ""
+            if simd:
+                vs = [x / y for x, y in zip(walls["traceprof"], walls["simdjson"])]
+                extra = f"; {statistics.median(vs):.1f}x simdjson's parse ({statistics.median(walls['simdjson']):.3f} s)"
+            rows.append(
+                _ratio_row(
+                    f"first look: {path.name} ({_json_mb(path):.0f} MB) vs orjson.loads",
+                    walls,
+                    "traceprof",
+                    "orjson.loads",
+                    1.0,
+                    extra,
+                )
+            )
+    _print_rows(rows)
+    return 0
+
+
 def _generate(path, *args):
     if path.exists():
         return
@@ -709,8 +876,28 @@ def main(argv=None):
         choices=("1gb", "second", "diff", "job"),
         help="--cache: the figures to take (default: all)",
     )
+    ap.add_argument(
+        "--startup",
+        action="store_true",
+        help="the start-up figures instead (see startup_figures): --help, cached looks, first looks",
+    )
+    ap.add_argument(
+        "--startup-figures",
+        nargs="*",
+        default=["help", "cached", "first"],
+        choices=("help", "cached", "first"),
+        help="--startup: the figures to take (default: all)",
+    )
+    ap.add_argument(
+        "--formats",
+        nargs="*",
+        default=["tree", "table", "json", "csv", "html", "parquet"],
+        help="--startup: the formats of the cached looks (default: all)",
+    )
     a = ap.parse_args(argv)
     compile_package()
+    if a.startup:
+        return startup_figures(a)
     if a.ingest:
         return ingest_figures(a)
     if a.cache:
