@@ -14,7 +14,8 @@ if TYPE_CHECKING:  # what the names below are, for type checkers and editors
     from traceprof.api import analyze
     from traceprof.capture import profile, profile_once
     from traceprof.compare.diff import DiffProfile, diff
-    from traceprof.job.analyze import Job, analyze_job
+    from traceprof.job.analyze import analyze_job
+    from traceprof.job.model import Job
     from traceprof.read.build import load_trace
     from traceprof.result.model import (
         PASSES,
@@ -53,7 +54,7 @@ _LAZY = {
     "Trace": "trace.model",
     "profile": "capture",
     "profile_once": "capture",
-    "Job": "job.analyze",
+    "Job": "job.model",
     "analyze_job": "job.analyze",
     "DiffProfile": "compare.diff",
     "diff": "compare.diff",

@@ -16,7 +16,8 @@ from traceprof.result.model import UNATTRIBUTED_NAME, NodeKind, Pass
 from traceprof.result.names import Parts, path_parts, short_name_map
 
 if TYPE_CHECKING:  # the job module is imported by whoever builds a Job
-    from traceprof.job.analyze import Job, JobModule, Straggler
+    from traceprof.job.model import Job, Straggler
+    from traceprof.job.modules import JobModule
 
 _STEP_COLUMNS = (
     ("wall_us", "step wall"),
@@ -133,7 +134,7 @@ def _ranks_section(job: Job, raw: bool) -> list[str]:
 
 def _stragglers_section(job: Job, raw: bool) -> list[str]:
     what = _STRAGGLER_METRICS.get(job.step_metric, "step wall time")
-    # the reference (job.analyze.straggler_reference): the faster of two ranks, else the median
+    # the reference (job.reduce.straggler_reference): the faster of two ranks, else the median
     above = "the faster rank's" if len(job.ranks) == 2 else "the median"
     lines = [
         "",
@@ -202,7 +203,7 @@ def straggler_explanation(
 def reference_text(s: Straggler) -> str:
     """What a straggler is compared with: ``the faster rank (rank 0)``, ``the median rank
     (rank 3)``, ``the median ranks (rank 3 and rank 4, their mean)``."""
-    from traceprof.job.analyze import MEDIAN_RANKS
+    from traceprof.job.model import MEDIAN_RANKS
 
     ranks = " and ".join(f"rank {r}" for r in s.reference_ranks)
     if s.reference == MEDIAN_RANKS:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
 from traceprof import units
-from traceprof.job.analyze import spread_of
+from traceprof.job.modules import spread_of
 from traceprof.render import memory_text
 from traceprof.render.job_text import reference_text
 from traceprof.result.memory import CATEGORIES
@@ -28,7 +28,8 @@ from traceprof.result.model import PASSES, ModuleNode, ModuleProfile, NodeKind
 
 if TYPE_CHECKING:  # types only: a diff or a job arrives built, its module already loaded
     from traceprof.compare.diff import DiffNode, DiffProfile
-    from traceprof.job.analyze import Job, JobModule
+    from traceprof.job.model import Job
+    from traceprof.job.modules import JobModule
 
 #: the icicle's drawing width (it scales to the output's width) and the height of a row
 WIDTH, ROW = 960, 20
