@@ -25,6 +25,7 @@ import numpy as np
 from traceprof.read import cache as trace_cache
 from traceprof.read.build import load_keyed
 from traceprof.read.cache import cache_store
+from traceprof.result.metric import TimeMetric
 from traceprof.result.model import UNATTRIBUTED_NAME, ModuleProfile
 from traceprof.trace import schema
 from traceprof.trace.model import Trace
@@ -46,7 +47,7 @@ class Side(msgspec.Struct, frozen=True):
 
     path: str
     profile: ModuleProfile
-    metric: str  # "gpu_busy_us" (traces with GPU work) or "cpu_us"
+    metric: TimeMetric  # GPU busy time on traces with GPU work, else CPU time
     step_numbers: tuple[int, ...]  # the selected steps (empty: the whole trace)
     step_wall_us: tuple[float, ...]  # wall time of each selected step
     step_time_us: tuple[float, ...]  # the metric of each selected step
@@ -260,7 +261,7 @@ def _side(profile: ModuleProfile, ctx: Context) -> Side:
     return Side(
         path=profile.metadata.path,
         profile=profile,
-        metric="gpu_busy_us" if has_gpu else "cpu_us",
+        metric=TimeMetric.of(has_gpu),
         step_numbers=numbers,
         step_wall_us=wall,
         step_time_us=step_time,

@@ -1,4 +1,4 @@
-"""Renderers of a diff (traceprof.compare.diff.DiffProfile), in a table by name and extension like the
+"""Renderers of a diff (traceprof.compare.model.DiffProfile), in a table by name and extension like the
 single-trace ones: tree (text), json, csv, parquet, html (docs/diff.md)."""
 
 from __future__ import annotations

@@ -27,7 +27,8 @@ from traceprof.result.memory import CATEGORIES
 from traceprof.result.model import PASSES, ModuleNode, ModuleProfile, NodeKind
 
 if TYPE_CHECKING:  # types only: a diff or a job arrives built, its module already loaded
-    from traceprof.compare.diff import DiffNode, DiffProfile
+    from traceprof.compare.model import DiffProfile
+    from traceprof.compare.nodes import DiffNode
     from traceprof.job.model import Job
     from traceprof.job.modules import JobModule
 
