@@ -36,7 +36,10 @@ from traceprof.trace.schema import Kind
 
 #: label of a module's own CPU time outside every op (Python code of its forward)
 OUTSIDE_OPS = "(outside ops)"
-#: label of a step's CPU time between its top-level slices
+#: the same time among the kernels or ops a diff lists inside a node (compare.side)
+MODULE_CODE = "(module code)"
+#: label of a step's CPU time between its top-level slices, among ops (the unattributed bucket's
+#: group of that time is named result.model.BETWEEN_OPS)
 BETWEEN_OPS_LABEL = "(between ops)"
 #: label of GPU work whose launch is not in the trace
 _PASS_VALUES = ("forward", "backward", "other")  # profile.PASSES order (pass codes 0, 1, 2)
