@@ -255,7 +255,7 @@ def fused_into(profile: ModuleProfile) -> dict[str, str]:
                     # kernels of several passes may sit on different ancestors: the deepest
                     if module not in holders or node.depth > holders[module].depth:
                         holders[module] = node
-    field = "gpu_busy_us" if profile.has_gpu else "cpu_us"
+    field = TimeMetric.of(profile.has_gpu)
     return {m: holder.label for m, holder in holders.items() if getattr(own[m].own, field) == 0}
 
 

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import msgspec
 import numpy as np
 
-from traceprof.analysis.module_ops import BETWEEN_OPS_LABEL, MODULE_CODE
+from traceprof.analysis.labels import BETWEEN_OPS_LABEL, MODULE_CODE
 from traceprof.read import cache as trace_cache
 from traceprof.read.build import load_keyed
 from traceprof.read.cache import cache_store
@@ -40,9 +40,9 @@ BUCKET_PATH = (UNATTRIBUTED_NAME,)
 N_PASSES = len(PASSES)
 #: what a work item's label is: its own name, a module's own CPU time outside every op (its
 #: Python code), or a step's CPU time between its top-level slices
-_NAMED, _MODULE_CODE, _BETWEEN_OPS = 0, 1, 2
+_KIND_NAME, _KIND_MODULE_CODE, _KIND_BETWEEN_OPS = 0, 1, 2
 _KINDS = 3
-_SPECIAL = {_MODULE_CODE: MODULE_CODE, _BETWEEN_OPS: BETWEEN_OPS_LABEL}
+_SPECIAL = {_KIND_MODULE_CODE: MODULE_CODE, _KIND_BETWEEN_OPS: BETWEEN_OPS_LABEL}
 
 
 class Side(msgspec.Struct, frozen=True):
@@ -168,7 +168,7 @@ class _Work(NamedTuple):
     node: np.ndarray  # its module node (n: not in any module, n the number of module nodes)
     pass_code: np.ndarray  # its pass, a PASSES index
     label: np.ndarray  # the code of its name
-    special: np.ndarray  # _NAMED, or the time outside ops it is (_MODULE_CODE, _BETWEEN_OPS)
+    special: np.ndarray  # _KIND_NAME, or the time outside ops it is (_KIND_MODULE_CODE, _KIND_BETWEEN_OPS)
     slot: np.ndarray  # its step among the selected ones
 
 
@@ -184,7 +184,7 @@ def _gpu_work(ctx: Context) -> _Work:
     keep = slot >= 0
     weight, label = shared_busy_time(ev, work)[keep], ev.name[work[keep]].astype(np.int64)
     node, _, pass_code = ctx.classify(anchor[keep])  # the attribution's own node and pass
-    return _Work(weight, node, pass_code, label, np.full(len(label), _NAMED, np.int64), slot[keep])
+    return _Work(weight, node, pass_code, label, np.full(len(label), _KIND_NAME, np.int64), slot[keep])
 
 
 def _cpu_work(ctx: Context) -> _Work:
@@ -198,7 +198,9 @@ def _cpu_work(ctx: Context) -> _Work:
     keep = slot >= 0  # all of them: the same steps
     events = cpu.events[keep]
     special = np.where(
-        ctx.tree.scope_mask[events], _MODULE_CODE, np.where(ctx.is_step[events], _BETWEEN_OPS, _NAMED)
+        ctx.tree.scope_mask[events],
+        _KIND_MODULE_CODE,
+        np.where(ctx.is_step[events], _KIND_BETWEEN_OPS, _KIND_NAME),
     )
     label = ev.name[events].astype(np.int64)
     return _Work(cpu.exclusive_us[keep], cpu.node[keep], cpu.pass_code[keep], label, special, slot[keep])
@@ -284,7 +286,7 @@ def _inside(
     text: dict[int, str] = {}
 
     def name_of(code: int, kind: int) -> str:
-        if kind != _NAMED:
+        if kind != _KIND_NAME:
             return _SPECIAL[kind]
         if code not in text:
             text[code] = schema.op_label(names[code])

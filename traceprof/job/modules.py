@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import msgspec
 
-from traceprof.result.model import BETWEEN_OPS, ModuleNode, NodeKind, OpKind, Pass
+from traceprof.analysis.labels import BETWEEN_OPS_GROUP
+from traceprof.result.model import ModuleNode, NodeKind, OpKind, Pass
 from traceprof.trace import schema
 
 
@@ -98,6 +99,6 @@ def own_compute_us(node: ModuleNode, gpu: bool) -> float:
             if op.kind is OpKind.KERNEL and schema.COLLECTIVE_KERNEL_RE.match(op.name)
         )
         return max(node.own.gpu_work_us - collective, 0.0)
-    if is_collective_group(node) or (node.kind is NodeKind.GROUP and node.name == BETWEEN_OPS):
+    if is_collective_group(node) or (node.kind is NodeKind.GROUP and node.name == BETWEEN_OPS_GROUP):
         return 0.0
     return node.own.cpu_us
