@@ -118,6 +118,27 @@ def _summed(group: list[DiffNode]) -> tuple[PassDelta, ...]:
     return tuple(out)
 
 
+def _more_node(folded: list[DiffNode], new_id: int, parent: int, up: DiffNode | None, level: int) -> DiffNode:
+    """The ``(k more)`` node of ``folded``, node ``new_id`` under the new node ``parent``
+    (``up``)."""
+    key_prefix = up.key + "/" if up is not None else ""
+    return DiffNode(
+        id=new_id,
+        parent=parent,
+        children=(),
+        depth=level,
+        key=key_prefix + shaping.MORE,
+        name=shaping.more_name(len(folded)),
+        class_name="",
+        qualified_name=shaping.more_qualified_name(up.qualified_name if up is not None else None),
+        kind=NodeKind.OTHERS,
+        status=Status.MATCHED,
+        passes=_summed(folded),
+        inside=(),
+        order=min(c.order for c in folded),
+    )
+
+
 def shape_diff(
     diff: DiffProfile,
     *,
@@ -143,27 +164,8 @@ def shape_diff(
 
     def more(folded: list[DiffNode], parent: int, level: int) -> int:
         """Append the ``(k more)`` node of ``folded`` under the new node ``parent``."""
-        new_id = len(out)
-        up = out[parent] if parent >= 0 else None
-        key_prefix = up.key + "/" if up is not None else ""
-        out.append(
-            DiffNode(
-                id=new_id,
-                parent=parent,
-                children=(),
-                depth=level,
-                key=key_prefix + shaping.MORE,
-                name=shaping.more_name(len(folded)),
-                class_name="",
-                qualified_name=shaping.more_qualified_name(up.qualified_name if up is not None else None),
-                kind=NodeKind.OTHERS,
-                status=Status.MATCHED,
-                passes=_summed(folded),
-                inside=(),
-                order=min(c.order for c in folded),
-            )
-        )
-        return new_id
+        out.append(_more_node(folded, len(out), parent, out[parent] if parent >= 0 else None, level))
+        return len(out) - 1
 
     # per node being placed: its new id and parent's, its children's new ids, its folded ones
     placing: dict[int, tuple[int, int, list[int], list[DiffNode]]] = {}
