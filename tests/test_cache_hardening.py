@@ -18,7 +18,7 @@ from click.testing import CliRunner
 import traceprof
 from traceprof.cli import main
 from traceprof.compare.side import side_of
-from traceprof.job.analyze import RankOptions, analyze_rank
+from traceprof.job.rank import RankOptions, analyze_rank
 from traceprof.read import cache
 from traceprof.read.build import load_keyed, load_trace
 

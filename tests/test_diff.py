@@ -14,7 +14,9 @@ from click.testing import CliRunner
 
 import traceprof
 from traceprof.cli import main
-from traceprof.compare.diff import SLOWER_EXIT_CODE, Status, compare
+from traceprof.compare.diff import SLOWER_EXIT_CODE
+from traceprof.compare.match import compare
+from traceprof.compare.nodes import Status
 from traceprof.compare.side import side_of
 from traceprof.render.diff import DIFF_REGISTRY, render_diff
 from traceprof.result.model import Pass

@@ -17,7 +17,8 @@ import traceprof
 from traceprof import render
 from traceprof.analysis.job_timeline import step_timelines, union_length
 from traceprof.engine import LocalEngine
-from traceprof.job.analyze import analyze_job, spread_of
+from traceprof.job.analyze import analyze_job
+from traceprof.job.modules import spread_of
 from traceprof.read.build import load_trace
 from traceprof.read.discovery import find_traces, is_job
 from traceprof.testing import generate, generate_job

@@ -13,7 +13,8 @@ from click.testing import CliRunner
 
 from traceprof.cli import main
 from traceprof.errors import JobError, MemoryLimitError
-from traceprof.job.analyze import RankOptions, analyze_job, analyze_rank
+from traceprof.job.analyze import analyze_job
+from traceprof.job.rank import RankOptions, analyze_rank
 from traceprof.read.discovery import expand_patterns, find_traces
 from traceprof.read.limits import MemoryBudget, parse_size
 from traceprof.testing import generate_job

@@ -20,7 +20,7 @@ pytest.importorskip("torch")
 
 import traceprof
 from traceprof.capture.module_table import decode_table
-from traceprof.job.analyze import is_collective_group
+from traceprof.job.modules import is_collective_group
 
 from .torchrun_worker import SLOW_MODULE
 

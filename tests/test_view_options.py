@@ -16,7 +16,7 @@ from click.testing import CliRunner
 
 import traceprof
 from traceprof.cli import main
-from traceprof.compare.diff import Status
+from traceprof.compare.nodes import Status
 from traceprof.render.diff import render_diff
 from traceprof.result.model import NodeKind
 

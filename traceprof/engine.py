@@ -174,7 +174,7 @@ def pool_context(fn: Callable[..., object]) -> BaseContext:
     if threading.active_count() == 1 or _main_run_again_by_workers():
         return multiprocessing.get_context("fork")
     context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload([getattr(fn, "__module__", "traceprof.job.analyze")])
+    context.set_forkserver_preload([getattr(fn, "__module__", "traceprof.job.rank")])
     return context
 
 

@@ -7,8 +7,8 @@ FLOPs through the counted op) and groups each node's **own** work by
 - **op**: the outermost CPU op around the work inside the node's innermost module scope (what
   the module's code called: ``aten::linear``, ``aten::conv2d``; in the backward, the autograd
   engine's backward node op), with that op's input shapes. Work in no op is labelled by the
-  slice it was spent in (a runtime call, an annotation), or by :data:`OUTSIDE_OPS` (the
-  module's own time outside every op) and :data:`BETWEEN_OPS_LABEL` (a step's time between
+  slice it was spent in (a runtime call, an annotation), or by :data:`~traceprof.analysis.labels.OUTSIDE_OPS` (the
+  module's own time outside every op) and :data:`~traceprof.analysis.labels.BETWEEN_OPS_LABEL` (a step's time between
   its top-level slices);
 - **kernel**: the name of each kernel, memcpy or memset.
 
@@ -26,6 +26,7 @@ import msgspec
 import numpy as np
 from msgspec.structs import replace
 
+from traceprof.analysis.labels import BETWEEN_OPS_LABEL, OUTSIDE_OPS
 from traceprof.analysis.link import Links
 from traceprof.analysis.unattributed import LAUNCH_NOT_IN_TRACE, LAUNCHED_BEFORE_TRACE
 from traceprof.result.model import _OP_SUMMED as _SUMMED
@@ -34,10 +35,6 @@ from traceprof.trace import schema
 from traceprof.trace.model import BLOCK_EVENTS, EventTable, Trace, unique
 from traceprof.trace.schema import Kind
 
-#: label of a module's own CPU time outside every op (Python code of its forward)
-OUTSIDE_OPS = "(outside ops)"
-#: label of a step's CPU time between its top-level slices
-BETWEEN_OPS_LABEL = "(between ops)"
 #: label of GPU work whose launch is not in the trace
 _PASS_VALUES = ("forward", "backward", "other")  # profile.PASSES order (pass codes 0, 1, 2)
 # the summed fields follow kind, name, pass and shapes in OpStat: rows are built positionally

@@ -17,7 +17,8 @@ from traceprof.analysis.classify import Context
 from traceprof.analysis.counted_ops import Ops
 from traceprof.analysis.cpu_time import CpuTime
 from traceprof.analysis.gpu_work import GpuWork
-from traceprof.result.model import BETWEEN_OPS, UNATTRIBUTED_NAME, StepSelection
+from traceprof.analysis.labels import BETWEEN_OPS_GROUP
+from traceprof.result.model import UNATTRIBUTED_NAME, StepSelection
 
 #: GPU work attributed to no CPU event above this share of the step's GPU busy time is a warning
 UNATTRIBUTED_GPU_WARN_SHARE = 0.01
@@ -43,7 +44,7 @@ class Groups:
         uniq, inverse = np.unique(tops, return_inverse=True)
         # the label of each top as a code: its name's, or one past the names for the others
         names, n = ev.names, len(ev.names)
-        others = (missing, BETWEEN_OPS, "(Python code)")
+        others = (missing, BETWEEN_OPS_GROUP, "(Python code)")
         t = np.maximum(uniq, 0)
         code = np.select([uniq < 0, ctx.is_step[t], ctx.is_python[t]], [n, n + 1, n + 2], ev.name[t])
         codes, first, of_code = np.unique(code, return_index=True, return_inverse=True)

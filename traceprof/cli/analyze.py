@@ -366,7 +366,8 @@ def _analyze_job(
 ):
     """``analyze`` of several traces, a directory or a glob: the job report."""
     from traceprof import render
-    from traceprof.job.analyze import RUNS_NOTE, analyze_job
+    from traceprof.job.analyze import analyze_job
+    from traceprof.job.runs import RUNS_NOTE
     from traceprof.read.discovery import find_traces
 
     with reported_errors("out of memory while analyzing the job"):

@@ -10,8 +10,9 @@ from msgspec.structs import asdict
 
 from traceprof.result.records import dataframe_parquet
 
-if TYPE_CHECKING:  # compare.diff imports this module when asked for its rows
-    from traceprof.compare.diff import DiffProfile, InsideDelta
+if TYPE_CHECKING:  # compare.model imports this module when asked for its rows
+    from traceprof.compare.model import DiffProfile
+    from traceprof.compare.nodes import InsideDelta
 
 #: version of the JSON document written by ``traceprof diff --format json``
 DIFF_JSON_SCHEMA = "traceprof.diff/1"
@@ -83,7 +84,7 @@ def diff_document(diff) -> dict:
 
     return {
         "schema": DIFF_JSON_SCHEMA,
-        "metric": diff.metric,
+        "metric": diff.metric.value,
         "matched_by": diff.matched_by,
         "base": side(diff.base),
         "new": side(diff.new),

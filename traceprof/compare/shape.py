@@ -6,7 +6,7 @@ A diff's numbers are its nodes' totals, so shaping never changes a shown number:
 folded node's change stays in its parent's (and in the ``(k more)`` node's). The sort keys are
 those of :class:`~traceprof.result.transforms.SortKey`, each meaning the size of the *change*
 (|Δ|, largest first) of its quantity: ``gpu`` the diff's time (GPU busy time, CPU time on
-CPU-only traces; the default, the order :func:`~traceprof.compare.diff.compare` gives),
+CPU-only traces; the default, the order :func:`~traceprof.compare.match.compare` gives),
 ``fwd``/``bwd``/``other`` that pass's time, ``kernels``, ``flops``, ``calls``; ``name`` by
 name, ``order`` the order the modules first ran in.
 """
@@ -18,24 +18,26 @@ from typing import TYPE_CHECKING, Any
 
 from msgspec.structs import replace
 
+from traceprof.compare.nodes import DiffNode, PassDelta, Status
 from traceprof.errors import OptionError
 from traceprof.result import shaping
+from traceprof.result.metric import TimeMetric
 from traceprof.result.model import PASSES, NodeKind
 from traceprof.result.shaping import Measure, SortKey
 
-if TYPE_CHECKING:
-    from traceprof.compare.diff import DiffNode, DiffProfile, PassDelta
+if TYPE_CHECKING:  # the diff imports this module: DiffProfile.shaped
+    from traceprof.compare.model import DiffProfile
 
 #: the default order of a diff's siblings: the largest change of the diff's time first
 DEFAULT_SORT = SortKey.GPU
 
 
-def sort_key(key: SortKey | str, metric: str) -> SortKey:
+def sort_key(key: SortKey | str, metric: TimeMetric) -> SortKey:
     """``key`` as a :class:`SortKey` that a diff of ``metric`` can sort by; an OptionError
     (one line) names the known keys otherwise."""
     k = shaping.sort_key(key)
     if k is SortKey.CPU:
-        if metric != "cpu_us":
+        if metric is not TimeMetric.CPU:
             raise OptionError(
                 "--sort cpu: this diff compares GPU busy time, not CPU time; sort it by gpu, fwd, "
                 "bwd, other, kernels, calls, flops, name or order"
@@ -88,8 +90,6 @@ def node_sort_value(key: SortKey) -> Callable[[DiffNode], Any]:
 
 def _summed(group: list[DiffNode]) -> tuple[PassDelta, ...]:
     """The passes of ``group`` added up (no spread, rate or memory peak: those do not add)."""
-    from traceprof.compare.diff import PassDelta
-
     out = []
     for p in PASSES:
         parts = [n.phase(p) for n in group]
@@ -99,23 +99,44 @@ def _summed(group: list[DiffNode]) -> tuple[PassDelta, ...]:
 
         out.append(
             PassDelta(
-                p,
-                total("base_us"),
-                total("new_us"),
-                None,
-                total("base_flops"),
-                total("new_flops"),
-                total("base_kernels"),
-                total("new_kernels"),
-                None,
-                None,
-                None,
-                None,
-                total("base_calls"),
-                total("new_calls"),
+                phase=p,
+                base_us=total("base_us"),
+                new_us=total("new_us"),
+                spread_us=None,
+                base_flops=total("base_flops"),
+                new_flops=total("new_flops"),
+                base_kernels=total("base_kernels"),
+                new_kernels=total("new_kernels"),
+                base_flop_per_s=None,
+                new_flop_per_s=None,
+                base_memory_peak_bytes=None,
+                new_memory_peak_bytes=None,
+                base_calls=total("base_calls"),
+                new_calls=total("new_calls"),
             )
         )
     return tuple(out)
+
+
+def _more_node(folded: list[DiffNode], new_id: int, parent: int, up: DiffNode | None, level: int) -> DiffNode:
+    """The ``(k more)`` node of ``folded``, node ``new_id`` under the new node ``parent``
+    (``up``)."""
+    key_prefix = up.key + "/" if up is not None else ""
+    return DiffNode(
+        id=new_id,
+        parent=parent,
+        children=(),
+        depth=level,
+        key=key_prefix + shaping.MORE,
+        name=shaping.more_name(len(folded)),
+        class_name="",
+        qualified_name=shaping.more_qualified_name(up.qualified_name if up is not None else None),
+        kind=NodeKind.OTHERS,
+        status=Status.MATCHED,
+        passes=_summed(folded),
+        inside=(),
+        order=min(c.order for c in folded),
+    )
 
 
 def shape_diff(
@@ -126,9 +147,7 @@ def shape_diff(
     sort: SortKey | str = DEFAULT_SORT,
     ignore: tuple[str, ...] | list[str] = (),
 ) -> DiffProfile:
-    """:meth:`DiffProfile.shaped <traceprof.compare.diff.DiffProfile.shaped>`."""
-    from traceprof.compare.diff import DiffNode, Status
-
+    """:meth:`DiffProfile.shaped <traceprof.compare.model.DiffProfile.shaped>`."""
     shaping.check_depth(depth)
     shaping.check_top(top)
     key = sort_key(sort, diff.metric)
@@ -145,27 +164,8 @@ def shape_diff(
 
     def more(folded: list[DiffNode], parent: int, level: int) -> int:
         """Append the ``(k more)`` node of ``folded`` under the new node ``parent``."""
-        new_id = len(out)
-        up = out[parent] if parent >= 0 else None
-        key_prefix = up.key + "/" if up is not None else ""
-        out.append(
-            DiffNode(
-                id=new_id,
-                parent=parent,
-                children=(),
-                depth=level,
-                key=key_prefix + shaping.MORE,
-                name=shaping.more_name(len(folded)),
-                class_name="",
-                qualified_name=shaping.more_qualified_name(up.qualified_name if up is not None else None),
-                kind=NodeKind.OTHERS,
-                status=Status.MATCHED,
-                passes=_summed(folded),
-                inside=(),
-                order=min(c.order for c in folded),
-            )
-        )
-        return new_id
+        out.append(_more_node(folded, len(out), parent, out[parent] if parent >= 0 else None, level))
+        return len(out) - 1
 
     # per node being placed: its new id and parent's, its children's new ids, its folded ones
     placing: dict[int, tuple[int, int, list[int], list[DiffNode]]] = {}

@@ -8,11 +8,13 @@ from typing import TYPE_CHECKING
 
 from msgspec.structs import asdict
 
+from traceprof.job.modules import spread_of
 from traceprof.result.model import PASSES
 from traceprof.result.records import profile_document
 
-if TYPE_CHECKING:  # the job module is imported by whoever builds a Job
-    from traceprof.job.analyze import Job, JobModule, Spread
+if TYPE_CHECKING:  # Job imports this module when its rows are asked for
+    from traceprof.job.model import Job
+    from traceprof.job.modules import JobModule, Spread
 
 JOB_SCHEMA = "traceprof.job/2"
 #: the quantities of a node in the tidy rows, per pass
@@ -161,8 +163,6 @@ def module_id_of(job: Job, key) -> str | None:
 
 
 def step_spreads(job: Job) -> dict:
-    from traceprof.job.analyze import spread_of
-
     names = (
         "wall_us",
         "gpu_busy_us",
@@ -182,8 +182,8 @@ def job_document(job: Job, with_profiles: bool = False) -> dict:
         "ranks_given": list(job.rank_numbers),
         "missing_ranks": list(job.missing_ranks),
         "steps": list(job.steps),
-        "metric": job.metric,
-        "step_metric": job.step_metric,
+        "metric": job.metric.value,
+        "step_metric": job.step_metric.value,
         "straggler_threshold": job.straggler_threshold,
         "engine": job.engine,
         "warnings": list(job.warnings),

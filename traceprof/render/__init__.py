@@ -64,7 +64,7 @@ def render(profile: ModuleProfile, fmt: str, options: RenderOptions | None = Non
     return REGISTRY.render(profile, fmt, options)
 
 
-#: renderers of a job (traceprof.job.analyze.Job), by format name; the same names and extensions
+#: renderers of a job (traceprof.job.model.Job), by format name; the same names and extensions
 #: as the single-trace ones, so -o and --format choose them alike
 JOB_REGISTRY = Registry(
     "format {name!r} is not written for a job of several traces (job formats: {known})",

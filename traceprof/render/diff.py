@@ -1,4 +1,4 @@
-"""Renderers of a diff (traceprof.compare.diff.DiffProfile), in a table by name and extension like the
+"""Renderers of a diff (traceprof.compare.model.DiffProfile), in a table by name and extension like the
 single-trace ones: tree (text), json, csv, parquet, html (docs/diff.md)."""
 
 from __future__ import annotations
@@ -8,6 +8,7 @@ from traceprof.compare.records import diff_json, diff_parquet, diff_rows
 from traceprof.render import diff_html
 from traceprof.render.csv_format import write_csv
 from traceprof.render.registry import Registry, Renderer, RenderOptions
+from traceprof.result.metric import TimeMetric
 
 # --- text tree
 
@@ -54,7 +55,7 @@ def _steps(side) -> str:
 def render_tree(diff, opts: RenderOptions) -> str:
     raw = opts.raw_numbers
     b, n = diff.base, diff.new
-    what = "GPU busy time" if diff.metric == "gpu_busy_us" else "CPU time"
+    what = "GPU busy time" if diff.metric is TimeMetric.GPU_BUSY else "CPU time"
     lines = [
         "traceprof diff",
         f"base:      {b.path} ({b.device}, {_steps(b)}, {_source(b.source)})",

@@ -13,7 +13,7 @@ from traceprof.render.registry import RenderOptions
 from traceprof.result.records import dataframe_parquet
 
 if TYPE_CHECKING:
-    from traceprof.job.analyze import Job
+    from traceprof.job.model import Job
 
 
 def render_job_json(job: Job, opts: RenderOptions) -> str:

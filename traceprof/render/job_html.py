@@ -15,7 +15,7 @@ from traceprof.render.job_text import job_short_names
 from traceprof.render.registry import RenderOptions
 
 if TYPE_CHECKING:  # the job module is imported by whoever builds a Job
-    from traceprof.job.analyze import Job
+    from traceprof.job.model import Job
 
 
 def job_script() -> str:

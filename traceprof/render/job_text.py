@@ -10,13 +10,16 @@ import os
 from typing import TYPE_CHECKING
 
 from traceprof import units
+from traceprof.job.model import StepMetric
 from traceprof.job.records import step_spreads
 from traceprof.render.registry import RenderOptions
+from traceprof.result.metric import TimeMetric
 from traceprof.result.model import UNATTRIBUTED_NAME, NodeKind, Pass
 from traceprof.result.names import Parts, path_parts, short_name_map
 
 if TYPE_CHECKING:  # the job module is imported by whoever builds a Job
-    from traceprof.job.analyze import Job, JobModule, Straggler
+    from traceprof.job.model import Job, Straggler
+    from traceprof.job.modules import JobModule
 
 _STEP_COLUMNS = (
     ("wall_us", "step wall"),
@@ -86,7 +89,7 @@ def _header(job: Job, raw: bool) -> list[str]:
 
 def _ranks_section(job: Job, raw: bool) -> list[str]:
     d = lambda v: units.duration(v, raw)  # noqa: E731
-    cpu_only = job.step_metric == "cpu_compute_us"
+    cpu_only = job.step_metric is StepMetric.CPU_COMPUTE
     columns = _CPU_STEP_COLUMNS if cpu_only else _STEP_COLUMNS
     lines = [
         "",
@@ -120,7 +123,7 @@ def _ranks_section(job: Job, raw: bool) -> list[str]:
             + blank
         )
     # a rank whose modules' times add up to more than its step says why, as a trace's report does
-    metric = "GPU busy time" if job.metric == "gpu_busy_us" else "CPU time"
+    metric = "GPU busy time" if job.metric is TimeMetric.GPU_BUSY else "CPU time"
     notes = [
         f"rank {r.rank}: its modules and {UNATTRIBUTED_NAME} add up to "
         f"{d(getattr(r.profile.selection, job.metric))} of {metric} per step, above its step's "
@@ -133,7 +136,7 @@ def _ranks_section(job: Job, raw: bool) -> list[str]:
 
 def _stragglers_section(job: Job, raw: bool) -> list[str]:
     what = _STRAGGLER_METRICS.get(job.step_metric, "step wall time")
-    # the reference (job.analyze.straggler_reference): the faster of two ranks, else the median
+    # the reference (job.reduce.straggler_reference): the faster of two ranks, else the median
     above = "the faster rank's" if len(job.ranks) == 2 else "the median"
     lines = [
         "",
@@ -153,7 +156,7 @@ def _stragglers_section(job: Job, raw: bool) -> list[str]:
             f"{units.duration(s.reference_us, raw)}"
         )
         if s.modules:
-            lines.append("    " + straggler_explanation(s, job.metric == "gpu_busy_us", raw, short))
+            lines.append("    " + straggler_explanation(s, job.metric is TimeMetric.GPU_BUSY, raw, short))
     return lines
 
 
@@ -202,7 +205,7 @@ def straggler_explanation(
 def reference_text(s: Straggler) -> str:
     """What a straggler is compared with: ``the faster rank (rank 0)``, ``the median rank
     (rank 3)``, ``the median ranks (rank 3 and rank 4, their mean)``."""
-    from traceprof.job.analyze import MEDIAN_RANKS
+    from traceprof.job.model import MEDIAN_RANKS
 
     ranks = " and ".join(f"rank {r}" for r in s.reference_ranks)
     if s.reference == MEDIAN_RANKS:
@@ -216,7 +219,7 @@ def _label(m: JobModule) -> str:
 
 def _modules_section(job: Job, opts: RenderOptions, tree: bool) -> list[str]:
     raw = opts.raw_numbers
-    metric = "GPU busy time" if job.metric == "gpu_busy_us" else "CPU time"
+    metric = "GPU busy time" if job.metric is TimeMetric.GPU_BUSY else "CPU time"
     lines = [
         "",
         f"Modules: {metric} per step across the ranks (all passes: fwd + bwd + other; "

@@ -20,15 +20,18 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
 from traceprof import units
-from traceprof.job.analyze import spread_of
+from traceprof.job.modules import spread_of
 from traceprof.render import memory_text
 from traceprof.render.job_text import reference_text
 from traceprof.result.memory import CATEGORIES
+from traceprof.result.metric import TimeMetric
 from traceprof.result.model import PASSES, ModuleNode, ModuleProfile, NodeKind
 
 if TYPE_CHECKING:  # types only: a diff or a job arrives built, its module already loaded
-    from traceprof.compare.diff import DiffNode, DiffProfile
-    from traceprof.job.analyze import Job, JobModule
+    from traceprof.compare.model import DiffProfile
+    from traceprof.compare.nodes import DiffNode
+    from traceprof.job.model import Job
+    from traceprof.job.modules import JobModule
 
 #: the icicle's drawing width (it scales to the output's width) and the height of a row
 WIDTH, ROW = 960, 20
@@ -276,8 +279,8 @@ def _steps(profile: ModuleProfile) -> str:
     return f"mean of {sel.count} steps ({shown})"
 
 
-def _metric(profile: ModuleProfile) -> str:
-    return "gpu_busy_us" if profile.has_gpu else "cpu_us"
+def _metric(profile: ModuleProfile) -> TimeMetric:
+    return TimeMetric.of(profile.has_gpu)
 
 
 def _top_module_rows(profile: ModuleProfile) -> list[tuple[str, ...]]:
@@ -330,7 +333,7 @@ def _profile_title(node: ModuleNode, metric: str, step: float) -> str:
 def diff_html(diff: DiffProfile) -> str:
     """The two steps and their change, where it went, the largest changes, and an icicle of
     both runs' tree coloured by the change (red slower, green faster)."""
-    what = "GPU busy time" if diff.metric == "gpu_busy_us" else "CPU time"
+    what = "GPU busy time" if diff.metric is TimeMetric.GPU_BUSY else "CPU time"
     rows = [
         (
             n.qualified_name or n.class_name or n.name,
@@ -430,7 +433,7 @@ def _change_colour(node: DiffNode) -> str:
 def job_html(job: Job) -> str:
     """The ranks and their step times, the stragglers, and an icicle of the module tree sized
     by the median over the ranks and coloured by the imbalance (max / median)."""
-    what = "GPU busy time" if job.metric == "gpu_busy_us" else "CPU time"
+    what = "GPU busy time" if job.metric is TimeMetric.GPU_BUSY else "CPU time"
     rows = [
         (
             str(s.rank),

@@ -135,8 +135,6 @@ class NodeKind(str, enum.Enum):
 
 
 UNATTRIBUTED_NAME = "(not in any module)"
-#: the group of a step's CPU time between its top-level ops, in the unattributed bucket
-BETWEEN_OPS = "(step, between ops)"
 #: what names a GPU that the trace does not name
 UNNAMED_GPU = "GPU (not named in the trace)"
 

@@ -1,6 +1,6 @@
 """The rules that shape a tree of modules for display, written once and used by a profile
 (:mod:`traceprof.result.transforms`), a diff (:mod:`traceprof.compare.shape`), a job
-(:meth:`Job.shaped <traceprof.job.analyze.Job.shaped>`) and the ops rows
+(:meth:`Job.shaped <traceprof.job.model.Job.shaped>`) and the ops rows
 (:mod:`traceprof.render.ops`): the sort keys and their one-line error, the checks of ``--depth``
 and ``--top``, the ``--ignore`` matcher, what each sort key measures, and the fold of the
 smallest siblings into one ``(k more)`` node.

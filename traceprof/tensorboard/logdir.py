@@ -254,8 +254,8 @@ def _write_job(runs: list[RunInfo], results: list) -> None:
     """When the runs are the ranks of one job: the job's document in every run (layout.JOB_FILE),
     for the tab's rank x module heat map. Traces that are not one job get none."""
     from traceprof.errors import JobError
-    from traceprof.job.analyze import reduce_job
     from traceprof.job.records import job_document
+    from traceprof.job.reduce import reduce_job
 
     try:
         job = reduce_job(results)
@@ -367,7 +367,7 @@ def write_run(
     write_atomic_bytes(layout.run_index_path(run_dir), _json_bytes(index))
     if results is not None:
         from traceprof.analysis.job_timeline import step_timelines
-        from traceprof.job.analyze import RankResult
+        from traceprof.job.rank import RankResult
 
         results.append(RankResult(os.fspath(trace_path), profile, step_timelines(trace)))
     return RunInfo(
