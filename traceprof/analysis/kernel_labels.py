@@ -48,6 +48,7 @@ from traceprof.read.limits import MAX_TREE_DEPTH
 from traceprof.result.model import PASSES, OpKind
 from traceprof.trace import schema
 from traceprof.trace.model import KernelLabels, Trace, index_dtype
+from traceprof.trace.module_names import common_module, joined_name
 from traceprof.trace.schema import Kind
 
 #: sources whose nodes have qualified names, under which labelled modules are found or made
@@ -254,7 +255,7 @@ class _Placement:
                 text = _spelled(parts)
                 unknown[text] = unknown.get(text, 0) + int(counts[k])
                 continue
-            module = _common(resolved)
+            module = common_module(resolved)
             pair_node[k] = self._node(module, float(first_ts[rows[first[k]]]))
             if len(set(resolved)) > 1:
                 pair_span[k] = spans.setdefault(", ".join(sorted(set(resolved))), len(spans))
@@ -293,9 +294,9 @@ class _Placement:
         out = []
         for path, anchored in parts:
             if anchored:
-                exact = [_joined(base, path), path] if base else [path]
+                exact = [joined_name(base, path), path] if base else [path]
                 shorter = path.rsplit(".", 1)[0] if "." in path else ""
-                dropped = ([_joined(base, shorter), shorter] if base else [shorter]) if path else []
+                dropped = ([joined_name(base, shorter), shorter] if base else [shorter]) if path else []
                 found: str | None
                 if self.modules is not None:
                     found = next((q for q in exact + dropped if q in self.modules), None)
@@ -527,21 +528,6 @@ def _spelled(parts: tuple[tuple[str, bool], ...]) -> str:
 def _is_op_name(name: str) -> bool:
     """An ATen op's name (``addmm``, ``convolution``), as FX names its nodes."""
     return name == "getitem" or REGISTRY.get(f"{schema.ATEN_OP_PREFIX}{name}") is not None
-
-
-def _joined(base: str, relative: str) -> str:
-    return f"{base}.{relative}" if base and relative else base or relative
-
-
-def _common(modules: list[str]) -> str:
-    """The deepest module containing all of ``modules`` ("": the root)."""
-    split = [m.split(".") if m else [] for m in modules]
-    common: list[str] = []
-    for parts in zip(*split):
-        if any(p != parts[0] for p in parts):
-            break
-        common.append(parts[0])
-    return ".".join(common)
 
 
 def _stacks(text: bytes) -> list[list[tuple[str, int, str]]]:

@@ -84,7 +84,9 @@ from traceprof.capture.graph_patches import wrap_post_compile, wrap_proxy_call, 
 from traceprof.capture.module_paths import ModulePaths, module_path
 from traceprof.capture.module_table import decode_table, encode_table
 from traceprof.capture.wrapper_source import expected_event_name, parse_wrapper_source
-from traceprof.trace.schema import COMPILED_TABLE_KEY
+from traceprof.trace.schema import COMPILED_KERNEL_PREFIX_RE, COMPILED_TABLE_KEY
+from traceprof.trace.schema import COMPILED_TABLE_FORMAT as TABLE_FORMAT
+from traceprof.trace.schema import COMPILED_TABLE_VERSION as TABLE_VERSION
 
 __all__ = [
     "COMPILED_TABLE_KEY",
@@ -109,10 +111,6 @@ __all__ = [
     "runs_compiled",
 ]
 
-TABLE_FORMAT = "traceprof.compiled"
-TABLE_VERSION = 1
-
-_PREFIX_RE = re.compile(r"(graph_\d+_)")
 _SAFE_KEY_RE = re.compile(r"[A-Za-z0-9_-]{1,200}")
 #: goes into every FX graph cache key through the recorder's pass (``uuid()``); change it when the
 #: recorder changes what it records, so that graphs cached by an older version compile again
@@ -577,7 +575,13 @@ class CompiledGraphRecorder:
                 site["nodes"] = []
                 site["module"] = site["module_from"] = None
         prefixes = sorted(
-            {m.group(1) for k in kernels.values() if k["event"] for m in [_PREFIX_RE.match(k["event"])] if m}
+            {
+                m.group(0)
+                for k in kernels.values()
+                if k["event"]
+                for m in [COMPILED_KERNEL_PREFIX_RE.match(k["event"])]
+                if m
+            }
         )
         return {
             "key": key,

@@ -12,10 +12,11 @@ from __future__ import annotations
 import enum
 import math
 from collections import Counter
-from collections.abc import Iterable
 from typing import Any
 
 from traceprof.capture.module_paths import ModulePaths
+from traceprof.trace.module_names import common_module
+from traceprof.trace.schema import COMPILED_FROM_FORWARD_STACK, COMPILED_OWN_STACK
 
 #: nesting depth past which a described value is written as ``null``
 _MAX_DEPTH = 6
@@ -36,17 +37,6 @@ __all__ = [
     "module_stack",
     "op_name",
 ]
-
-
-def _common_module(paths: Iterable[str]) -> str:
-    """The deepest module that contains all ``paths`` (``""``: the compiled root)."""
-    split = [p.split(".") if p else [] for p in paths]
-    common: list[str] = []
-    for parts in zip(*split):
-        if any(p != parts[0] for p in parts):
-            break
-        common.append(parts[0])
-    return ".".join(common)
 
 
 def describe_val(val: Any, depth: int = 0) -> Any:
@@ -138,7 +128,7 @@ def module_stack(node: Any, replaced: bool = False) -> list[tuple[str, str, str]
     ``replaced``: without a stack of its own, the one a pattern replacement gave the node
     (:func:`_wrap_replace_with_graph`).
     """
-    stack = node.meta.get("fwd_nn_module_stack") or node.meta.get("nn_module_stack") or {}
+    stack = node.meta.get(COMPILED_FROM_FORWARD_STACK) or node.meta.get(COMPILED_OWN_STACK) or {}
     if not stack and replaced:
         stack = node.meta.get(_REPLACED_KEY) or {}
     out = []
@@ -170,7 +160,9 @@ def _describe_node(node: Any, paths: ModulePaths) -> dict[str, Any]:
     module_from: str | None = None
     derived: tuple[str, str | None, str | None] | None = None
     if stack:
-        module_from = "fwd_nn_module_stack" if "fwd_nn_module_stack" in node.meta else "nn_module_stack"
+        module_from = (
+            COMPILED_FROM_FORWARD_STACK if COMPILED_FROM_FORWARD_STACK in node.meta else COMPILED_OWN_STACK
+        )
     elif node.meta.get(_REPLACED_KEY):
         stack = module_stack(node, replaced=True)
         module_from = "replaced" if stack else None
@@ -272,8 +264,8 @@ def _pattern_made(node: Any) -> bool:
     return (
         node.op == "call_function"
         and "seq_nr" not in node.meta
-        and not node.meta.get("nn_module_stack")
-        and not node.meta.get("fwd_nn_module_stack")
+        and not node.meta.get(COMPILED_OWN_STACK)
+        and not node.meta.get(COMPILED_FROM_FORWARD_STACK)
     )
 
 
@@ -305,7 +297,7 @@ def _module_of_inputs(
                 found.append(inner)
     if not found:
         return None
-    module = _common_module(f[0] for f in found)
+    module = common_module(f[0] for f in found)
     class_name = next((f[1] for f in found if f[0] == module), None)
     roots = {f[2] for f in found}
     memo[node.name] = result = (module, class_name, roots.pop() if len(roots) == 1 else None)
@@ -346,7 +338,7 @@ def assign_modules(
         site["modules"] = dict(Counter(modules))
         # nodes without a module stack (gradient sums, pattern-made nodes) do not pull a fused
         # kernel up to the root
-        site["module"] = _common_module(known) if known else ""
+        site["module"] = common_module(known) if known else ""
         site["module_from"] = "nodes"
         if site["kind"] in ("extern", "fallback") and site["event"]:
             # the node the extern call computes (its other nodes are views feeding it)
