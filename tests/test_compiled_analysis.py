@@ -12,7 +12,7 @@ import re
 import pytest
 
 import traceprof
-from traceprof.analysis.compiled import node_cost, op_args
+from traceprof.analysis.compiled_args import node_cost, op_args
 from traceprof.flops import REGISTRY, OpArgs
 from traceprof.render.diff import render_diff
 from traceprof.result.model import NodeKind

@@ -40,7 +40,7 @@ import msgspec
 import numpy as np
 
 from traceprof.analysis.classify import Context, classify_events
-from traceprof.analysis.compiled import CONTAINER_CLASSES
+from traceprof.analysis.compiled_nodes import CONTAINER_CLASSES
 from traceprof.analysis.hierarchy import Hierarchy, HierarchyNode, Source
 from traceprof.analysis.link import Links
 from traceprof.flops import REGISTRY
