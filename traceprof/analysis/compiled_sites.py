@@ -8,12 +8,13 @@ from __future__ import annotations
 from collections import Counter
 
 import msgspec
+from msgspec import UnsetType
 
 from traceprof.analysis.compiled_args import node_cost
 from traceprof.flops import Registry
 from traceprof.flops.shapes import OpCost
 from traceprof.trace import schema
-from traceprof.trace.model import CompiledGraph, CompiledNode, CompiledTable
+from traceprof.trace.model import CompiledCall, CompiledGraph, CompiledNode, CompiledTable
 from traceprof.trace.module_names import common_module
 
 
@@ -47,7 +48,8 @@ def call_site(graph: CompiledGraph, index: int, owner: dict[str, int], registry:
     ]
     known = sorted({n.module for n in stacked})
     module = call.module or ""
-    if call.primary_node is None:
+    primary = _primary(call)
+    if primary is None:
         working = sorted(
             {
                 graph.nodes[n].module
@@ -63,7 +65,7 @@ def call_site(graph: CompiledGraph, index: int, owner: dict[str, int], registry:
     return Site(
         module=module,
         known=tuple(known),
-        fused=call.primary_node is None and len(known) > 1,
+        fused=primary is None and len(known) > 1,
         generated=call.kind in schema.COMPILED_GENERATED_KINDS,
     )
 
@@ -85,7 +87,8 @@ def owners(graph: CompiledGraph) -> dict[str, int]:
     owner: dict[str, int] = {}
     for i, call in enumerate(graph.calls):
         if call.kind not in schema.COMPILED_GENERATED_KINDS:
-            for name in call.nodes if call.primary_node is None else (call.primary_node,):
+            primary = _primary(call)
+            for name in call.nodes if primary is None else (primary,):
                 owner.setdefault(name, i)
     for i, call in enumerate(graph.calls):
         if call.kind in schema.COMPILED_GENERATED_KINDS:
@@ -100,12 +103,13 @@ def original_groups(graph: CompiledGraph, registry: Registry) -> dict[str, str]:
     its first output), for ops the registry has a formula for."""
     out: dict[str, str] = {}
     for name, node in graph.nodes.items():
-        if node.original_group is None or node.original_inputs is None or node.original_aten is None:
+        group, aten = _text(node.original_group), _text(node.original_aten)
+        if group is None or aten is None or not isinstance(node.original_inputs, tuple):
             continue
-        event = schema.compiled_op_event_name(node.original_aten)
+        event = schema.compiled_op_event_name(aten)
         entry = registry.get(event) if event is not None else None
         if entry is not None and entry.formula is not None:
-            out.setdefault(node.original_group, name)
+            out.setdefault(group, name)
     return out
 
 
@@ -136,11 +140,12 @@ def site_costs(
         if node is None or owner.get(name) != index:
             continue
         found = None
-        group = node.original_group
+        group = _text(node.original_group)
         if group is not None and group in originals:
             if originals[group] != name:
                 continue  # counted with its group's op
-            original = CompiledNode(node.original_aten or node.op, node.original_inputs or ())
+            inputs = node.original_inputs if isinstance(node.original_inputs, tuple) else ()
+            original = CompiledNode(_text(node.original_aten) or node.op, inputs)
             signature = msgspec.json.encode((original.op, original.inputs))
             if signature not in memo:
                 memo[signature] = node_cost(original, registry, sizes, problems)
@@ -173,3 +178,13 @@ def site_costs(
         )
         out.append((module, total, largest[1], sum(p[2] for p in parts)))
     return out
+
+
+def _primary(call: CompiledCall) -> str | None:
+    """An extern call's own node (None: absent from the table, or null)."""
+    return call.primary_node if isinstance(call.primary_node, str) else None
+
+
+def _text(value: str | UnsetType | None) -> str | None:
+    """A text field of a node that the table may leave out (UNSET) or give as null: None then."""
+    return value if isinstance(value, str) else None

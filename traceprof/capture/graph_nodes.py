@@ -15,6 +15,7 @@ from collections import Counter
 from typing import Any
 
 from traceprof.capture.module_paths import ModulePaths
+from traceprof.trace.model import CompiledCall, CompiledNode
 from traceprof.trace.module_names import common_module
 from traceprof.trace.schema import COMPILED_FROM_FORWARD_STACK, COMPILED_OWN_STACK
 
@@ -142,7 +143,7 @@ def module_stack(node: Any, replaced: bool = False) -> list[tuple[str, str, str]
     return out
 
 
-def _describe_node(node: Any, paths: ModulePaths) -> dict[str, Any]:
+def _describe_node(node: Any, paths: ModulePaths) -> CompiledNode:
     """Op, input and output shapes, and module of a post-grad node.
 
     ``module`` is the qualified name of the innermost module of the node's module stack,
@@ -174,32 +175,31 @@ def _describe_node(node: Any, paths: ModulePaths) -> dict[str, Any]:
     elif _pattern_made(node):
         derived = _module_of_inputs(node, {}, paths)
         module_from = "inputs" if derived is not None else None
-    row: dict[str, Any] = {
-        "op": op_name(node.target),
-        "inputs": [_describe_arg(a) for a in node.args],
-        "output": describe_val(node.meta.get("val")),
-    }
+    op = op_name(node.target)
+    fields: dict[str, Any] = {}
     if node.kwargs:
-        row["kwargs"] = {str(k): _describe_arg(v) for k, v in node.kwargs.items()}
+        fields["kwargs"] = {str(k): _describe_arg(v) for k, v in node.kwargs.items()}
     if stack:
         key, source, cls_name = stack[-1]
-        row["root_local"], row["module"] = paths.resolve(key, source)
-        row["module_class"] = cls_name
+        fields["root_local"], fields["module"] = paths.resolve(key, source)
+        fields["module_class"] = cls_name
     elif derived is not None:
-        row["module"], row["module_class"], row["root_local"] = derived
-    else:
-        row["module"] = ""
-        row["module_class"] = None
-    row["module_from"] = module_from
+        fields["module"], fields["module_class"], fields["root_local"] = derived
     original = node.meta.get("original_aten")
-    if original is not None and op_name(original) != row["op"] and "seq_nr" in node.meta:
+    if original is not None and op_name(original) != op and "seq_nr" in node.meta:
         # one of the nodes an op was decomposed into: the group is that op's call
-        row["original_aten"] = op_name(original)
-        row["original_group"] = f"{node.meta['seq_nr']}:{row['original_aten']}"
+        fields["original_aten"] = op_name(original)
+        fields["original_group"] = f"{node.meta['seq_nr']}:{fields['original_aten']}"
         described = node.meta.get("traceprof_original")
-        if isinstance(described, tuple) and len(described) == 2 and described[0] == row["original_aten"]:
-            row["original_inputs"] = described[1]  # on the node of the op's first output
-    return row
+        if isinstance(described, tuple) and len(described) == 2 and described[0] == fields["original_aten"]:
+            fields["original_inputs"] = described[1]  # on the node of the op's first output
+    return CompiledNode(
+        op=op,
+        inputs=tuple(_describe_arg(a) for a in node.args),
+        output=describe_val(node.meta.get("val")),
+        module_from=module_from,
+        **fields,
+    )
 
 
 def bindings(graph: Any, example_inputs: Any) -> dict[str, int]:
@@ -310,29 +310,29 @@ def assign_modules(
     provenance: dict[str, list[str]],
     offsets: dict[str, int],
     paths: ModulePaths,
-) -> dict[str, dict[str, Any]]:
-    """Fill ``nodes``, ``module``, ``modules``, ``module_from`` (and ``primary_node``) of each call
-    site from the provenance map; return the described nodes by name."""
-    used: dict[str, dict[str, Any]] = {}
-    for site in calls:
-        names: list[str] = []
-        if site["handle"] is not None:
-            handle_key = f"{site['kernel']}:{site['handle']}"
+) -> tuple[list[CompiledCall], dict[str, CompiledNode]]:
+    """Each call site (of :func:`parse_wrapper_source`) with its ``nodes``, ``module``,
+    ``modules``, ``module_from`` (and ``primary_node``) from the provenance map, and the described
+    nodes by name."""
+    used: dict[str, CompiledNode] = {}
+    sites: list[dict[str, Any]] = []
+    for call in calls:
+        site = {**call, "nodes": [], "module": None, "module_from": None}
+        sites.append(site)
+        if call["handle"] is not None:
+            handle_key = f"{call['kernel']}:{call['handle']}"
             # handles restart in every provenance context: keep only what this graph added
-            names = list(provenance.get(handle_key, [])[offsets.get(handle_key, 0) :])
-        site["nodes"] = names
-        site["module"] = None
-        site["module_from"] = None
+            site["nodes"] = list(provenance.get(handle_key, [])[offsets.get(handle_key, 0) :])
         modules, known = [], []
-        for name in names:
+        for name in site["nodes"]:
             node = nodes.get(name)
             if node is None:
                 continue
             if name not in used:
                 used[name] = _describe_node(node, paths)
-            modules.append(used[name]["module"])
-            if used[name]["module_from"] is not None:
-                known.append(used[name]["module"])
+            modules.append(used[name].module)
+            if used[name].module_from is not None:
+                known.append(used[name].module)
         if not modules:
             continue
         site["modules"] = dict(Counter(modules))
@@ -342,21 +342,21 @@ def assign_modules(
         site["module_from"] = "nodes"
         if site["kind"] in ("extern", "fallback") and site["event"]:
             # the node the extern call computes (its other nodes are views feeding it)
-            primary = [n for n in names if n in used and _event_of_op(used[n]["op"]) == site["event"]]
+            primary = [n for n in site["nodes"] if n in used and _event_of_op(used[n].op) == site["event"]]
             if len(primary) == 1:
                 site["primary_node"] = primary[0]
-                site["module"] = used[primary[0]]["module"]
+                site["module"] = used[primary[0]].module
                 site["module_from"] = "primary_node"
     # call sites Inductor gave no provenance handle (the scatter_reduce_ of max_pool2d's backward,
     # emitted while lowering another node): the module of the call site before (or after) them
     assigned = ("nodes", "primary_node")
-    for i, site in enumerate(calls):
+    for i, site in enumerate(sites):
         if site["module"] is not None:
             continue
-        before = next((c for c in reversed(calls[:i]) if c["module_from"] in assigned), None)
-        after = next((c for c in calls[i + 1 :] if c["module_from"] in assigned), None)
+        before = next((c for c in reversed(sites[:i]) if c["module_from"] in assigned), None)
+        after = next((c for c in sites[i + 1 :] if c["module_from"] in assigned), None)
         near = before if before is not None else after
         if near is not None:
             site["module"] = near["module"]
             site["module_from"] = "previous_call" if near is before else "next_call"
-    return used
+    return [CompiledCall(**site) for site in sites], used
