@@ -113,15 +113,20 @@ class ModuleNodes:
 
     def order_created(self, ts: np.ndarray, events: np.ndarray, node: np.ndarray) -> None:
         """A made node's first_ts: the first kernel event in its subtree (display order)."""
-        n_scoped = self.n_scoped
-        if len(self.nodes) == n_scoped or not len(events):
-            return
-        first = np.full(len(self.nodes), np.inf)
-        np.minimum.at(first, node, ts[events])
-        for i in range(len(self.nodes) - 1, n_scoped - 1, -1):  # children after parents
-            p = self.nodes[i].parent
-            if p >= n_scoped:
-                first[p] = min(first[p], first[i])
-        for i in range(n_scoped, len(self.nodes)):
-            if np.isfinite(first[i]):
-                self.nodes[i] = msgspec.structs.replace(self.nodes[i], first_ts=float(first[i]))
+        order_made(self.nodes, self.n_scoped, node, ts[events])
+
+
+def order_made(nodes: list[HierarchyNode], n_scoped: int, node: np.ndarray, ts: np.ndarray) -> None:
+    """The first_ts of each node after the first ``n_scoped`` (nodes a join made): the earliest
+    of ``ts``, the times of the work placed on ``node``, in its subtree (display order)."""
+    if len(nodes) == n_scoped:
+        return
+    first = np.full(len(nodes), np.inf)
+    np.minimum.at(first, node, ts)
+    for i in range(len(nodes) - 1, n_scoped - 1, -1):  # children after parents
+        p = nodes[i].parent
+        if p >= n_scoped:
+            first[p] = min(first[p], first[i])
+    for i in range(n_scoped, len(nodes)):
+        if np.isfinite(first[i]):
+            nodes[i] = msgspec.structs.replace(nodes[i], first_ts=float(first[i]))

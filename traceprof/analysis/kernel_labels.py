@@ -40,7 +40,7 @@ import msgspec
 import numpy as np
 
 from traceprof.analysis.classify import Context, classify_events
-from traceprof.analysis.compiled_nodes import CONTAINER_CLASSES
+from traceprof.analysis.compiled_nodes import CONTAINER_CLASSES, order_made
 from traceprof.analysis.hierarchy import Hierarchy, HierarchyNode, Source
 from traceprof.analysis.link import Links
 from traceprof.flops import REGISTRY
@@ -164,7 +164,7 @@ class _Placement:
         fused_event[events[p_span >= 0]] = True
         created = np.zeros(len(self.nodes), bool)
         created[len(tree.nodes) :] = True
-        self._order_created(p_node, ev.ts[events])
+        order_made(self.nodes, len(self.tree.nodes), p_node, ev.ts[events])  # display order
         container = np.array([hn.class_name in CONTAINER_CLASSES for hn in self.nodes], bool)
         work = LabelWork(
             events=events,
@@ -434,21 +434,6 @@ class _Placement:
         self.index[(parent, qualified)] = node
         self.by_name.setdefault(qualified, node)
         return node
-
-    def _order_created(self, node: np.ndarray, ts: np.ndarray) -> None:
-        """A made node's first_ts: the first labelled work in its subtree (display order)."""
-        n_before = len(self.tree.nodes)
-        if len(self.nodes) == n_before:
-            return
-        first = np.full(len(self.nodes), np.inf)
-        np.minimum.at(first, node, ts)
-        for i in range(len(self.nodes) - 1, n_before - 1, -1):  # children after parents
-            p = self.nodes[i].parent
-            if p >= n_before:
-                first[p] = min(first[p], first[i])
-        for i in range(n_before, len(self.nodes)):
-            if np.isfinite(first[i]):
-                self.nodes[i] = msgspec.structs.replace(self.nodes[i], first_ts=float(first[i]))
 
     def _runs(self, anchor: np.ndarray) -> np.ndarray:
         """Per launch, the run it is part of: its compiled region (a graph's run), else the
