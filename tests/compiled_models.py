@@ -38,6 +38,7 @@ from torch import nn
 import traceprof.capture as capture
 from traceprof.capture import sample_models as sm
 from traceprof.capture.compiled import decode_table
+from traceprof.trace.schema import COMPILED_KERNEL_PREFIX_RE as KERNEL_PREFIX_RE
 from traceprof.trace.schema import COMPILED_TABLE_KEY
 
 CASES = ("gpt", "cnn", "graph_break", "per_block")
@@ -45,7 +46,6 @@ CASES = ("gpt", "cnn", "graph_break", "per_block")
 CALL_RE = re.compile(r"## Call CompiledFxGraph (\S+) ##\Z")
 REGION_RE = re.compile(r"Torch-Compiled Region: (\S+)\Z")
 SCOPE_RE = re.compile(r"\[traceprof:1\]([^:]*): ?(.*)\Z")
-KERNEL_PREFIX_RE = re.compile(r"(graph_\d+_)")
 
 
 class SmallCNN(nn.Module):
@@ -208,7 +208,7 @@ def _find_graph(table: dict[str, Any], key: str, call: dict[str, Any]) -> dict[s
         return graphs[key]
     backward = any(a["name"] == "CompiledFunctionBackward" for a in ancestors(call))
     directions = {"backward"} if backward else {"forward", "inference"}
-    prefixes = {m.group(1) for c in call["_children"] for m in [KERNEL_PREFIX_RE.match(c["name"])] if m}
+    prefixes = {m.group(0) for c in call["_children"] for m in [KERNEL_PREFIX_RE.match(c["name"])] if m}
     found = [
         g
         for g in graphs.values()

@@ -374,7 +374,7 @@ def test_replaced_nodes_take_the_stack_of_the_heaviest_matched_node():
     assert new.meta[graph_nodes.REPLACED_KEY] == mm_b.meta["fwd_nn_module_stack"]  # a matmul; ties: the first
     assert graph_nodes.REPLACED_KEY not in own.meta  # a node with a stack of its own keeps it
     row = graph_nodes._describe_node(SimpleNamespace(**vars(new), args=(), kwargs={}), ModulePaths([], {}))
-    assert (row["module"], row["module_class"], row["module_from"]) == ("b", "Linear", "replaced")
+    assert (row.module, row.module_class, row.module_from) == ("b", "Linear", "replaced")
     pointwise = fx_node(aten.addmm.default)
     graph_patches.tag_replaced([bare, add_a], [pointwise])  # only pointwise nodes: the first with a stack
     assert pointwise.meta[graph_nodes.REPLACED_KEY] == add_a.meta["nn_module_stack"]

@@ -9,15 +9,25 @@ import base64
 import json
 import re
 
+import msgspec
 import pytest
+from msgspec import UNSET
 
 import traceprof
-from traceprof.analysis.compiled import node_cost, op_args
+from traceprof.analysis.compiled_args import node_cost, op_args
 from traceprof.flops import REGISTRY, OpArgs
 from traceprof.render.diff import render_diff
 from traceprof.result.model import NodeKind
 from traceprof.result.transforms import ignore_modules, limit_depth, top_children
-from traceprof.trace.model import CompiledNode
+from traceprof.trace.model import (
+    CompiledCall,
+    CompiledCompile,
+    CompiledGraph,
+    CompiledInput,
+    CompiledNode,
+    CompiledTable,
+)
+from traceprof.trace.schema import COMPILED_TABLE_KEY, COMPILED_TABLE_VERSION
 
 from .tracebuilder import TraceBuilder
 
@@ -28,31 +38,35 @@ def tensor(*shape, dtype=F32):
     return {"shape": list(shape), "dtype": dtype}
 
 
-def node(op, inputs, module, cls=None, module_from="nn_module_stack", **extra):
-    row = {"op": op, "inputs": inputs, "module": module, "module_class": cls, "module_from": module_from}
-    row.update(extra)
-    return row
+def node(op, inputs, module, cls=None, module_from="nn_module_stack", **extra) -> CompiledNode:
+    return CompiledNode(
+        op=op, inputs=tuple(inputs), module=module, module_class=cls, module_from=module_from, **extra
+    )
 
 
-def site(kind, event, nodes, module, primary=None, kernel=None):
-    row = {"kernel": kernel or event or "k", "kind": kind, "event": event, "nodes": nodes, "module": module}
-    if primary is not None:
-        row["primary_node"] = primary
-    return row
+def site(kind, event, nodes, module, primary=None, kernel=None) -> CompiledCall:
+    return CompiledCall(
+        kernel=kernel or event or "k",
+        kind=kind,
+        event=event,
+        nodes=tuple(nodes),
+        module=module,
+        primary_node=primary if primary is not None else UNSET,
+    )
 
 
-def graph(key, direction, calls, nodes, graph_id=0, compile_ids=("0/0",), inputs=()):
-    return {
-        "key": key,
-        "table_key": key if key is not None else f"nokey:{graph_id}:{direction}",
-        "direction": direction,
-        "graph_id": graph_id,
-        "event_prefixes": [f"graph_{graph_id}_"],
-        "compile_ids": list(compile_ids),
-        "inputs": list(inputs),
-        "calls": calls,
-        "nodes": nodes,
-    }
+def graph(key, direction, calls, nodes, graph_id=0, compile_ids=("0/0",), inputs=()) -> CompiledGraph:
+    return CompiledGraph(
+        key=key,
+        table_key=key if key is not None else f"nokey:{graph_id}:{direction}",
+        direction=direction,
+        graph_id=graph_id,
+        event_prefixes=(f"graph_{graph_id}_",),
+        compile_ids=tuple(compile_ids),
+        inputs=tuple(CompiledInput(**i) for i in inputs),
+        calls=tuple(calls),
+        nodes=nodes,
+    )
 
 
 def encoded(doc) -> str:
@@ -62,15 +76,12 @@ def encoded(doc) -> str:
 def with_tables(b: TraceBuilder, graphs, modules=None, compiles=()) -> TraceBuilder:
     """The compiled-kernel table (and a module table: ``modules`` (name, class) pairs) at the
     trace's top level, as traceprof.capture embeds them."""
-    b.top["traceprof_compiled"] = encoded(
-        {
-            "format": "traceprof.compiled",
-            "version": 1,
-            "graphs": {g["table_key"]: g for g in graphs},
-            "compiles": list(compiles),
-            "warnings": [],
-        }
+    table = CompiledTable(
+        version=COMPILED_TABLE_VERSION,
+        graphs={g.table_key: g for g in graphs},
+        compiles=tuple(CompiledCompile(**c) for c in compiles),
     )
+    b.top[COMPILED_TABLE_KEY] = base64.b64encode(msgspec.json.encode(table)).decode()
     if modules is not None:
         b.top["traceprof"] = encoded(
             {

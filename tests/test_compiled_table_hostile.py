@@ -11,8 +11,10 @@ import sys
 import pytest
 
 import traceprof
-from traceprof.analysis import compiled as compiled_analysis
-from traceprof.analysis.compiled import MAX_SIZE, SizeOutOfRange, _size, _walk
+from traceprof.analysis import compiled, compiled_args, compiled_runs
+from traceprof.analysis.compiled_args import MAX_SIZE, SizeOutOfRange
+from traceprof.analysis.compiled_args import size_of as _size
+from traceprof.analysis.compiled_runs import walk as _walk
 from traceprof.errors import MemoryLimitError
 from traceprof.flops.shapes import ArgumentError
 from traceprof.result.model import NodeKind
@@ -152,4 +154,5 @@ def test_an_embedded_table_counts_against_the_memory_limit(tmp_path, monkeypatch
 
 
 def test_the_matching_does_not_use_eval():
-    assert "eval(" not in open(compiled_analysis.__file__, encoding="utf-8").read()
+    for module in (compiled, compiled_args, compiled_runs):
+        assert "eval(" not in open(module.__file__, encoding="utf-8").read()

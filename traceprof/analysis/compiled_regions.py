@@ -103,20 +103,36 @@ def compiled_work_warnings(
     kernels of graph replays, when either is at least WARN_SHARE of the step. ``attributed``:
     per event, whether the compiled-kernel table gave it a module; ``labelled``: per event,
     whether a kernel label placed that GPU work (analysis.kernel_labels). Such work is left out."""
-    from traceprof import units  # warnings are text: numbers formatted in the one place
-
-    ev, links = ctx.trace.events, ctx.links
-    names, codes = ev.names, ev.name
+    ev = ctx.trace.events
     is_region = ev.named(lambda n: n.startswith(schema.COMPILED_REGION_PREFIX))
     is_backward = ev.named(lambda n: n == schema.COMPILED_BACKWARD_NAME)
-    if not (is_region.any() or is_backward.any() or schema.GRAPH_LAUNCH_NAMES & set(names)):
+    if not (is_region.any() or is_backward.any() or schema.GRAPH_LAUNCH_NAMES & set(ev.names)):
         return []
-    region = links.nearest(is_region | is_backward)  # the innermost compiled scope, -1: none
-    out: list[str] = []
     has_gpu = len(gpu.work) > 0 and selection.gpu_busy_us > 0
-    n = ctx.n_steps
+    out = _region_warning(ctx, cpu, gpu, selection, is_region, is_backward, has_gpu, attributed, labelled)
+    if has_gpu:
+        out += _replay_warning(ctx, gpu, selection, labelled)
+    return out
 
-    # the compiled regions' work, on the GPU (through each item's anchor) or the CPU
+
+def _region_warning(
+    ctx: Context,
+    cpu: CpuTime,
+    gpu: GpuWork,
+    selection: StepSelection,
+    is_region: np.ndarray,
+    is_backward: np.ndarray,
+    has_gpu: bool,
+    attributed: np.ndarray | None,
+    labelled: np.ndarray | None,
+) -> list[str]:
+    """The compiled regions' work without module information, on the GPU (through each item's
+    anchor) or the CPU: a warning when it is at least WARN_SHARE of the step."""
+    from traceprof import units  # warnings are text: numbers formatted in the one place
+
+    names, codes = ctx.trace.events.names, ctx.trace.events.name
+    region = ctx.links.nearest(is_region | is_backward)  # the innermost compiled scope, -1: none
+    n = ctx.n_steps
     if has_gpu:
         anchor = np.maximum(gpu.anchor, 0)
         inside = (gpu.anchor >= 0) & (region[anchor] >= 0)
@@ -136,71 +152,80 @@ def compiled_work_warnings(
         # on CPUs the kernels are the events themselves (Inductor's C++ kernels, extern ops)
         kernels = codes[cpu.events[inside]]
     share = float(weight.sum()) / total if total > 0 else 0.0
-    if share >= WARN_SHARE:
-        backward = is_backward[owner]
-        bwd_share = float(weight[backward].sum()) / total
-        runs = np.unique(owner)
-        bwd_runs = int(is_backward[runs].sum())
-        frames = len({names[c] for c in codes[runs[~is_backward[runs]]].tolist()})
-        of_frames = f" of {_counted(frames, 'compiled frame')}" if frames else ""
-        out.append(
-            f"{units.percent(share)} of the step's {what} ran in compiled regions "
-            f"({units.counted(len(runs) - bwd_runs, 'forward run')}{of_frames}, "
-            f"{units.counted(bwd_runs, 'backward run')}; forward "
-            f"{units.percent(share - bwd_share)}, backward {units.percent(bwd_share)}) without "
-            f"module information: it is grouped under the module around each region by graph "
-            f"and kernel family (the [compiled <frame> forward|backward] nodes), not on its "
-            f"submodules. Kernels: {_families_text(kernels, names, weight, total)}. "
-            + _table_advice(ctx.trace.metadata.compiled_table)
-        )
+    if share < WARN_SHARE:
+        return []
+    backward = is_backward[owner]
+    bwd_share = float(weight[backward].sum()) / total
+    runs = np.unique(owner)
+    bwd_runs = int(is_backward[runs].sum())
+    frames = len({names[c] for c in codes[runs[~is_backward[runs]]].tolist()})
+    of_frames = f" of {_counted(frames, 'compiled frame')}" if frames else ""
+    return [
+        f"{units.percent(share)} of the step's {what} ran in compiled regions "
+        f"({units.counted(len(runs) - bwd_runs, 'forward run')}{of_frames}, "
+        f"{units.counted(bwd_runs, 'backward run')}; forward "
+        f"{units.percent(share - bwd_share)}, backward {units.percent(bwd_share)}) without "
+        f"module information: it is grouped under the module around each region by graph "
+        f"and kernel family (the [compiled <frame> forward|backward] nodes), not on its "
+        f"submodules. Kernels: {_families_text(kernels, names, weight, total)}. "
+        + _table_advice(ctx.trace.metadata.compiled_table)
+    ]
 
-    # graph replays: every kernel of a captured graph comes from one launch
-    if has_gpu:
-        from_graph = ev.named(lambda nm: nm in schema.GRAPH_LAUNCH_NAMES)
-        # the launching runtime call of each item of the selection (its anchor may be the op)
-        position = np.searchsorted(links.gpu_work, gpu.work)
-        item_launch = links.launch[position]
-        replayed = (item_launch >= 0) & from_graph[np.maximum(item_launch, 0)]
-        # kernels the graph's capture attributed to modules (not to a group node) are left out
-        forced = ctx.tree.work_node[position] if ctx.tree.work_node is not None else position * 0 - 1
-        no_module = np.array([hn.group for hn in ctx.tree.nodes] + [True], bool)
-        on_module = replayed & ~no_module[np.where(forced >= 0, forced, len(ctx.tree.nodes))]
-        replayed &= ~on_module
-        all_replayed = (links.launch >= 0) & from_graph[np.maximum(links.launch, 0)]
-        unmatched = _unmatched_replays(ev, links, ctx.tree, all_replayed)[position] & replayed
-        weight = gpu.busy_us[replayed]
-        share = float(weight.sum()) / (selection.gpu_busy_us * n)
-        if share >= WARN_SHARE:
-            launches = len(np.unique(item_launch[replayed]))
-            spelled = sorted({names[c] for c in codes[item_launch[replayed]].tolist()})
-            kernels = codes[gpu.work[replayed]]
-            by_label = on_module & labelled[gpu.work] if labelled is not None else on_module & False
-            captured = int((on_module & ~by_label).sum())
-            by_capture = (
-                f" ({units.count(captured)} more kernels are on modules, through the graph's capture)"
-                if captured
-                else ""
-            )
-            if by_label.any():
-                by_capture += (
-                    f" ({units.count(int(by_label.sum()))} more kernels are on modules, through "
-                    "their kernel labels)"
-                )
-            if unmatched.any():
-                by_capture += (
-                    f" ({units.count(int(unmatched.sum()))} replayed kernels matched no capture in the "
-                    "trace: none has the replay's kernels in the same order, or several that do "
-                    "give them different modules)"
-                )
-            out.append(
-                f"{units.percent(share)} of the step's GPU busy time is "
-                f"{units.count(int(replayed.sum()))} kernels replayed from "
-                f"{_counted(launches, 'graph launch', 'graph launches')} ({', '.join(spelled)}) without "
-                f"module information{by_capture}: they are grouped per graph and kernel family "
-                f"under the module around each launch (the [graph replay <n>] nodes). Kernels: "
-                f"{_families_text(kernels, names, weight, selection.gpu_busy_us * n)}"
-            )
-    return out
+
+def _replay_warning(
+    ctx: Context, gpu: GpuWork, selection: StepSelection, labelled: np.ndarray | None
+) -> list[str]:
+    """The kernels of graph replays without module information (every kernel of a captured
+    graph comes from one launch): a warning when they are at least WARN_SHARE of the step."""
+    from traceprof import units  # warnings are text: numbers formatted in the one place
+
+    ev, links = ctx.trace.events, ctx.links
+    names, codes = ev.names, ev.name
+    n = ctx.n_steps
+    from_graph = ev.named(lambda nm: nm in schema.GRAPH_LAUNCH_NAMES)
+    # the launching runtime call of each item of the selection (its anchor may be the op)
+    position = np.searchsorted(links.gpu_work, gpu.work)
+    item_launch = links.launch[position]
+    replayed = (item_launch >= 0) & from_graph[np.maximum(item_launch, 0)]
+    # kernels the graph's capture attributed to modules (not to a group node) are left out
+    forced = ctx.tree.work_node[position] if ctx.tree.work_node is not None else position * 0 - 1
+    no_module = np.array([hn.group for hn in ctx.tree.nodes] + [True], bool)
+    on_module = replayed & ~no_module[np.where(forced >= 0, forced, len(ctx.tree.nodes))]
+    replayed &= ~on_module
+    all_replayed = (links.launch >= 0) & from_graph[np.maximum(links.launch, 0)]
+    unmatched = _unmatched_replays(ev, links, ctx.tree, all_replayed)[position] & replayed
+    weight = gpu.busy_us[replayed]
+    share = float(weight.sum()) / (selection.gpu_busy_us * n)
+    if share < WARN_SHARE:
+        return []
+    launches = len(np.unique(item_launch[replayed]))
+    spelled = sorted({names[c] for c in codes[item_launch[replayed]].tolist()})
+    kernels = codes[gpu.work[replayed]]
+    by_label = on_module & labelled[gpu.work] if labelled is not None else on_module & False
+    captured = int((on_module & ~by_label).sum())
+    by_capture = (
+        f" ({units.count(captured)} more kernels are on modules, through the graph's capture)"
+        if captured
+        else ""
+    )
+    if by_label.any():
+        by_capture += (
+            f" ({units.count(int(by_label.sum()))} more kernels are on modules, through their kernel labels)"
+        )
+    if unmatched.any():
+        by_capture += (
+            f" ({units.count(int(unmatched.sum()))} replayed kernels matched no capture in the "
+            "trace: none has the replay's kernels in the same order, or several that do "
+            "give them different modules)"
+        )
+    return [
+        f"{units.percent(share)} of the step's GPU busy time is "
+        f"{units.count(int(replayed.sum()))} kernels replayed from "
+        f"{_counted(launches, 'graph launch', 'graph launches')} ({', '.join(spelled)}) without "
+        f"module information{by_capture}: they are grouped per graph and kernel family "
+        f"under the module around each launch (the [graph replay <n>] nodes). Kernels: "
+        f"{_families_text(kernels, names, weight, selection.gpu_busy_us * n)}"
+    ]
 
 
 # -- group nodes for the work without module information ------------------------------------

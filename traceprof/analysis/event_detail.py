@@ -83,8 +83,8 @@ def fused_rows(ctx: Context, gpu: GpuWork, compiled: CompiledWork) -> dict[tuple
     node, _, phase = ctx.classify(fused)
     out: dict[tuple[str, int, str, str], str] = {}
     # and the FLOPs of their ops in the modules of those ops
-    shared = compiled.share_span >= 0
-    share_event = compiled.share_event[shared]
+    shared = compiled.shares.span >= 0
+    share_event = compiled.shares.event[shared]
     in_step = ctx.in_selection(ev.ts[share_event])
     share_event = share_event[in_step]
     _, _, share_phase = ctx.classify(share_event)
@@ -93,10 +93,10 @@ def fused_rows(ctx: Context, gpu: GpuWork, compiled: CompiledWork) -> dict[tuple
             np.stack([node, phase, ev.name[fused], span], axis=1),
             np.stack(
                 [
-                    compiled.share_node[shared][in_step],
+                    compiled.shares.node[shared][in_step],
                     share_phase,
                     ev.name[share_event],
-                    compiled.share_span[shared][in_step],
+                    compiled.shares.span[shared][in_step],
                 ],
                 axis=1,
             ),

@@ -40,7 +40,7 @@ import msgspec
 import numpy as np
 
 from traceprof.analysis.classify import Context, classify_events
-from traceprof.analysis.compiled import CONTAINER_CLASSES
+from traceprof.analysis.compiled_nodes import CONTAINER_CLASSES, order_made
 from traceprof.analysis.hierarchy import Hierarchy, HierarchyNode, Source
 from traceprof.analysis.link import Links
 from traceprof.flops import REGISTRY
@@ -48,6 +48,7 @@ from traceprof.read.limits import MAX_TREE_DEPTH
 from traceprof.result.model import PASSES, OpKind
 from traceprof.trace import schema
 from traceprof.trace.model import KernelLabels, Trace, index_dtype
+from traceprof.trace.module_names import common_module, joined_name
 from traceprof.trace.schema import Kind
 
 #: sources whose nodes have qualified names, under which labelled modules are found or made
@@ -163,7 +164,7 @@ class _Placement:
         fused_event[events[p_span >= 0]] = True
         created = np.zeros(len(self.nodes), bool)
         created[len(tree.nodes) :] = True
-        self._order_created(p_node, ev.ts[events])
+        order_made(self.nodes, len(self.tree.nodes), p_node, ev.ts[events])  # display order
         container = np.array([hn.class_name in CONTAINER_CLASSES for hn in self.nodes], bool)
         work = LabelWork(
             events=events,
@@ -254,7 +255,7 @@ class _Placement:
                 text = _spelled(parts)
                 unknown[text] = unknown.get(text, 0) + int(counts[k])
                 continue
-            module = _common(resolved)
+            module = common_module(resolved)
             pair_node[k] = self._node(module, float(first_ts[rows[first[k]]]))
             if len(set(resolved)) > 1:
                 pair_span[k] = spans.setdefault(", ".join(sorted(set(resolved))), len(spans))
@@ -293,9 +294,9 @@ class _Placement:
         out = []
         for path, anchored in parts:
             if anchored:
-                exact = [_joined(base, path), path] if base else [path]
+                exact = [joined_name(base, path), path] if base else [path]
                 shorter = path.rsplit(".", 1)[0] if "." in path else ""
-                dropped = ([_joined(base, shorter), shorter] if base else [shorter]) if path else []
+                dropped = ([joined_name(base, shorter), shorter] if base else [shorter]) if path else []
                 found: str | None
                 if self.modules is not None:
                     found = next((q for q in exact + dropped if q in self.modules), None)
@@ -434,21 +435,6 @@ class _Placement:
         self.by_name.setdefault(qualified, node)
         return node
 
-    def _order_created(self, node: np.ndarray, ts: np.ndarray) -> None:
-        """A made node's first_ts: the first labelled work in its subtree (display order)."""
-        n_before = len(self.tree.nodes)
-        if len(self.nodes) == n_before:
-            return
-        first = np.full(len(self.nodes), np.inf)
-        np.minimum.at(first, node, ts)
-        for i in range(len(self.nodes) - 1, n_before - 1, -1):  # children after parents
-            p = self.nodes[i].parent
-            if p >= n_before:
-                first[p] = min(first[p], first[i])
-        for i in range(n_before, len(self.nodes)):
-            if np.isfinite(first[i]):
-                self.nodes[i] = msgspec.structs.replace(self.nodes[i], first_ts=float(first[i]))
-
     def _runs(self, anchor: np.ndarray) -> np.ndarray:
         """Per launch, the run it is part of: its compiled region (a graph's run), else the
         launch itself (a graph launch)."""
@@ -527,21 +513,6 @@ def _spelled(parts: tuple[tuple[str, bool], ...]) -> str:
 def _is_op_name(name: str) -> bool:
     """An ATen op's name (``addmm``, ``convolution``), as FX names its nodes."""
     return name == "getitem" or REGISTRY.get(f"{schema.ATEN_OP_PREFIX}{name}") is not None
-
-
-def _joined(base: str, relative: str) -> str:
-    return f"{base}.{relative}" if base and relative else base or relative
-
-
-def _common(modules: list[str]) -> str:
-    """The deepest module containing all of ``modules`` ("": the root)."""
-    split = [m.split(".") if m else [] for m in modules]
-    common: list[str] = []
-    for parts in zip(*split):
-        if any(p != parts[0] for p in parts):
-            break
-        common.append(parts[0])
-    return ".".join(common)
 
 
 def _stacks(text: bytes) -> list[list[tuple[str, int, str]]]:

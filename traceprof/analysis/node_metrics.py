@@ -114,12 +114,12 @@ def compiled_calls(ctx: Context, compiled: CompiledWork) -> np.ndarray:
     # (run, node) of every kernel event and of every FLOP share (a module whose ops are all
     # fused into another module's kernels ran too)
     keep = ~compiled.backward & ctx.in_selection(ts[compiled.run])
-    share = ~compiled.share_backward & ctx.in_selection(ts[compiled.share_run])
+    share = ~compiled.shares.backward & ctx.in_selection(ts[compiled.shares.run])
     pairs = np.unique(
         np.stack(
             [
-                np.concatenate([compiled.run[keep], compiled.share_run[share]]),
-                np.concatenate([compiled.node[keep], compiled.share_node[share]]),
+                np.concatenate([compiled.run[keep], compiled.shares.run[share]]),
+                np.concatenate([compiled.node[keep], compiled.shares.node[share]]),
             ],
             axis=1,
         ),

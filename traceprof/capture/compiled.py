@@ -56,12 +56,11 @@ This module imports torch only inside functions: importing it does not import to
 
 from __future__ import annotations
 
-import json
-import os
-import re
 import threading
 from collections.abc import Collection, Iterator
 from typing import Any, ClassVar
+
+import msgspec
 
 from traceprof.capture.compiled_modules import (
     compiled_in_place,
@@ -71,6 +70,13 @@ from traceprof.capture.compiled_modules import (
     is_compiled_model,
     named_model_modules,
     runs_compiled,
+)
+from traceprof.capture.compiled_output import (
+    failure_table,
+    keep_row,
+    kept_row,
+    table_document,
+    writable_graphs,
 )
 from traceprof.capture.graph_nodes import (
     assign_modules,
@@ -84,7 +90,10 @@ from traceprof.capture.graph_patches import wrap_post_compile, wrap_proxy_call, 
 from traceprof.capture.module_paths import ModulePaths, module_path
 from traceprof.capture.module_table import decode_table, encode_table
 from traceprof.capture.wrapper_source import expected_event_name, parse_wrapper_source
-from traceprof.trace.schema import COMPILED_TABLE_KEY
+from traceprof.trace.model import CompiledCall, CompiledCompile, CompiledGraph, CompiledInput, CompiledTable
+from traceprof.trace.schema import COMPILED_KERNEL_PREFIX_RE, COMPILED_TABLE_KEY
+from traceprof.trace.schema import COMPILED_TABLE_FORMAT as TABLE_FORMAT
+from traceprof.trace.schema import COMPILED_TABLE_VERSION as TABLE_VERSION
 
 __all__ = [
     "COMPILED_TABLE_KEY",
@@ -109,18 +118,9 @@ __all__ = [
     "runs_compiled",
 ]
 
-TABLE_FORMAT = "traceprof.compiled"
-TABLE_VERSION = 1
-
-_PREFIX_RE = re.compile(r"(graph_\d+_)")
-_SAFE_KEY_RE = re.compile(r"[A-Za-z0-9_-]{1,200}")
 #: goes into every FX graph cache key through the recorder's pass (``uuid()``); change it when the
 #: recorder changes what it records, so that graphs cached by an older version compile again
 _SALT = "8"
-#: the format of the files that keep a graph's row next to Inductor's cache
-_PERSIST_FORMAT = "traceprof.compiled.graph/1"
-#: characters of a value written as text, past which it is cut
-_MAX_TEXT = 200
 
 
 class RecorderUnavailable(RuntimeError):
@@ -207,8 +207,8 @@ class CompiledGraphRecorder:
     _active: CompiledGraphRecorder | None = None
     _lock = threading.Lock()
     #: graphs and compiles that recorders of this process recorded, for later sessions
-    _earlier_graphs: ClassVar[dict[str, dict[str, Any]]] = {}
-    _earlier_compiles: ClassVar[list[dict[str, Any]]] = []
+    _earlier_graphs: ClassVar[dict[str, CompiledGraph]] = {}
+    _earlier_compiles: ClassVar[list[CompiledCompile]] = []
     #: at most this many graphs are kept for later sessions (the oldest are dropped)
     EARLIER_GRAPHS_LIMIT = 2048
 
@@ -216,8 +216,8 @@ class CompiledGraphRecorder:
         self.model = model
         self.salt = salt
         self.persist = persist
-        self.graphs: dict[str, dict[str, Any]] = {}
-        self.compiles: list[dict[str, Any]] = []
+        self.graphs: dict[str, CompiledGraph] = {}
+        self.compiles: list[CompiledCompile] = []
         self.warnings: list[str] = []
         self.changes = 0  #: counts recorded compiles and cache hits: a new table when it grows
         self._local = threading.local()
@@ -366,17 +366,17 @@ class CompiledGraphRecorder:
         """Add this recorder's graphs to the process's earlier graphs (under ``_lock``)."""
         cls = CompiledGraphRecorder
         for key, graph in self.graphs.items():
-            if graph.get("nodes_source") == "post_grad_pass" or key not in cls._earlier_graphs:
+            if graph.nodes_source == "post_grad_pass" or key not in cls._earlier_graphs:
                 cls._earlier_graphs.pop(key, None)
                 cls._earlier_graphs[key] = graph
         keys = set(self.graphs)
-        cls._earlier_compiles = [c for c in cls._earlier_compiles if c["key"] not in keys] + [
-            c for c in self.compiles if c["table_from"] is not None
+        cls._earlier_compiles = [c for c in cls._earlier_compiles if c.key not in keys] + [
+            c for c in self.compiles if c.table_from is not None
         ]
         while len(cls._earlier_graphs) > cls.EARLIER_GRAPHS_LIMIT:
             cls._earlier_graphs.pop(next(iter(cls._earlier_graphs)))
         kept = set(cls._earlier_graphs)
-        cls._earlier_compiles = [c for c in cls._earlier_compiles if c["key"] in kept]
+        cls._earlier_compiles = [c for c in cls._earlier_compiles if c.key in kept]
 
     # -- hooks ---------------------------------------------------------------------------------
 
@@ -402,12 +402,7 @@ class CompiledGraphRecorder:
             )
             pending = None
         graph_kwargs = graph_kwargs or {}
-        if graph_kwargs.get("is_backward"):
-            direction = "backward"
-        elif graph_kwargs.get("is_inference"):
-            direction = "inference"
-        else:
-            direction = "forward"
+        direction = _direction(graph_kwargs)
         graph_id = graph_kwargs.get("graph_id")
         compile_id = CompileContext.current_compile_id()
         compile_id_s = str(compile_id) if compile_id is not None else None
@@ -420,12 +415,11 @@ class CompiledGraphRecorder:
         table_from: str | None
         entry = self.graphs.get(table_key)
         if pending is not None:  # a real compile: the table row comes from its post-grad graph
-            old_ids = entry["compile_ids"] if entry is not None else []
+            old_ids = entry.compile_ids if entry is not None else ()
             entry = self._build_entry(
                 table_key, key, direction, graph_id, source, pending, bindings(pending.graph, example_inputs)
             )
-            entry["compile_ids"] = list(old_ids)
-            self.graphs[table_key] = entry
+            entry = msgspec.structs.replace(entry, compile_ids=old_ids)
             root, root_class = self._root_module(pending)
             table_from = "compile"
             if key is not None and self.persist:
@@ -433,109 +427,80 @@ class CompiledGraphRecorder:
         elif entry is not None:  # compiled earlier in this session
             table_from = "session"
             root, root_class = next(
-                (
-                    (c["root"], c["root_class"])
-                    for c in self.compiles
-                    if c["key"] == table_key and c["root"] is not None
-                ),
+                ((c.root, c.root_class) for c in self.compiles if c.key == table_key and c.root is not None),
                 (None, None),
             )
         else:  # a cache hit on a graph that an earlier session or process compiled
-            found = self._recorded_elsewhere(key) if key is not None else None
-            if found is not None:
-                entry, root, root_class, table_from = found
-                # the module under that name in this model (the class may be a new one)
-                root_class = self._classes_by_name().get(root or "", root_class) if root is not None else None
-            else:
-                entry = self._build_entry(table_key, key, direction, graph_id, source, None)
-                table_from = None
-                self.warnings.append(
-                    f"graph {table_key} came from Inductor's cache without its recorded table: its"
-                    " kernels have no module paths"
-                )
-            self.graphs[table_key] = entry
-        if compile_id_s is not None and compile_id_s not in entry["compile_ids"]:
-            entry["compile_ids"].append(compile_id_s)
+            entry, root, root_class, table_from = self._cache_hit(table_key, key, direction, graph_id, source)
+        if compile_id_s is not None and compile_id_s not in entry.compile_ids:
+            entry = msgspec.structs.replace(entry, compile_ids=(*entry.compile_ids, compile_id_s))
+        self.graphs[table_key] = entry
         self.compiles.append(
-            {
-                "compile_id": compile_id_s,
-                "direction": direction,
-                "graph_id": graph_id,
-                "key": table_key,
-                "cache": "compiled" if pending is not None else "cache_hit",
-                "root": root,
-                "root_class": root_class,
-                "table_from": table_from,
-            }
+            CompiledCompile(
+                compile_id=compile_id_s,
+                direction=direction,
+                graph_id=graph_id,
+                key=table_key,
+                cache="compiled" if pending is not None else "cache_hit",
+                root=root,
+                root_class=root_class,
+                table_from=table_from,
+            )
         )
         self.changes += 1
 
+    def _cache_hit(
+        self, table_key: str, key: str | None, direction: str, graph_id: Any, source: str
+    ) -> tuple[CompiledGraph, str | None, str | None, str | None]:
+        """``(row, root, root_class, table_from)`` of a graph loaded from Inductor's caches that
+        this session did not compile: recorded elsewhere, else a row without nodes."""
+        found = self._recorded_elsewhere(key) if key is not None else None
+        if found is not None:
+            entry, root, root_class, table_from = found
+            # the module under that name in this model (the class may be a new one)
+            root_class = self._classes_by_name().get(root or "", root_class) if root is not None else None
+            return entry, root, root_class, table_from
+        self.warnings.append(
+            f"graph {table_key} came from Inductor's cache without its recorded table: its"
+            " kernels have no module paths"
+        )
+        return self._build_entry(table_key, key, direction, graph_id, source, None), None, None, None
+
     # -- graphs recorded elsewhere ----------------------------------------------------------------
 
-    @staticmethod
-    def _persist_path(key: str) -> str | None:
-        """Where the row of graph ``key`` is kept, next to Inductor's own cache (``None``: a key
-        that is no file name)."""
-        if not _SAFE_KEY_RE.fullmatch(key):
-            return None
-        from torch._inductor.runtime.cache_dir_utils import cache_dir
-
-        return os.path.join(cache_dir(), "traceprof", f"compiled-{_SALT}", f"{key}.json")
-
-    def _persist(self, key: str, entry: dict[str, Any], root: str | None, root_class: str | None) -> None:
+    def _persist(self, key: str, entry: CompiledGraph, root: str | None, root_class: str | None) -> None:
         """Write the row of a graph compiled for real, for cache hits of later processes."""
         try:
-            path = self._persist_path(key)
-            if path is None:
-                return
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            document = {"format": _PERSIST_FORMAT, "graph": entry, "root": root, "root_class": root_class}
-            import tempfile  # only where a row is saved: a one-trace analysis never needs it
-
-            fd, tmp = tempfile.mkstemp(prefix=".tmp", suffix=".json", dir=os.path.dirname(path))
-            try:
-                with os.fdopen(fd, "w", encoding="utf-8") as f:
-                    json.dump(document, f, default=str, separators=(",", ":"))
-                os.replace(tmp, path)  # whole or not at all, also with ranks writing at once
-            except BaseException:
-                os.unlink(tmp)
-                raise
+            keep_row(key, _SALT, entry, root, root_class)
         except Exception as e:
             self.warnings.append(f"could not keep the table of graph {key}: {type(e).__name__}: {e}")
 
-    def _recorded_elsewhere(self, key: str) -> tuple[dict[str, Any], str | None, str | None, str] | None:
+    def _recorded_elsewhere(self, key: str) -> tuple[CompiledGraph, str | None, str | None, str] | None:
         """``(row, root, root_class, where)`` of a graph an earlier recorder of this process
         (``"process"``) or an earlier process (``"cache_dir"``) compiled, else ``None``."""
         with CompiledGraphRecorder._lock:
             graph = CompiledGraphRecorder._earlier_graphs.get(key)
-            if graph is not None and graph.get("nodes_source") == "post_grad_pass":
+            if graph is not None and graph.nodes_source == "post_grad_pass":
                 compile_ = next(
                     (
                         c
                         for c in CompiledGraphRecorder._earlier_compiles
-                        if c["key"] == key and c["root"] is not None
+                        if c.key == key and c.root is not None
                     ),
-                    {},
+                    None,
                 )
-                entry = json.loads(json.dumps(graph, default=str))
-                entry["compile_ids"] = []
-                return entry, compile_.get("root"), compile_.get("root_class"), "process"
+                entry = msgspec.structs.replace(graph, compile_ids=())
+                if compile_ is None:
+                    return entry, None, None, "process"
+                return entry, compile_.root, compile_.root_class, "process"
         if not self.persist:
             return None
         try:
-            path = self._persist_path(key)
-            if path is None or not os.path.exists(path):
-                return None
-            with open(path, encoding="utf-8") as f:
-                document = json.load(f)
-            entry = document["graph"]
-            if document.get("format") != _PERSIST_FORMAT or entry.get("table_key") != key:
-                return None
-            entry["compile_ids"] = []
-            return entry, document.get("root"), document.get("root_class"), "cache_dir"
+            kept = kept_row(key, _SALT)
         except Exception as e:  # a damaged file: as if there were none
             self.warnings.append(f"could not read the kept table of graph {key}: {type(e).__name__}: {e}")
             return None
+        return (*kept, "cache_dir") if kept is not None else None
 
     # -- building -------------------------------------------------------------------------------
 
@@ -548,51 +513,50 @@ class CompiledGraphRecorder:
         source: str,
         pending: _PendingGraph | None,
         bindings: dict[str, int] | None = None,
-    ) -> dict[str, Any]:
-        kernels, calls = parse_wrapper_source(source)
-        for index, site in enumerate(calls):
-            site["index"] = index
-        used: dict[str, dict[str, Any]] = {}
-        inputs: list[dict[str, Any]] = []
-        outputs: dict[str, Any] = {}
+    ) -> CompiledGraph:
+        kernels, sites = parse_wrapper_source(source)
+        sites = [{**site, "index": index} for index, site in enumerate(sites)]
+        row: dict[str, Any] = {}
         if pending is not None:
             nodes = {n.name: n for n in pending.graph.nodes}
             paths = self._paths(pending)
-            used = assign_modules(calls, nodes, _provenance_map(), pending.provenance_lengths, paths)
+            row["calls"], row["nodes"] = assign_modules(
+                sites, nodes, _provenance_map(), pending.provenance_lengths, paths
+            )
             for spelling in dict.fromkeys(paths.unresolved):
                 self.warnings.append(
                     f"graph {table_key}: the module path {spelling!r} could not be resolved to a"
                     " module of the model; its nodes keep it as written"
                 )
             if direction != "backward":
-                outputs = module_outputs(pending.graph, paths, bindings or {})
+                row["module_outputs"] = module_outputs(pending.graph, paths, bindings or {})
             # binds symbolic sizes ("s77") to a run's concrete inputs
-            inputs = [
-                {"name": n.name, "val": describe_val(n.meta.get("val"))}
+            row["inputs"] = tuple(
+                CompiledInput(name=n.name, val=describe_val(n.meta.get("val")))
                 for n in pending.graph.nodes
                 if n.op == "placeholder"
-            ]
+            )
         else:
-            for site in calls:
-                site["nodes"] = []
-                site["module"] = site["module_from"] = None
+            row["calls"] = tuple(CompiledCall(**site) for site in sites)  # no nodes, no module
         prefixes = sorted(
-            {m.group(1) for k in kernels.values() if k["event"] for m in [_PREFIX_RE.match(k["event"])] if m}
+            {
+                m.group(0)
+                for k in kernels.values()
+                if k["event"]
+                for m in [COMPILED_KERNEL_PREFIX_RE.match(k["event"])]
+                if m
+            }
         )
-        return {
-            "key": key,
-            "table_key": table_key,
-            "direction": direction,
-            "graph_id": graph_id,
-            "event_prefixes": prefixes,
-            "compile_ids": [],
-            "wrapper": "python" if "def call(" in source else ("cpp" if source else "none"),
-            "nodes_source": "post_grad_pass" if pending is not None else "none",
-            "inputs": inputs,
-            "calls": calls,
-            "nodes": used,
-            "module_outputs": outputs,
-        }
+        return CompiledGraph(
+            key=key,
+            table_key=table_key,
+            direction=direction,
+            graph_id=graph_id,
+            event_prefixes=tuple(prefixes),
+            wrapper="python" if "def call(" in source else ("cpp" if source else "none"),
+            nodes_source="post_grad_pass" if pending is not None else "none",
+            **row,
+        )
 
     def _modules_by_id(self) -> dict[int, tuple[str, str]]:
         """id of each module of ``self.model`` (and of its compile wrappers) -> (name, class)."""
@@ -633,13 +597,13 @@ class CompiledGraphRecorder:
         module their frame ran on (the module table's ``(inputs, outputs)`` of a call, inputs
         not known)."""
         with self._mutex:
-            roots = {c["key"]: c["root"] for c in self.compiles if c["root"] is not None}
+            roots = {c.key: c.root for c in self.compiles if c.root is not None}
             out: dict[str, tuple[None, Any]] = {}
             for key, graph in self.graphs.items():
                 root = roots.get(key)
                 if root is None:
                     continue
-                for module, value in (graph.get("module_outputs") or {}).items():
+                for module, value in (graph.module_outputs or {}).items():
                     name = f"{root}.{module}" if root and module else root or module
                     out.setdefault(name, (None, value))
         return out
@@ -657,96 +621,60 @@ class CompiledGraphRecorder:
         import torch._functorch.config as functorch_config
         import torch._inductor.config as inductor_config
 
-        graphs: dict[str, Any] = {}
-        compiles: list[dict[str, Any]] = []
+        graphs: dict[str, CompiledGraph] = {}
+        compiles: list[CompiledCompile] = []
         if earlier:
-            classes = set(earlier)
-            with CompiledGraphRecorder._lock:
-                wanted = {
-                    c["key"]
-                    for c in CompiledGraphRecorder._earlier_compiles
-                    if c.get("root_class") in classes
-                }
-                for key, graph in CompiledGraphRecorder._earlier_graphs.items():
-                    if key in wanted and key not in self.graphs:
-                        graphs[key] = {**graph, "earlier_session": True}
-                compiles = [
-                    {**c, "earlier_session": True}
-                    for c in CompiledGraphRecorder._earlier_compiles
-                    if c["key"] in graphs
-                ]
+            graphs, compiles = self._earlier(set(earlier))
         with self._mutex:
             graphs.update(self.graphs)
             compiles.extend(self.compiles)
-            graphs, omitted = _strict_graphs(graphs)
-            compiles = _strict(compiles)
-            warnings = list(self.warnings)
-        return {
-            "format": TABLE_FORMAT,
-            "version": TABLE_VERSION,
-            "torch_version": self._torch_version,
-            "salt": self.salt,
-            "config": {
-                "fx_graph_cache": bool(inductor_config.fx_graph_cache),
-                "autograd_cache": bool(getattr(functorch_config, "enable_autograd_cache", False)),
-                "cpp_wrapper": bool(inductor_config.cpp_wrapper),
-                "descriptive_names": str(inductor_config.cpp.descriptive_names),
-                "kernel_profile": True,
-            },
-            "graphs": graphs,
-            "compiles": compiles,
-            "warnings": warnings,
-            "omitted": omitted,
+            graphs, omitted = writable_graphs(graphs)
+            warnings = tuple(self.warnings)
+        config = {
+            "fx_graph_cache": bool(inductor_config.fx_graph_cache),
+            "autograd_cache": bool(getattr(functorch_config, "enable_autograd_cache", False)),
+            "cpp_wrapper": bool(inductor_config.cpp_wrapper),
+            "descriptive_names": str(inductor_config.cpp.descriptive_names),
+            "kernel_profile": True,
         }
+        table = CompiledTable(
+            version=TABLE_VERSION,
+            graphs=graphs,
+            compiles=tuple(compiles),
+            torch_version=self._torch_version,
+            warnings=warnings,
+            omitted=tuple(omitted),
+            salt=self.salt,
+            config=config,
+        )
+        return table_document(table)
+
+    def _earlier(self, classes: set[str]) -> tuple[dict[str, CompiledGraph], list[CompiledCompile]]:
+        """The graphs earlier recorders of this process recorded for a compiled frame whose
+        root module has one of ``classes`` (and this recorder has not), with their compiles,
+        marked as from an earlier session."""
+        with CompiledGraphRecorder._lock:
+            wanted = {c.key for c in CompiledGraphRecorder._earlier_compiles if c.root_class in classes}
+            graphs = {
+                key: msgspec.structs.replace(graph, earlier_session=True)
+                for key, graph in CompiledGraphRecorder._earlier_graphs.items()
+                if key in wanted and key not in self.graphs
+            }
+            compiles = [
+                msgspec.structs.replace(c, earlier_session=True)
+                for c in CompiledGraphRecorder._earlier_compiles
+                if c.key in graphs
+            ]
+        return graphs, compiles
 
 
-def failure_table(reason: str, torch_version: str) -> dict[str, Any]:
-    """A table without graphs that records why the real one could not be written."""
-    return {
-        "format": TABLE_FORMAT,
-        "version": TABLE_VERSION,
-        "torch_version": torch_version,
-        "graphs": {},
-        "compiles": [],
-        "warnings": [reason],
-        "omitted": [{"graph": None, "node": None, "reason": reason[:_MAX_TEXT]}],
-    }
-
-
-def _strict(value: Any) -> Any:
-    """``value`` through a strict JSON round trip (no NaN or infinity; other objects as text)."""
-    return json.loads(json.dumps(value, default=str, allow_nan=False))
-
-
-def _strict_graphs(graphs: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """Each graph through :func:`_strict`: a node that still cannot be written is left out of
-    its graph alone, a graph that cannot be written without it is left out; ``(graphs,
-    omitted)``, where each omission is ``{"graph", "node", "reason"}`` (``node`` ``None``: the
-    whole graph), as the table records them (``docs/trace-conventions.md``)."""
-    out: dict[str, Any] = {}
-    omitted: list[dict[str, Any]] = []
-    for key, graph in graphs.items():
-        try:
-            out[key] = _strict(graph)
-            continue
-        except Exception:  # find what cannot be written, below
-            pass
-        nodes = dict(graph.get("nodes") or {})
-        for name, node in list(nodes.items()):
-            try:
-                _strict(node)
-            except Exception as e:
-                del nodes[name]
-                omitted.append({"graph": str(key), "node": str(name), "reason": _reason(e)})
-        try:
-            out[key] = _strict({**graph, "nodes": nodes})
-        except Exception as e:
-            omitted.append({"graph": str(key), "node": None, "reason": _reason(e)})
-    return out, omitted
-
-
-def _reason(error: BaseException) -> str:
-    return f"{type(error).__name__}: {error}"[:_MAX_TEXT]
+def _direction(graph_kwargs: dict[str, Any]) -> str:
+    """A compiled graph's direction, from the keywords Inductor compiled it with."""
+    if graph_kwargs.get("is_backward"):
+        return "backward"
+    if graph_kwargs.get("is_inference"):
+        return "inference"
+    return "forward"
 
 
 def iter_call_sites(table: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:

@@ -12,10 +12,12 @@ from __future__ import annotations
 import enum
 import math
 from collections import Counter
-from collections.abc import Iterable
 from typing import Any
 
 from traceprof.capture.module_paths import ModulePaths
+from traceprof.trace.model import CompiledCall, CompiledNode
+from traceprof.trace.module_names import common_module
+from traceprof.trace.schema import COMPILED_FROM_FORWARD_STACK, COMPILED_OWN_STACK
 
 #: nesting depth past which a described value is written as ``null``
 _MAX_DEPTH = 6
@@ -36,17 +38,6 @@ __all__ = [
     "module_stack",
     "op_name",
 ]
-
-
-def _common_module(paths: Iterable[str]) -> str:
-    """The deepest module that contains all ``paths`` (``""``: the compiled root)."""
-    split = [p.split(".") if p else [] for p in paths]
-    common: list[str] = []
-    for parts in zip(*split):
-        if any(p != parts[0] for p in parts):
-            break
-        common.append(parts[0])
-    return ".".join(common)
 
 
 def describe_val(val: Any, depth: int = 0) -> Any:
@@ -138,7 +129,7 @@ def module_stack(node: Any, replaced: bool = False) -> list[tuple[str, str, str]
     ``replaced``: without a stack of its own, the one a pattern replacement gave the node
     (:func:`_wrap_replace_with_graph`).
     """
-    stack = node.meta.get("fwd_nn_module_stack") or node.meta.get("nn_module_stack") or {}
+    stack = node.meta.get(COMPILED_FROM_FORWARD_STACK) or node.meta.get(COMPILED_OWN_STACK) or {}
     if not stack and replaced:
         stack = node.meta.get(_REPLACED_KEY) or {}
     out = []
@@ -152,7 +143,7 @@ def module_stack(node: Any, replaced: bool = False) -> list[tuple[str, str, str]
     return out
 
 
-def _describe_node(node: Any, paths: ModulePaths) -> dict[str, Any]:
+def _describe_node(node: Any, paths: ModulePaths) -> CompiledNode:
     """Op, input and output shapes, and module of a post-grad node.
 
     ``module`` is the qualified name of the innermost module of the node's module stack,
@@ -170,7 +161,9 @@ def _describe_node(node: Any, paths: ModulePaths) -> dict[str, Any]:
     module_from: str | None = None
     derived: tuple[str, str | None, str | None] | None = None
     if stack:
-        module_from = "fwd_nn_module_stack" if "fwd_nn_module_stack" in node.meta else "nn_module_stack"
+        module_from = (
+            COMPILED_FROM_FORWARD_STACK if COMPILED_FROM_FORWARD_STACK in node.meta else COMPILED_OWN_STACK
+        )
     elif node.meta.get(_REPLACED_KEY):
         stack = module_stack(node, replaced=True)
         module_from = "replaced" if stack else None
@@ -182,32 +175,31 @@ def _describe_node(node: Any, paths: ModulePaths) -> dict[str, Any]:
     elif _pattern_made(node):
         derived = _module_of_inputs(node, {}, paths)
         module_from = "inputs" if derived is not None else None
-    row: dict[str, Any] = {
-        "op": op_name(node.target),
-        "inputs": [_describe_arg(a) for a in node.args],
-        "output": describe_val(node.meta.get("val")),
-    }
+    op = op_name(node.target)
+    fields: dict[str, Any] = {}
     if node.kwargs:
-        row["kwargs"] = {str(k): _describe_arg(v) for k, v in node.kwargs.items()}
+        fields["kwargs"] = {str(k): _describe_arg(v) for k, v in node.kwargs.items()}
     if stack:
         key, source, cls_name = stack[-1]
-        row["root_local"], row["module"] = paths.resolve(key, source)
-        row["module_class"] = cls_name
+        fields["root_local"], fields["module"] = paths.resolve(key, source)
+        fields["module_class"] = cls_name
     elif derived is not None:
-        row["module"], row["module_class"], row["root_local"] = derived
-    else:
-        row["module"] = ""
-        row["module_class"] = None
-    row["module_from"] = module_from
+        fields["module"], fields["module_class"], fields["root_local"] = derived
     original = node.meta.get("original_aten")
-    if original is not None and op_name(original) != row["op"] and "seq_nr" in node.meta:
+    if original is not None and op_name(original) != op and "seq_nr" in node.meta:
         # one of the nodes an op was decomposed into: the group is that op's call
-        row["original_aten"] = op_name(original)
-        row["original_group"] = f"{node.meta['seq_nr']}:{row['original_aten']}"
+        fields["original_aten"] = op_name(original)
+        fields["original_group"] = f"{node.meta['seq_nr']}:{fields['original_aten']}"
         described = node.meta.get("traceprof_original")
-        if isinstance(described, tuple) and len(described) == 2 and described[0] == row["original_aten"]:
-            row["original_inputs"] = described[1]  # on the node of the op's first output
-    return row
+        if isinstance(described, tuple) and len(described) == 2 and described[0] == fields["original_aten"]:
+            fields["original_inputs"] = described[1]  # on the node of the op's first output
+    return CompiledNode(
+        op=op,
+        inputs=tuple(_describe_arg(a) for a in node.args),
+        output=describe_val(node.meta.get("val")),
+        module_from=module_from,
+        **fields,
+    )
 
 
 def bindings(graph: Any, example_inputs: Any) -> dict[str, int]:
@@ -272,8 +264,8 @@ def _pattern_made(node: Any) -> bool:
     return (
         node.op == "call_function"
         and "seq_nr" not in node.meta
-        and not node.meta.get("nn_module_stack")
-        and not node.meta.get("fwd_nn_module_stack")
+        and not node.meta.get(COMPILED_OWN_STACK)
+        and not node.meta.get(COMPILED_FROM_FORWARD_STACK)
     )
 
 
@@ -305,7 +297,7 @@ def _module_of_inputs(
                 found.append(inner)
     if not found:
         return None
-    module = _common_module(f[0] for f in found)
+    module = common_module(f[0] for f in found)
     class_name = next((f[1] for f in found if f[0] == module), None)
     roots = {f[2] for f in found}
     memo[node.name] = result = (module, class_name, roots.pop() if len(roots) == 1 else None)
@@ -318,53 +310,53 @@ def assign_modules(
     provenance: dict[str, list[str]],
     offsets: dict[str, int],
     paths: ModulePaths,
-) -> dict[str, dict[str, Any]]:
-    """Fill ``nodes``, ``module``, ``modules``, ``module_from`` (and ``primary_node``) of each call
-    site from the provenance map; return the described nodes by name."""
-    used: dict[str, dict[str, Any]] = {}
-    for site in calls:
-        names: list[str] = []
-        if site["handle"] is not None:
-            handle_key = f"{site['kernel']}:{site['handle']}"
+) -> tuple[list[CompiledCall], dict[str, CompiledNode]]:
+    """Each call site (of :func:`parse_wrapper_source`) with its ``nodes``, ``module``,
+    ``modules``, ``module_from`` (and ``primary_node``) from the provenance map, and the described
+    nodes by name."""
+    used: dict[str, CompiledNode] = {}
+    sites: list[dict[str, Any]] = []
+    for call in calls:
+        site = {**call, "nodes": [], "module": None, "module_from": None}
+        sites.append(site)
+        if call["handle"] is not None:
+            handle_key = f"{call['kernel']}:{call['handle']}"
             # handles restart in every provenance context: keep only what this graph added
-            names = list(provenance.get(handle_key, [])[offsets.get(handle_key, 0) :])
-        site["nodes"] = names
-        site["module"] = None
-        site["module_from"] = None
+            site["nodes"] = list(provenance.get(handle_key, [])[offsets.get(handle_key, 0) :])
         modules, known = [], []
-        for name in names:
+        for name in site["nodes"]:
             node = nodes.get(name)
             if node is None:
                 continue
             if name not in used:
                 used[name] = _describe_node(node, paths)
-            modules.append(used[name]["module"])
-            if used[name]["module_from"] is not None:
-                known.append(used[name]["module"])
+            modules.append(used[name].module)
+            if used[name].module_from is not None:
+                known.append(used[name].module)
         if not modules:
             continue
         site["modules"] = dict(Counter(modules))
         # nodes without a module stack (gradient sums, pattern-made nodes) do not pull a fused
         # kernel up to the root
-        site["module"] = _common_module(known) if known else ""
+        site["module"] = common_module(known) if known else ""
         site["module_from"] = "nodes"
         if site["kind"] in ("extern", "fallback") and site["event"]:
             # the node the extern call computes (its other nodes are views feeding it)
-            primary = [n for n in names if n in used and _event_of_op(used[n]["op"]) == site["event"]]
+            primary = [n for n in site["nodes"] if n in used and _event_of_op(used[n].op) == site["event"]]
             if len(primary) == 1:
                 site["primary_node"] = primary[0]
-                site["module"] = used[primary[0]]["module"]
+                site["module"] = used[primary[0]].module
                 site["module_from"] = "primary_node"
     # call sites Inductor gave no provenance handle (the scatter_reduce_ of max_pool2d's backward,
     # emitted while lowering another node): the module of the call site before (or after) them
     assigned = ("nodes", "primary_node")
-    for i, site in enumerate(calls):
+    for i, site in enumerate(sites):
         if site["module"] is not None:
             continue
-        before = next((c for c in reversed(calls[:i]) if c["module_from"] in assigned), None)
-        after = next((c for c in calls[i + 1 :] if c["module_from"] in assigned), None)
+        before = next((c for c in reversed(sites[:i]) if c["module_from"] in assigned), None)
+        after = next((c for c in sites[i + 1 :] if c["module_from"] in assigned), None)
         near = before if before is not None else after
         if near is not None:
             site["module"] = near["module"]
             site["module_from"] = "previous_call" if near is before else "next_call"
-    return used
+    return [CompiledCall(**site) for site in sites], used

@@ -13,6 +13,7 @@ from typing import Any
 
 from traceprof.capture.graph_nodes import REPLACED_KEY, describe_val, op_name
 from traceprof.capture.wrapper_source import OP_NAMESPACES
+from traceprof.trace.schema import COMPILED_FROM_FORWARD_STACK, COMPILED_OWN_STACK
 
 __all__ = ["tag_replaced", "wrap_post_compile", "wrap_proxy_call", "wrap_replace_with_graph"]
 
@@ -101,6 +102,11 @@ def _op_weight(target: Any) -> int:
     return 1 if _HEAVY_OP_RE.fullmatch(base) else 0
 
 
+def _stack_of(meta: dict[str, Any]) -> Any:
+    """A node's module stack: the forward's, its own, else one a replacement gave it."""
+    return meta.get(COMPILED_FROM_FORWARD_STACK) or meta.get(COMPILED_OWN_STACK) or meta.get(REPLACED_KEY)
+
+
 def tag_replaced(matched: Iterable[Any], added: Iterable[Any]) -> None:
     """Give each node of ``added`` without a module stack the stack of the heaviest node of
     ``matched`` that has one (by :func:`_op_weight`; ties: the first)."""
@@ -108,7 +114,7 @@ def tag_replaced(matched: Iterable[Any], added: Iterable[Any]) -> None:
     best_weight = -1
     for node in matched:
         meta = getattr(node, "meta", None) or {}
-        stack = meta.get("fwd_nn_module_stack") or meta.get("nn_module_stack") or meta.get(REPLACED_KEY)
+        stack = _stack_of(meta)
         weight = _op_weight(getattr(node, "target", None))
         if stack and weight > best_weight:
             best, best_weight = stack, weight
@@ -118,5 +124,5 @@ def tag_replaced(matched: Iterable[Any], added: Iterable[Any]) -> None:
         meta = getattr(node, "meta", None)
         if meta is None or getattr(node, "op", None) != "call_function":
             continue
-        if not (meta.get("fwd_nn_module_stack") or meta.get("nn_module_stack") or meta.get(REPLACED_KEY)):
+        if not _stack_of(meta):
             meta[REPLACED_KEY] = dict(best)

@@ -19,8 +19,8 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-TABLE_FORMAT = "traceprof.modules"
-TABLE_VERSION = 1
+from traceprof.trace.schema import MODULE_TABLE_FORMAT as TABLE_FORMAT
+from traceprof.trace.schema import MODULE_TABLE_VERSION as TABLE_VERSION
 
 #: Nesting depth past which a value inside inputs/outputs is written as ``null``.
 MAX_VALUE_DEPTH = 16

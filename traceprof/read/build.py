@@ -572,7 +572,7 @@ def _module_table(
         else:
             raw = base64.b64decode(payload)
             doc = json.loads(check(raw, "module table") if check else raw)
-        if doc.get("format") != "traceprof.modules":
+        if doc.get("format") != schema.MODULE_TABLE_FORMAT:
             raise ValueError("unknown format")
         modules = {}
         for m in doc["modules"]:

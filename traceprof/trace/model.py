@@ -13,8 +13,9 @@ from typing import Any
 
 import msgspec
 import numpy as np
+from msgspec import UNSET, UnsetType
 
-from traceprof.trace.schema import Kind
+from traceprof.trace.schema import COMPILED_TABLE_FORMAT, Kind
 
 
 class ThreadInfo(msgspec.Struct, frozen=True):
@@ -64,6 +65,11 @@ class ModuleTable(msgspec.Struct, frozen=True):
     world_size: int | None = None
 
 
+# The compiled-kernel table (docs/trace-conventions.md): traceprof.capture builds these records
+# and encodes them (msgspec.to_builtins); the reader decodes the same records. A field whose
+# default is UNSET is a key the capture writes only where it applies: UNSET when absent.
+
+
 class CompiledNode(msgspec.Struct, frozen=True):
     """One post-grad FX node of a compiled graph (the compiled-kernel table, docs/attribution.md
     "Compiled models"): the aten op it runs, its arguments described, and its module."""
@@ -73,21 +79,24 @@ class CompiledNode(msgspec.Struct, frozen=True):
     #: size is its expression, "s77"), a list of them, a number, a bool, a list, None, a
     #: symbolic scalar ``{"sym": "s77"}``, or text
     inputs: tuple[Any, ...] = ()
-    kwargs: dict[str, Any] = {}
+    kwargs: dict[str, Any] | UnsetType = UNSET  # keyword arguments, described as ``inputs``
     output: Any = None
     #: qualified name of the innermost module of its module stack, relative to the compiled root
     #: ("" = the root itself)
     module: str = ""
     module_class: str | None = None
+    #: the compiled frame's local that ``module`` is relative to (``"L['self']"``); only on a
+    #: node with a module (None: its inputs' modules had different roots)
+    root_local: str | UnsetType | None = UNSET
     #: where ``module`` came from; None: the node has no module stack (code of the compiled
     #: function itself, autograd's gradient sums): it belongs to the root
     module_from: str | None = None
-    #: the op this node is part of the decomposition of ("aten.gelu.default"); None: not decomposed
-    original_aten: str | None = None
+    #: the op this node is part of the decomposition of ("aten.gelu.default"); UNSET: not decomposed
+    original_aten: str | UnsetType | None = UNSET
     #: the call of that op the node comes from: the nodes of one group are costed as the op, once
-    original_group: str | None = None
+    original_group: str | UnsetType | None = UNSET
     #: that op's arguments, described as ``inputs`` (on one node of the group: its first output's)
-    original_inputs: tuple[Any, ...] | None = None
+    original_inputs: tuple[Any, ...] | UnsetType | None = UNSET
 
 
 class CompiledCall(msgspec.Struct, frozen=True):
@@ -97,13 +106,18 @@ class CompiledCall(msgspec.Struct, frozen=True):
     kernel: str  # the wrapper's callee
     kind: str  # "cpp", "triton", "extern", "fallback", "wrapper"
     event: str | None  # the name of the event the call leaves in a trace; None: not known
+    #: the provenance debug handle of the call in the wrapper's source (None: it has none)
+    handle: int | None = None
+    index: int | None = None  # its position in the wrapper's calls
     nodes: tuple[str, ...] = ()  # the post-grad nodes it computes (keys of the graph's nodes)
     #: the module it works for, relative to the compiled root: the deepest module common to its
     #: nodes with a module stack (an extern call: the module of the node it computes); None:
     #: nothing known
     module: str | None = None
     module_from: str | None = None
-    primary_node: str | None = None  # an extern call's node (the others are views feeding it)
+    modules: dict[str, int] | UnsetType = UNSET  # its nodes' modules, each with its node count
+    #: an extern call's node (the others are views feeding it)
+    primary_node: str | UnsetType | None = UNSET
 
 
 class CompiledInput(msgspec.Struct, frozen=True):
@@ -123,9 +137,15 @@ class CompiledGraph(msgspec.Struct, frozen=True):
     graph_id: int | None = None
     event_prefixes: tuple[str, ...] = ()  # "graph_<id>_" of its generated kernels' events
     compile_ids: tuple[str, ...] = ()  # Dynamo compile ids ("0/0") it was compiled or loaded for
+    wrapper: str | None = None  # its wrapper's language: "python", "cpp" or "none"
+    #: where its nodes came from: "post_grad_pass" (its compile), "none" (a cache hit without them)
+    nodes_source: str | None = None
     inputs: tuple[CompiledInput, ...] = ()
     calls: tuple[CompiledCall, ...] = ()
     nodes: dict[str, CompiledNode] = {}
+    #: relative module path -> its output's value described (forward and inference graphs)
+    module_outputs: dict[str, Any] = {}
+    earlier_session: bool | UnsetType = UNSET  # True: recorded by an earlier recorder
 
 
 class CompiledCompile(msgspec.Struct, frozen=True):
@@ -137,6 +157,10 @@ class CompiledCompile(msgspec.Struct, frozen=True):
     graph_id: int | None = None
     cache: str | None = None  # "compiled" or "cache_hit"
     root: str | None = None  # qualified name of the module Dynamo compiled (None: not known)
+    root_class: str | None = None  # that module's class
+    #: where its graph's row came from: "compile", "session", "process", "cache_dir" (None: nowhere)
+    table_from: str | None = None
+    earlier_session: bool | UnsetType = UNSET  # True: recorded by an earlier recorder
 
 
 class CompiledOmission(msgspec.Struct, frozen=True):
@@ -159,6 +183,10 @@ class CompiledTable(msgspec.Struct, frozen=True):
     warnings: tuple[str, ...] = ()
     #: what the capture left out (a value it could not write), each with its reason
     omitted: tuple[CompiledOmission, ...] = ()
+    format: str = COMPILED_TABLE_FORMAT
+    #: what went into the recorder's pass's uuid (and so into every FX graph cache key)
+    salt: str | UnsetType = UNSET
+    config: dict[str, Any] | UnsetType = UNSET  # the Inductor settings the graphs were compiled with
 
 
 class TraceMetadata(msgspec.Struct, frozen=True):

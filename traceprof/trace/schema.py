@@ -194,6 +194,9 @@ DISTRIBUTED_INFO_KEY = "distributedInfo"
 BASE_TIME_NS_KEY = "baseTimeNanoseconds"
 SCHEMA_VERSION_KEY = "schemaVersion"
 MODULE_TABLE_KEY = "traceprof"  # written by traceprof.capture (docs/trace-conventions.md)
+#: the module table's format and version, as the capture writes them (the reader checks the format)
+MODULE_TABLE_FORMAT = "traceprof.modules"
+MODULE_TABLE_VERSION = 1
 #: the compiled-kernel table traceprof.capture writes for torch.compile graphs (same document)
 COMPILED_TABLE_KEY = "traceprof_compiled"
 #: boolean capture flags written at the top level by newer PyTorch versions
@@ -321,7 +324,7 @@ COMPILED_CALL_NO_KEY = "None"
 COMPILED_KERNEL_PREFIX_RE = re.compile(r"graph_\d+_")
 #: Dynamo's guard evaluation before each call of a compiled frame (outside its region)
 COMPILED_CACHE_LOOKUP_NAME = "TorchDynamo Cache Lookup"
-#: the table's format and the version this traceprof reads
+#: the table's format and version: the capture writes them, this traceprof reads up to this version
 COMPILED_TABLE_FORMAT = "traceprof.compiled"
 COMPILED_TABLE_VERSION = 1
 #: a graph's direction in the table: its runs are in the backward pass (the others, "forward"
@@ -330,6 +333,7 @@ COMPILED_BACKWARD_DIRECTION = "backward"
 #: call-site kinds of the kernels Inductor generated (their events carry no shapes: their FLOPs
 #: come from their nodes); "extern", "fallback" and "wrapper" calls are ordinary aten op events
 COMPILED_GENERATED_KINDS = frozenset({"cpp", "triton"})
+#: the FX node ``meta`` keys of a node's module stack, which the table's ``module_from`` repeats:
 #: a node whose module stack came from the forward graph's (a backward node of a forward op);
 #: a backward graph's node with its own "nn_module_stack" is a forward op computed again
 COMPILED_FROM_FORWARD_STACK = "fwd_nn_module_stack"
