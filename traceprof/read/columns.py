@@ -171,7 +171,9 @@ def _fields(structs: list, names: tuple[str, ...], dtype: type) -> list[np.ndarr
     tuple of them per struct, flattened at C speed, where one pass per field cost a Python call
     per struct and field."""
     width = len(names)
-    flat: np.ndarray = np.fromiter(chain.from_iterable(map(attrgetter(*names), structs)), dtype, len(structs) * width)
+    flat: np.ndarray = np.fromiter(
+        chain.from_iterable(map(attrgetter(*names), structs)), dtype, len(structs) * width
+    )
     return [flat[k::width].copy() for k in range(width)]
 
 
