@@ -94,11 +94,6 @@ class CaptureOptions:
             analyze=analyze,
         )
 
-    @property
-    def window_steps(self) -> int:
-        """Optimizer steps until the first trace is written."""
-        return self.wait + self.warmup + self.active
-
 
 def _check_int(name: str, value: Any, least: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < least:

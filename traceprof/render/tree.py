@@ -9,26 +9,18 @@ import msgspec
 from traceprof import units
 from traceprof.render.header import averaged, fused_time, header_lines
 from traceprof.render.registry import RenderOptions
-from traceprof.result.model import PASSES, ZERO, ModuleNode, ModuleProfile, NodeKind, Times
+from traceprof.result.model import (
+    PASSES,
+    ZERO,
+    ModuleNode,
+    ModuleProfile,
+    NodeKind,
+    Times,
+    is_optimizer_group,
+)
 from traceprof.result.params import CountedOnce, params_counted_once
 from traceprof.result.shaping import depth_first
-from traceprof.trace.schema import DATA_PARALLEL_WRAPPERS, OPTIMIZER_STEP_PREFIXES
-
-
-def flop_fields(profile: ModuleProfile, node: ModuleNode, opts: RenderOptions) -> list[str]:
-    raw = opts.raw_numbers
-    out = [
-        f"{units.flops(node.forward.total.flops, raw)} fwd",
-        f"{units.flops(node.backward.total.flops, raw)} bwd",
-    ]
-    rates = profile.throughput(node.total)
-    if rates.flop_per_s is not None and node.total.flops:
-        out.append(units.flop_rate(rates.flop_per_s))
-        if rates.mfu is not None:
-            out.append(f"{units.percent(rates.mfu)} MFU")
-    if node.total.unsupported_ops:
-        out.append(units.step_count(node.total.unsupported_ops, "ops without FLOPs", averaged(profile)))
-    return out
+from traceprof.trace.schema import DATA_PARALLEL_WRAPPERS
 
 
 def memory_fields(profile: ModuleProfile, node: ModuleNode, opts: RenderOptions) -> list[str]:
@@ -94,10 +86,6 @@ class Summary(msgspec.Struct, frozen=True):
 
 def _time(profile: ModuleProfile, t: Times) -> float:
     return t.gpu_busy_us if profile.has_gpu else t.cpu_us
-
-
-def is_optimizer_group(node: ModuleNode) -> bool:
-    return node.kind is NodeKind.GROUP and node.name.startswith(OPTIMIZER_STEP_PREFIXES)
 
 
 def summarize(profile: ModuleProfile, batch_size: int | None = None) -> Summary:

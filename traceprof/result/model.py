@@ -30,6 +30,7 @@ from traceprof.errors import ModuleLookupError
 from traceprof.result.memory import MemorySummary, MemoryUse
 from traceprof.result.timeline import Timeline
 from traceprof.trace.model import ModuleInfo, TraceMetadata
+from traceprof.trace.schema import OPTIMIZER_STEP_PREFIXES
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -238,6 +239,12 @@ class ModuleNode(msgspec.Struct, frozen=True, gc=False, array_like=True):
         from traceprof.render.notebook import node_html
 
         return node_html(self)
+
+
+def is_optimizer_group(node: ModuleNode) -> bool:
+    """Whether the node is a group of the "not in any module" bucket that is the optimizer step
+    (its name starts with one of ``schema.OPTIMIZER_STEP_PREFIXES``)."""
+    return node.kind is NodeKind.GROUP and node.name.startswith(OPTIMIZER_STEP_PREFIXES)
 
 
 class PassTotals(msgspec.Struct, frozen=True):

@@ -73,10 +73,6 @@ _NO_MEMORY = (None,) * len(MEMORY_FIELDS)
 _FUSED = attrgetter(*FUSED_FIELDS)
 
 
-def times_record(t: Times) -> dict[str, float]:
-    return {f: getattr(t, f) for f in Times.__struct_fields__}
-
-
 def has_fused(profile: ModuleProfile) -> bool:
     """Whether the profile's modules carry fused records (kernels fused across modules, which
     the compiled-kernel table joins, or whose kernel labels name several modules): the fused
