@@ -28,8 +28,8 @@ from msgspec.structs import replace
 
 from traceprof.analysis.link import Links
 from traceprof.analysis.unattributed import LAUNCH_NOT_IN_TRACE, LAUNCHED_BEFORE_TRACE
-from traceprof.result.model import _OP_SUMMED as _SUMMED
 from traceprof.result.model import OpKind, OpStat, bounded
+from traceprof.result.times import OP_SUMMED as _SUMMED
 from traceprof.trace import schema
 from traceprof.trace.model import BLOCK_EVENTS, EventTable, Trace, unique
 from traceprof.trace.schema import Kind

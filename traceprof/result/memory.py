@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import msgspec
 
 if TYPE_CHECKING:
-    from traceprof.result.model import Pass
+    from traceprof.result.times import Pass
 
 
 class MemoryPhase(msgspec.Struct, frozen=True, gc=False, array_like=True):
