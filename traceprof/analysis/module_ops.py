@@ -240,7 +240,7 @@ class _Keys:
             columns[rows, 3] += 1
 
     def distinct(self) -> tuple[np.ndarray, np.ndarray]:
-        """The distinct keys, ascending, as rows (node, phase, label, shapes), and the position
+        """The distinct keys, ascending, as rows (node, pass, label, shapes), and the position
         of each row's key among them (as ``np.unique``, with one array of the rows' length
         besides the keys instead of four: distinct keys are few, a binary search among them is
         cheap). Consumes the keys."""
@@ -264,7 +264,7 @@ class _Keys:
 
 
 def _grouped(keys: _Keys, values: list[dict[str, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
-    """The distinct keys, ascending, as rows (node, phase, label, shapes), and their sums in
+    """The distinct keys, ascending, as rows (node, pass, label, shapes), and their sums in
     _SUMMED order (one row per key), those whose sums are all zero left out. ``values``: per
     part of ``keys``, the metrics it has (a bool array counts its true rows); the other
     metrics are zero there."""

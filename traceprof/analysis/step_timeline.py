@@ -90,7 +90,7 @@ def build_timeline(
     ev = trace.events
     t0, t1 = window
     lanes: list[Lane] = []
-    # (lane, row, event index, node, phase)
+    # (lane, row, event index, node, pass)
     parts: list[tuple[int, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
 
     def in_window(idx: np.ndarray) -> np.ndarray:

@@ -12,6 +12,8 @@ if TYPE_CHECKING:
 
 
 class MemoryPhase(msgspec.Struct, frozen=True, gc=False, array_like=True):
+    """A node's memory in one pass (forward, backward or other) on one device."""
+
     allocated_bytes: float = 0.0  # per step, node and everything below it
     freed_bytes: float = 0.0  # per step
     peak_bytes: int | None = None  # highest allocator total at the node's events; None: unknown

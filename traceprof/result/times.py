@@ -44,7 +44,9 @@ ZERO = Times()
 
 
 class PhaseTimes(msgspec.Struct, frozen=True, gc=False, array_like=True):
-    """One pass (forward, backward or other) of one node: its own work and its subtree's."""
+    """A node's times in one pass (forward, backward or other): its own work and its subtree's.
+    (The type's name is older than the word: everywhere else, code, reports and docs, a
+    forward, backward or other part of the work is a *pass*.)"""
 
     own: Times = ZERO
     total: Times = ZERO
