@@ -16,7 +16,6 @@ import re
 import sys
 import textwrap
 from collections.abc import Callable
-from typing import Any
 
 import msgspec
 
@@ -26,56 +25,15 @@ from traceprof.render.header import averaged, fused_time, header_lines
 from traceprof.render.registry import RenderOptions
 from traceprof.result.model import PASSES, ModuleNode, ModuleProfile, NodeKind, Pass
 from traceprof.trace.model import ModuleInfo
+from traceprof.trace.tensors import element_size, is_tensor
 
 # -- torchinfo's statistics from the module table ----------------------------------------------
 
-_ELEMENT_SIZE = {
-    "float64": 8,
-    "double": 8,
-    "float32": 4,
-    "float": 4,
-    "float16": 2,
-    "half": 2,
-    "bfloat16": 2,
-    "int64": 8,
-    "long": 8,
-    "int32": 4,
-    "int": 4,
-    "int16": 2,
-    "short": 2,
-    "int8": 1,
-    "uint8": 1,
-    "bool": 1,
-    "complex128": 16,
-    "complex64": 8,
-    "complex32": 4,
-    "uint16": 2,
-    "uint32": 4,
-    "uint64": 8,
-}
 
-
-def _element_size(dtype: Any) -> int:
-    text = str(dtype or "")
-    if text.startswith("float8"):
-        return 1
-    return _ELEMENT_SIZE.get(text, 0)
-
-
-def _is_tensor(spec: Any) -> bool:
-    """A tensor's spec with a shape of ints (a symbolic size, ``"s0"``, or odd contents: none)."""
-    return (
-        isinstance(spec, dict)
-        and "dtype" in spec
-        and isinstance(spec.get("shape"), list)
-        and all(isinstance(d, int) and not isinstance(d, bool) for d in spec["shape"])
-    )
-
-
-def _nested_size(spec: Any) -> tuple[list[int], int]:
+def _nested_size(spec: object) -> tuple[list[int], int]:
     """torchinfo's ``nested_list_size``: the first tensor, depth first through ``[0]``."""
-    if _is_tensor(spec):
-        return list(spec["shape"]), _element_size(spec["dtype"])
+    if is_tensor(spec):
+        return list(spec["shape"]), element_size(spec["dtype"])
     if isinstance(spec, dict):
         return _nested_size(list(spec.values())) if spec else ([], 0)
     if isinstance(spec, list) and spec:
@@ -83,21 +41,21 @@ def _nested_size(spec: Any) -> tuple[list[int], int]:
     return [], 0
 
 
-def _output_size(spec: Any) -> tuple[list[int], int]:
+def _output_size(spec: object) -> tuple[list[int], int]:
     """torchinfo's ``LayerInfo.calculate_size`` (batch_dim None) on a module-table spec."""
     if spec is None:
         return [], 0
-    if isinstance(spec, list) and spec and _is_tensor(spec[0]):
-        return list(spec[0]["shape"]), _element_size(spec[0]["dtype"])
-    if isinstance(spec, dict) and not _is_tensor(spec):
+    if isinstance(spec, list) and spec and is_tensor(spec[0]):
+        return list(spec[0]["shape"]), element_size(spec[0]["dtype"])
+    if isinstance(spec, dict) and not is_tensor(spec):
         return _nested_size(list(spec.values())[-1]) if spec else ([], 0)
     return _nested_size(spec)
 
 
-def _tensor_bytes(spec: Any) -> int:
+def _tensor_bytes(spec: object) -> int:
     """Bytes of every tensor in a spec (``numel * element_size``)."""
-    if _is_tensor(spec):
-        return math.prod(spec["shape"]) * _element_size(spec["dtype"])
+    if is_tensor(spec):
+        return math.prod(spec["shape"]) * element_size(spec["dtype"])
     if isinstance(spec, dict):
         return sum(_tensor_bytes(v) for v in spec.values())
     if isinstance(spec, list):
