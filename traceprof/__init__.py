@@ -10,7 +10,6 @@ from traceprof.version import __version__
 
 if TYPE_CHECKING:  # what the names below are, for type checkers and editors
     from traceprof import render as render  # the subpackage, as an attribute
-    from traceprof.analysis.hierarchy import Source
     from traceprof.api import analyze
     from traceprof.capture import profile, profile_once
     from traceprof.compare.diff import DiffProfile, diff
@@ -26,6 +25,7 @@ if TYPE_CHECKING:  # what the names below are, for type checkers and editors
         StepSelection,
         Times,
     )
+    from traceprof.result.sources import Source
     from traceprof.result.transforms import SortKey, limit_depth, sort_children, top_children
     from traceprof.trace.model import Trace
 
@@ -35,7 +35,7 @@ if TYPE_CHECKING:  # what the names below are, for type checkers and editors
 #: (docs/performance.md "Start-up")
 _LAZY = {
     "render": "render",  # a subpackage: traceprof.render.render(profile, fmt)
-    "Source": "analysis.hierarchy",
+    "Source": "result.sources",
     "analyze": "api",
     "load_trace": "read.build",
     "PASSES": "result.model",

@@ -300,7 +300,7 @@ def _attribute(
     )
     return ModuleProfile(
         metadata=trace.metadata,
-        source=tree.source.value,
+        source=tree.source,
         source_description=_described(tree, compiled, labels),
         nodes=tuple(nodes),
         roots=tuple(new_id[r] for r in shape.roots),

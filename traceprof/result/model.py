@@ -25,6 +25,7 @@ import msgspec
 
 from traceprof.errors import ModuleLookupError
 from traceprof.result.memory import MemorySummary, MemoryUse
+from traceprof.result.sources import Source
 from traceprof.result.timeline import Timeline
 
 # the leaves of a profile (result/times.py), re-exported: the package imports them from here
@@ -281,7 +282,7 @@ WALL_MARGIN = 1e-3
 
 class ModuleProfile(msgspec.Struct, frozen=True):
     metadata: TraceMetadata
-    source: str  # hierarchy source (hierarchy.Source value)
+    source: Source  # the events the module tree was built from
     source_description: str
     nodes: tuple[ModuleNode, ...]  # index == id; parents before children, siblings in order
     roots: tuple[int, ...]  # module roots first, the unattributed bucket last
@@ -445,7 +446,7 @@ class ModuleProfile(msgspec.Struct, frozen=True):
                 assert self.nodes[c].parent == node.id, f"bad parent link under {node.id}"
             # a module's work is forward or backward; an annotation may be neither (an optimizer
             # or data-copy annotation is other-pass work, docs/attribution.md)
-            if node.kind is NodeKind.MODULE and self.source != "annotations":
+            if node.kind is NodeKind.MODULE and self.source is not Source.ANNOTATIONS:
                 assert node.other.total == ZERO, f"{node.qualified_name} has other-pass work"
             if node.fused is not None:  # fused work adds up, and is part of the node's
                 for phase in PASSES:
