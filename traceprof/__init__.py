@@ -1,4 +1,18 @@
-"""traceprof: per-nn.Module GPU time, forward and backward, from PyTorch profiler traces."""
+"""traceprof: per-nn.Module GPU time, forward and backward, from PyTorch profiler traces.
+
+- **analyze**: `analyze` (a trace, shaped by `depth`, `top`, `sort`, `ignore` as the command
+  line shapes it), `load_trace` (parse once, analyze many ways), `analyze_job` (the traces of a
+  distributed job), `diff` (two runs); the three take the same keywords for what they read
+  (`step`, `hierarchy`, `max_memory`, `cache`) and how they shape the result, and report what
+  they are doing to one `Progress` callback, a function of one line of text (`print` is one).
+- **capture**: `profile`, `profile_once` (need torch).
+- **results**: `ModuleProfile` of `ModuleNode`s, their `Times` per pass (`PhaseTimes`, `Pass`,
+  `PASSES`), `NodeKind`, `Source` (the events the module tree was built from),
+  `StepSelection`, `Trace`, `Job`, `DiffProfile`.
+- **shaping a profile**: `limit_depth`, `sort_children`, `top_children`, `ignore_modules`,
+  `SortKey` (a job and a diff: `Job.shaped`, `DiffProfile.shaped`).
+- **errors**: `TraceprofError` and `TraceReadError`; and `__version__`.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +28,7 @@ if TYPE_CHECKING:  # what the names below are, for type checkers and editors
     from traceprof.capture import profile, profile_once
     from traceprof.compare.diff import DiffProfile, diff
     from traceprof.job.analyze import Job, analyze_job
+    from traceprof.progress import Progress
     from traceprof.read.build import load_trace
     from traceprof.result.model import (
         PASSES,
@@ -26,7 +41,13 @@ if TYPE_CHECKING:  # what the names below are, for type checkers and editors
         Times,
     )
     from traceprof.result.sources import Source
-    from traceprof.result.transforms import SortKey, limit_depth, sort_children, top_children
+    from traceprof.result.transforms import (
+        SortKey,
+        ignore_modules,
+        limit_depth,
+        sort_children,
+        top_children,
+    )
     from traceprof.trace.model import Trace
 
 #: the public API, imported on first use (module ``__getattr__``): importing traceprof costs
@@ -47,6 +68,7 @@ _LAZY = {
     "StepSelection": "result.model",
     "Times": "result.model",
     "SortKey": "result.transforms",
+    "ignore_modules": "result.transforms",
     "limit_depth": "result.transforms",
     "sort_children": "result.transforms",
     "top_children": "result.transforms",
@@ -57,6 +79,7 @@ _LAZY = {
     "analyze_job": "job.analyze",
     "DiffProfile": "compare.diff",
     "diff": "compare.diff",
+    "Progress": "progress",
 }
 
 
@@ -84,6 +107,7 @@ __all__ = [
     "NodeKind",
     "Pass",
     "PhaseTimes",
+    "Progress",
     "SortKey",
     "Source",
     "StepSelection",
@@ -95,6 +119,7 @@ __all__ = [
     "analyze",
     "analyze_job",
     "diff",
+    "ignore_modules",
     "limit_depth",
     "load_trace",
     "profile",

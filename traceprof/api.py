@@ -13,9 +13,9 @@ from traceprof.result.model import ModuleProfile
 from traceprof.trace.model import Trace
 
 if TYPE_CHECKING:
-    from traceprof.analysis.hierarchy import Source
     from traceprof.flops import Registry
-    from traceprof.read.load import Progress
+    from traceprof.progress import Progress
+    from traceprof.result.sources import Source
 
 
 def __getattr__(name: str) -> Any:
@@ -35,6 +35,7 @@ def analyze(
     depth: int | None = None,
     top: int | None = None,
     sort: transforms.SortKey | str = transforms.SortKey.ORDER,
+    ignore: tuple[str, ...] | list[str] = (),
     progress: Progress | None = None,
     formulas: Registry | None = None,
     peak_tflops: float | None = None,
@@ -43,7 +44,12 @@ def analyze(
     cache: bool | None = None,
 ) -> ModuleProfile:
     """Per-module forward/backward GPU and CPU time, FLOPs and bytes of a trace (a
-    :class:`Trace` or a path). ``formulas``: the FLOP formulas (default:
+    :class:`Trace` or a path). ``depth``, ``top``, ``sort``, ``ignore``: the modules shaped as
+    ``traceprof analyze`` shapes them (:func:`~traceprof.result.transforms.sort_children`,
+    :func:`~traceprof.result.transforms.top_children`,
+    :func:`~traceprof.result.transforms.limit_depth`,
+    :func:`~traceprof.result.transforms.ignore_modules`). ``progress``: called with each stage
+    of the work (:data:`traceprof.progress.Progress`). ``formulas``: the FLOP formulas (default:
     ``traceprof.flops.REGISTRY``; ``REGISTRY.only(...)`` narrows it to some op families).
     ``peak_tflops``: the device's peak TFLOP/s for MFU, instead of the peaks table's (MFU on CPUs
     and devices not in the table). ``max_memory``: the memory loading the trace may take (bytes
@@ -107,4 +113,6 @@ def analyze(
         profile = transforms.top_children(profile, top, sort)
     if depth is not None:
         profile = transforms.limit_depth(profile, depth)
+    if ignore:
+        profile = transforms.ignore_modules(profile, ignore)
     return profile
