@@ -93,6 +93,7 @@ def module_nodes(
     ctx: Context,
     groups: Groups,
     shape: Shape,
+    *,
     own: dict[str, np.ndarray],
     total: dict[str, np.ndarray],
     calls: np.ndarray,
