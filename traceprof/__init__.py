@@ -9,8 +9,9 @@
 - **results**: `ModuleProfile` of `ModuleNode`s, their `Times` per pass (`PhaseTimes`, `Pass`,
   `PASSES`), `NodeKind`, `Source` (the events the module tree was built from),
   `StepSelection`, `Trace`, `Job`, `DiffProfile`.
-- **shaping a profile**: `limit_depth`, `sort_children`, `top_children`, `ignore_modules`,
-  `SortKey` (a job and a diff: `Job.shaped`, `DiffProfile.shaped`).
+- **shaping a profile**: `shaped` (all of what `analyze` shapes, in one call), `limit_depth`,
+  `sort_children`, `top_children`, `ignore_modules`, `SortKey` (a job and a diff:
+  `Job.shaped`, `DiffProfile.shaped`).
 - **errors**: `TraceprofError` and `TraceReadError`; and `__version__`.
 """
 
@@ -45,6 +46,7 @@ if TYPE_CHECKING:  # what the names below are, for type checkers and editors
         SortKey,
         ignore_modules,
         limit_depth,
+        shaped,
         sort_children,
         top_children,
     )
@@ -70,6 +72,7 @@ _LAZY = {
     "SortKey": "result.transforms",
     "ignore_modules": "result.transforms",
     "limit_depth": "result.transforms",
+    "shaped": "result.transforms",
     "sort_children": "result.transforms",
     "top_children": "result.transforms",
     "Trace": "trace.model",
@@ -124,6 +127,7 @@ __all__ = [
     "load_trace",
     "profile",
     "profile_once",
+    "shaped",
     "sort_children",
     "top_children",
 ]

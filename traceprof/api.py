@@ -45,10 +45,7 @@ def analyze(
 ) -> ModuleProfile:
     """Per-module forward/backward GPU and CPU time, FLOPs and bytes of a trace (a
     :class:`Trace` or a path). ``depth``, ``top``, ``sort``, ``ignore``: the modules shaped as
-    ``traceprof analyze`` shapes them (:func:`~traceprof.result.transforms.sort_children`,
-    :func:`~traceprof.result.transforms.top_children`,
-    :func:`~traceprof.result.transforms.limit_depth`,
-    :func:`~traceprof.result.transforms.ignore_modules`). ``progress``: called with each stage
+    ``traceprof analyze`` shapes them (:func:`~traceprof.result.transforms.shaped`). ``progress``: called with each stage
     of the work (:data:`traceprof.progress.Progress`). ``formulas``: the FLOP formulas (default:
     ``traceprof.flops.REGISTRY``; ``REGISTRY.only(...)`` narrows it to some op families).
     ``peak_tflops``: the device's peak TFLOP/s for MFU, instead of the peaks table's (MFU on CPUs
@@ -78,13 +75,10 @@ def analyze(
 
         return _analyze(trace, step=step, hierarchy=hierarchy, formulas=formulas, peak_flops=peak_flops)
 
-    def loaded(path: str | os.PathLike, content: str | None) -> tuple[Trace, str | None]:
+    def analyzed(path: str | os.PathLike, content: str | None) -> tuple[ModuleProfile, str | None]:
         from traceprof.read.build import load_keyed  # the decoder: a cached look needs none of it
 
-        return load_keyed(path, progress, max_memory, jobs=jobs, cache=cache, content=content)
-
-    def analyzed(path: str | os.PathLike, content: str | None) -> tuple[ModuleProfile, str | None]:
-        trace, read = loaded(path, content)
+        trace, read = load_keyed(path, progress, max_memory, jobs=jobs, cache=cache, content=content)
         return profile_of(trace), read
 
     if isinstance(trace, Trace):
@@ -94,7 +88,7 @@ def analyze(
         store = cache_store(cache)
         content = trace_cache.content_hash(path) if store is not None else None
         if store is None or content is None or formulas is not None:
-            profile = profile_of(loaded(path, content)[0])
+            profile = analyzed(path, content)[0]
         else:
             key_options = (step, str(getattr(hierarchy, "value", hierarchy)), peak_flops)
             profile, _ = trace_cache.cached(
@@ -107,12 +101,4 @@ def analyze(
                 lambda hit: hit.with_path(str(path)),
                 ModuleProfile.check_links,
             )
-    if sort != transforms.SortKey.ORDER:
-        profile = transforms.sort_children(profile, sort)
-    if top is not None:
-        profile = transforms.top_children(profile, top, sort)
-    if depth is not None:
-        profile = transforms.limit_depth(profile, depth)
-    if ignore:
-        profile = transforms.ignore_modules(profile, ignore)
-    return profile
+    return transforms.shaped(profile, depth=depth, top=top, sort=sort, ignore=ignore)

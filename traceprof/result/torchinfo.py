@@ -116,38 +116,10 @@ def torchinfo_stats(profile: ModuleProfile) -> TorchinfoStats | None:
         prefix = n + "." if n else ""
         return not any(o != n and o.startswith(prefix) for o in names)
 
-    def descendants(n: str) -> list[str]:
-        prefix = n + "." if n else ""
-        return [o for o in order if o != n and o.startswith(prefix)]
-
     stats = TorchinfoStats(unique_params=mods[""].params_total)
     stats.leaves = {n for n in order if is_leaf(n)}
-    have_params = all(mods[n].params_total is not None and mods[n].trainable_total is not None for n in order)
-    if have_params:
-        # a module's parameters less its descendants' (a leaf's: its own), the deepest first so
-        # that every descendant's is known when its ancestors' are computed (no recursion)
-        memo: dict[tuple[str, str], int] = {}
-        for n in sorted((n for n in order if n not in stats.leaves), key=lambda n: -n.count(".") if n else 1):
-            for attr in ("params_total", "trainable_total"):
-                memo[(n, attr)] = getattr(mods[n], attr) - sum(
-                    getattr(mods[d], attr) if d in stats.leaves else memo[(d, attr)] for d in descendants(n)
-                )
-
-        def leftover(n: str, attr: str) -> int:
-            return memo[(n, attr)]
-
-        total = trainable = 0
-        for n in order:
-            if n in stats.leaves:
-                params_total, trainable_total = mods[n].params_total, mods[n].trainable_total
-                assert params_total is not None and trainable_total is not None  # have_params
-                total += max(params_total, 0)
-                trainable += max(trainable_total, 0)
-            else:
-                stats.leftover[n] = leftover(n, "params_total")
-                total += max(stats.leftover[n], 0)
-                trainable += max(leftover(n, "trainable_total"), 0)
-        stats.total_params, stats.trainable_params = total, trainable
+    if all(mods[n].params_total is not None and mods[n].trainable_total is not None for n in order):
+        _count_params(stats, mods, order)
     leaves = [n for n in order if n in stats.leaves]
     if all(mods[n].param_counts is not None for n in leaves):
         mult_adds = out_bytes = 0
@@ -165,3 +137,33 @@ def torchinfo_stats(profile: ModuleProfile) -> TorchinfoStats | None:
     if mods[""].inputs is not None:
         stats.total_input = _tensor_bytes(mods[""].inputs)
     return stats
+
+
+def _count_params(stats: TorchinfoStats, mods: dict[str, ModuleInfo], order: list[str]) -> None:
+    """torchinfo's parameter totals into ``stats``: a leaf's parameters, and each other layer's
+    leftover (its parameters less its descendants'); every layer's counts are known."""
+
+    def descendants(n: str) -> list[str]:
+        prefix = n + "." if n else ""
+        return [o for o in order if o != n and o.startswith(prefix)]
+
+    # a module's parameters less its descendants' (a leaf's: its own), the deepest first so
+    # that every descendant's is known when its ancestors' are computed (no recursion)
+    memo: dict[tuple[str, str], int] = {}
+    for n in sorted((n for n in order if n not in stats.leaves), key=lambda n: -n.count(".") if n else 1):
+        for attr in ("params_total", "trainable_total"):
+            memo[(n, attr)] = getattr(mods[n], attr) - sum(
+                getattr(mods[d], attr) if d in stats.leaves else memo[(d, attr)] for d in descendants(n)
+            )
+    total = trainable = 0
+    for n in order:
+        if n in stats.leaves:
+            params_total, trainable_total = mods[n].params_total, mods[n].trainable_total
+            assert params_total is not None and trainable_total is not None  # every count known
+            total += max(params_total, 0)
+            trainable += max(trainable_total, 0)
+        else:
+            stats.leftover[n] = memo[(n, "params_total")]
+            total += max(stats.leftover[n], 0)
+            trainable += max(memo[(n, "trainable_total")], 0)
+    stats.total_params, stats.trainable_params = total, trainable

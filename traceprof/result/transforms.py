@@ -24,7 +24,7 @@ from traceprof.result.model import (
 )
 from traceprof.result.shaping import Measure, SortKey
 
-__all__ = ["SortKey", "ignore_modules", "limit_depth", "sort_children", "top_children"]
+__all__ = ["SortKey", "ignore_modules", "limit_depth", "shaped", "sort_children", "top_children"]
 
 
 def _shown_time(profile: ModuleProfile) -> Callable[[Times], float]:
@@ -100,6 +100,30 @@ def ignore_modules(profile: ModuleProfile, patterns: list[str] | tuple[str, ...]
         return [c for c in children if not hidden(c)], [c for c in children if hidden(c)], False
 
     return _rebuild(profile, arrange)
+
+
+def shaped(
+    profile: ModuleProfile,
+    *,
+    depth: int | None = None,
+    top: int | None = None,
+    sort: SortKey | str = SortKey.ORDER,
+    ignore: tuple[str, ...] | list[str] = (),
+) -> ModuleProfile:
+    """The profile shaped as ``traceprof analyze`` shapes it, as ``Job.shaped`` and
+    ``DiffProfile.shaped`` shape theirs: siblings ordered by ``sort``
+    (:func:`sort_children`), the ``top`` largest children of each node kept and the rest folded
+    (:func:`top_children`), nodes down to ``depth`` (:func:`limit_depth`), then modules matching
+    an ``ignore`` pattern hidden (:func:`ignore_modules`)."""
+    if sort != SortKey.ORDER:
+        profile = sort_children(profile, sort)
+    if top is not None:
+        profile = top_children(profile, top, sort)
+    if depth is not None:
+        profile = limit_depth(profile, depth)
+    if ignore:
+        profile = ignore_modules(profile, ignore)
+    return profile
 
 
 def _summed_memory(group: list[ModuleNode]) -> tuple[MemoryUse, ...]:
