@@ -37,79 +37,108 @@ def attention_core(x: Tn, n_head: int) -> tuple[list[Node], Tn]:
     C = C3 // 3
     D = C // n_head
     part = Tn(B, T, C, strides=[T * C3, C3, 1])
-    ops: list[Node] = [
-        Op(
-            "aten::split",
-            ins(x, C, 2),
-            [
-                Op(
-                    "aten::narrow",
-                    ins(x, 2, i * C, C),
-                    [
-                        Op(
-                            "aten::slice",
-                            ins(x, 2, i * C, (i + 1) * C, 1),
-                            [Op("aten::as_strided", ins(x, [B, T, C], [T * C3, C3, 1], i * C), cost=300)],
-                            cost=800,
-                        )
-                    ],
-                    cost=1100,
-                )
-                for i in range(3)
-            ],
-            seq=TAKE,
-            cost=2500,
-            grad=Grad(
-                "SplitBackward0",
-                ins(Tn(B, T, C), Tn(B, T, C), Tn(B, T, C)),
-                [
-                    Op(
-                        "aten::cat",
-                        ins(None, 2),
-                        [Alloc(x.nbytes), ew(K["cat"], 2 * x.nbytes, x.numel)],
-                        cost=5000,
-                    )
-                ],
-            ),
-        )
-    ]
+    ops: list[Node] = [_split_qkv(x)]
     head = Tn(B, T, n_head, D, strides=[T * C3, C3, D, 1])
     headT = Tn(B, n_head, T, D, strides=[T * C3, D, C3, 1])
     for _ in range(3):
         v, _v = view_op(part, [B, T, n_head, D])
         ops.append(v)
-        ops.append(
+        ops.append(_to_heads(head, headT))
+    out = Tn(B, n_head, T, D)
+    ops.append(
+        Op(
+            "aten::scaled_dot_product_attention",
+            ins(headT, headT, headT, None, 0.0, True, None, False),
+            [_flash(head, headT, out)],
+            seq=PEEK,
+            cost=3000,
+        )
+    )
+    ops.extend(_merge_heads(out))
+    v, y = view_op(Tn(B, T, n_head, D), [B, T, C])
+    ops.append(v)
+    return ops, y
+
+
+def _split_qkv(x: Tn) -> Op:
+    """``qkv.split(C, dim=2)``: three views of c_attn's output."""
+    B, T, C3 = x.shape
+    C = C3 // 3
+    return Op(
+        "aten::split",
+        ins(x, C, 2),
+        [
             Op(
-                "aten::transpose",
-                ins(head, 1, 2),
-                [Op("aten::as_strided", ins(head, [B, n_head, T, D], [T * C3, D, C3, 1], None), cost=300)],
-                seq=TAKE,
-                cost=900,
-                grad=Grad(
-                    "TransposeBackward0",
-                    ins(headT),
+                "aten::narrow",
+                ins(x, 2, i * C, C),
+                [
+                    Op(
+                        "aten::slice",
+                        ins(x, 2, i * C, (i + 1) * C, 1),
+                        [Op("aten::as_strided", ins(x, [B, T, C], [T * C3, C3, 1], i * C), cost=300)],
+                        cost=800,
+                    )
+                ],
+                cost=1100,
+            )
+            for i in range(3)
+        ],
+        seq=TAKE,
+        cost=2500,
+        grad=Grad(
+            "SplitBackward0",
+            ins(Tn(B, T, C), Tn(B, T, C), Tn(B, T, C)),
+            [
+                Op(
+                    "aten::cat",
+                    ins(None, 2),
+                    [Alloc(x.nbytes), ew(K["cat"], 2 * x.nbytes, x.numel)],
+                    cost=5000,
+                )
+            ],
+        ),
+    )
+
+
+def _to_heads(head: Tn, headT: Tn) -> Op:
+    """``.transpose(1, 2)`` of one of q, k, v viewed as heads."""
+    B, n_head, T, D = headT.shape
+    C3 = head.strides[1]
+    return Op(
+        "aten::transpose",
+        ins(head, 1, 2),
+        [Op("aten::as_strided", ins(head, [B, n_head, T, D], [T * C3, D, C3, 1], None), cost=300)],
+        seq=TAKE,
+        cost=900,
+        grad=Grad(
+            "TransposeBackward0",
+            ins(headT),
+            [
+                Op(
+                    "aten::transpose",
+                    ins(headT, 1, 2),
                     [
                         Op(
-                            "aten::transpose",
-                            ins(headT, 1, 2),
-                            [
-                                Op(
-                                    "aten::as_strided",
-                                    ins(headT, [B, T, n_head, D], [T * C3, C3, D, 1], None),
-                                    cost=300,
-                                )
-                            ],
-                            cost=900,
+                            "aten::as_strided",
+                            ins(headT, [B, T, n_head, D], [T * C3, C3, D, 1], None),
+                            cost=300,
                         )
                     ],
-                ),
-            )
-        )
+                    cost=900,
+                )
+            ],
+        ),
+    )
+
+
+def _flash(head: Tn, headT: Tn, out: Tn) -> Op:
+    """The flash attention of q, k, v (``is_causal=True``) and its backward."""
+    B, n_head, T, D = headT.shape
+    C3, C = head.strides[1], n_head * D
     flops = 4 * B * n_head * T * T * D / 2  # causal
-    out = Tn(B, n_head, T, D)
     lse = Tn(B, n_head, T, dtype=FLOAT)
     fa_grid = (T // 128, B * n_head, 1)
-    flash = Op(
+    return Op(
         "aten::_scaled_dot_product_flash_attention",
         ins(headT, headT, headT, 0.0, True, False, None),
         [
@@ -160,79 +189,84 @@ def attention_core(x: Tn, n_head: int) -> tuple[list[Node], Tn]:
         ],
         seq=TAKE,
         cost=5000,
-        grad=Grad(
-            "ScaledDotProductFlashAttentionBackward0",
-            ins(out),
-            [
-                Op(
-                    "aten::_scaled_dot_product_flash_attention_backward",
-                    ins(out, headT, headT, headT, out, lse, None, None, T, T, 0.0, True, None, None, None),
-                    [
-                        Op(
-                            "aten::_flash_attention_backward",
-                            ins(
-                                head,
-                                head,
-                                head,
-                                head,
-                                head,
-                                lse,
-                                None,
-                                None,
-                                T,
-                                T,
-                                0.0,
-                                True,
-                                None,
-                                None,
-                                None,
+        grad=_flash_backward(head, headT, out, lse, flops),
+    )
+
+
+def _flash_backward(head: Tn, headT: Tn, out: Tn, lse: Tn, flops: float) -> Grad:
+    """The autograd node of the flash attention: its backward kernels."""
+    B, n_head, T, D = headT.shape
+    C = n_head * D
+    return Grad(
+        "ScaledDotProductFlashAttentionBackward0",
+        ins(out),
+        [
+            Op(
+                "aten::_scaled_dot_product_flash_attention_backward",
+                ins(out, headT, headT, headT, out, lse, None, None, T, T, 0.0, True, None, None, None),
+                [
+                    Op(
+                        "aten::_flash_attention_backward",
+                        ins(
+                            head,
+                            head,
+                            head,
+                            head,
+                            head,
+                            lse,
+                            None,
+                            None,
+                            T,
+                            T,
+                            0.0,
+                            True,
+                            None,
+                            None,
+                            None,
+                        ),
+                        [
+                            empty("aten::empty_like", head, head, None, None, None, None, None),
+                            empty("aten::empty_like", head, head, None, None, None, None, None),
+                            empty("aten::empty_like", head, head, None, None, None, None, None),
+                            empty("aten::empty", lse),
+                            Op(
+                                "aten::empty",
+                                ins([B, T, n_head, D], 6, 0, None, None, 0),
+                                [Alloc(B * T * C * 4)],
+                                cost=1500,
                             ),
-                            [
-                                empty("aten::empty_like", head, head, None, None, None, None, None),
-                                empty("aten::empty_like", head, head, None, None, None, None, None),
-                                empty("aten::empty_like", head, head, None, None, None, None, None),
-                                empty("aten::empty", lse),
-                                Op(
-                                    "aten::empty",
-                                    ins([B, T, n_head, D], 6, 0, None, None, 0),
-                                    [Alloc(B * T * C * 4)],
-                                    cost=1500,
-                                ),
-                                Launch(
-                                    "Memset (Device)",
-                                    2000 + B * T * C * 4 / 3000.0,
-                                    cat="gpu_memset",
-                                    api="cudaMemsetAsync",
-                                    nbytes=B * T * C * 4,
-                                ),
-                                Launch(K["flash_bwd_dot"], ew_ns(2 * out.nbytes), grid=(T // 128, B, n_head)),
-                                Launch(
-                                    K["flash_bwd"],
-                                    9000 + 2.5 * flops / FLASH_FLOPS_PER_NS,
-                                    grid=(T // 128, B, n_head),
-                                    block=(256, 1, 1),
-                                    regs=255,
-                                    smem=114688,
-                                ),
-                                Launch(K["flash_bwd_cvt"], ew_ns(3 * out.nbytes), grid=(T // 128, B, n_head)),
-                            ],
-                            cost=15000,
-                        )
-                    ],
-                    cost=4000,
-                )
-            ],
-        ),
+                            Launch(
+                                "Memset (Device)",
+                                2000 + B * T * C * 4 / 3000.0,
+                                cat="gpu_memset",
+                                api="cudaMemsetAsync",
+                                nbytes=B * T * C * 4,
+                            ),
+                            Launch(K["flash_bwd_dot"], ew_ns(2 * out.nbytes), grid=(T // 128, B, n_head)),
+                            Launch(
+                                K["flash_bwd"],
+                                9000 + 2.5 * flops / FLASH_FLOPS_PER_NS,
+                                grid=(T // 128, B, n_head),
+                                block=(256, 1, 1),
+                                regs=255,
+                                smem=114688,
+                            ),
+                            Launch(K["flash_bwd_cvt"], ew_ns(3 * out.nbytes), grid=(T // 128, B, n_head)),
+                        ],
+                        cost=15000,
+                    )
+                ],
+                cost=4000,
+            )
+        ],
     )
-    ops.append(
-        Op(
-            "aten::scaled_dot_product_attention",
-            ins(headT, headT, headT, None, 0.0, True, None, False),
-            [flash],
-            seq=PEEK,
-            cost=3000,
-        )
-    )
+
+
+def _merge_heads(out: Tn) -> list[Node]:
+    """``y.transpose(1, 2).contiguous()``: the heads back side by side."""
+    B, n_head, T, D = out.shape
+    C = n_head * D
+    ops: list[Node] = []
     ops.append(
         Op(
             "aten::transpose",
@@ -274,9 +308,7 @@ def attention_core(x: Tn, n_head: int) -> tuple[list[Node], Tn]:
             cost=1200,
         )
     )
-    v, y = view_op(Tn(B, T, n_head, D), [B, T, C])
-    ops.append(v)
-    return ops, y
+    return ops
 
 
 class Model:
