@@ -329,3 +329,26 @@ def embedding(w: Tn, idx: Tn) -> tuple[Op, Tn]:
         cost=2500,
         grad=Grad("EmbeddingBackward0", ins(out), [bwd], params=[w]),
     ), out
+
+
+def gelu(h: Tn) -> Op:
+    """``F.gelu(h)`` and its backward."""
+    return Op(
+        "aten::gelu",
+        ins(h, "none"),
+        [Alloc(h.nbytes), ew(K["gelu_fwd"], 2 * h.nbytes, h.numel)],
+        seq=TAKE,
+        cost=3000,
+        grad=Grad(
+            "GeluBackward0",
+            ins(h),
+            [
+                Op(
+                    "aten::gelu_backward",
+                    ins(h, h, "none"),
+                    [Alloc(h.nbytes), ew(K["gelu_bwd"], 3 * h.nbytes, h.numel)],
+                    cost=3000,
+                )
+            ],
+        ),
+    )

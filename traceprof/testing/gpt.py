@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from traceprof.testing.aten import add, dropout, embedding, empty, ew, layer_norm, linear, view_op
+from traceprof.testing.aten import add, dropout, embedding, empty, ew, gelu, layer_norm, linear, view_op
 from traceprof.testing.kernels import FLASH_FLOPS_PER_NS, K, ew_ns
 from traceprof.testing.program import (
     FLOAT,
@@ -323,22 +323,6 @@ class Model:
         self.params: list[Tn] = []  # Tn of every parameter (lm_head tied to wte)
         x = Tn(B, T, C)
         idx = Tn(B, T, dtype=LONG)
-
-        def scope(cls: str, qual: str, children: Sequence[Node]) -> Scope:
-            self.modules.append((qual, cls))
-            return Scope(f"{PREFIX}{cls}: {qual}", children, qual)
-
-        def lin(qual: str, x: Tn, fin: int, fout: int, bias: bool = True) -> tuple[Scope, Tn]:
-            w = Tn(fout, fin)
-            b = Tn(fout) if bias else None
-            self.params += [w] + ([b] if b is not None else [])
-            op, y = linear(x, w, b)
-            return scope("Linear", qual, [op]), y
-
-        def ln(qual: str, x: Tn) -> Scope:
-            self.params += [Tn(C), Tn(C)]
-            return scope("LayerNorm", qual, [layer_norm(x)])
-
         root: list[Node] = []
         wte, wpe = Tn(V, C), Tn(T, C)
         self.params += [wte, wpe]
@@ -357,61 +341,13 @@ class Model:
         self.modules.append(("", "GPT"))
         e1, _ = embedding(wte, idx)
         e2, _ = embedding(wpe, pos)
-        root.append(scope("Embedding", "transformer.wte", [e1]))
-        root.append(scope("Embedding", "transformer.wpe", [e2]))
+        root.append(self._scope("Embedding", "transformer.wte", [e1]))
+        root.append(self._scope("Embedding", "transformer.wpe", [e2]))
         root.append(add(x))
-        root.append(scope("Dropout", "transformer.drop", [dropout(x)]))
+        root.append(self._scope("Dropout", "transformer.drop", [dropout(x)]))
         for i in range(n_layer):
-            p = f"transformer.h.{i}"
-            blk: list[Node] = [ln(f"{p}.ln_1", x)]
-            c_attn, qkv = lin(f"{p}.attn.c_attn", x, C, 3 * C)
-            core, y = attention_core(qkv, n_head)
-            c_proj, _ = lin(f"{p}.attn.c_proj", y, C, C)
-            blk.append(
-                scope(
-                    "CausalSelfAttention",
-                    f"{p}.attn",
-                    [c_attn, *core, c_proj, scope("Dropout", f"{p}.attn.resid_dropout", [dropout(x)])],
-                )
-            )
-            blk.append(add(x))
-            blk.append(ln(f"{p}.ln_2", x))
-            c_fc, h = lin(f"{p}.mlp.c_fc", x, C, 4 * C)
-            gelu = Op(
-                "aten::gelu",
-                ins(h, "none"),
-                [Alloc(h.nbytes), ew(K["gelu_fwd"], 2 * h.nbytes, h.numel)],
-                seq=TAKE,
-                cost=3000,
-                grad=Grad(
-                    "GeluBackward0",
-                    ins(h),
-                    [
-                        Op(
-                            "aten::gelu_backward",
-                            ins(h, h, "none"),
-                            [Alloc(h.nbytes), ew(K["gelu_bwd"], 3 * h.nbytes, h.numel)],
-                            cost=3000,
-                        )
-                    ],
-                ),
-            )
-            c_proj2, _ = lin(f"{p}.mlp.c_proj", h, 4 * C, C)
-            blk.append(
-                scope(
-                    "MLP",
-                    f"{p}.mlp",
-                    [
-                        c_fc,
-                        scope("GELU", f"{p}.mlp.gelu", [gelu]),
-                        c_proj2,
-                        scope("Dropout", f"{p}.mlp.dropout", [dropout(x)]),
-                    ],
-                )
-            )
-            blk.append(add(x))
-            root.append(scope("Block", p, blk))
-        root.append(ln("transformer.ln_f", x))
+            root.append(self._block(f"transformer.h.{i}", x, n_head))
+        root.append(self._layer_norm("transformer.ln_f", x))
         # lm_head shares wte's weight: its TBackward0 accumulates nothing of its own
         w_tied = Tn(V, C)
         lm, logits = linear(x, w_tied, None)
@@ -428,95 +364,66 @@ class Model:
         root.append(Op("aten::view", ins(idx, [-1]), cost=600))
         tgt = Tn(M, dtype=LONG)
         scalar = Tn()
-        lsm = Op(
-            "aten::_log_softmax",
-            ins(lg, 1, False),
-            [
-                Alloc(lg.nbytes),
-                Launch(K["lsm_fwd"], ew_ns(2 * lg.nbytes), grid=(M, 1, 1), block=(1024, 1, 1), regs=40),
-            ],
-            seq=TAKE,
-            cost=3500,
-            grad=Grad(
-                "LogSoftmaxBackward0",
-                ins(lg),
-                [
-                    Op(
-                        "aten::_log_softmax_backward_data",
-                        ins(lg, lg, 1, 15),
-                        [
-                            Alloc(lg.nbytes),
-                            Launch(
-                                K["lsm_bwd"],
-                                ew_ns(3 * lg.nbytes),
-                                grid=(M, 1, 1),
-                                block=(1024, 1, 1),
-                                regs=40,
-                            ),
-                        ],
-                        cost=3500,
-                    )
-                ],
-            ),
-        )
-        nll = Op(
-            "aten::nll_loss_forward",
-            ins(lg, tgt, None, 1, -1),
-            [Alloc(512), Alloc(512), Launch(K["nll_fwd"], 9000, grid=(1, 1, 1), block=(1024, 1, 1))],
-            seq=TAKE,
-            cost=4000,
-            grad=Grad(
-                "NllLossBackward0",
-                ins(scalar),
-                [
-                    Op(
-                        "aten::nll_loss_backward",
-                        ins(scalar, lg, tgt, None, 1, -1, scalar),
-                        [
-                            Alloc(lg.nbytes),
-                            Op(
-                                "aten::zero_",
-                                ins(lg),
-                                [
-                                    Op(
-                                        "aten::fill_",
-                                        ins(lg, 0),
-                                        [ew(K["fill"], lg.nbytes, lg.numel)],
-                                        cost=2500,
-                                    )
-                                ],
-                                cost=2000,
-                            ),
-                            Launch(K["nll_bwd"], 9000, grid=(1, 1, 1), block=(1024, 1, 1)),
-                        ],
-                        cost=5000,
-                    )
-                ],
-            ),
-        )
-        root.append(
-            Op(
-                "aten::cross_entropy_loss",
-                ins(lg, tgt, None, 1, -1, 0.0),
-                [
-                    Op("aten::log_softmax", ins(lg, 1, None), [lsm], seq=PEEK, cost=1500),
-                    Op(
-                        "aten::nll_loss_nd",
-                        ins(lg, tgt, None, 1, -1),
-                        [Op("aten::nll_loss", ins(lg, tgt, None, 1, -1), [nll], seq=PEEK, cost=1200)],
-                        seq=PEEK,
-                        cost=1200,
-                    ),
-                ],
-                seq=PEEK,
-                cost=2000,
-            )
-        )
+        root.append(cross_entropy(lg, tgt, scalar))
         self.forward = Scope(f"{PREFIX}GPT: ", root, "")
         self.modules.insert(0, self.modules.pop(self.modules.index(("", "GPT"))))
         self.scopes_per_step = self._count_scopes(self.forward)
         self.batch_inputs = [idx, idx]
         self.optimizer = self._adamw()
+
+    def _scope(self, cls: str, qual: str, children: Sequence[Node]) -> Scope:
+        """The scope of one module call (its name and class kept in call order)."""
+        self.modules.append((qual, cls))
+        return Scope(f"{PREFIX}{cls}: {qual}", children, qual)
+
+    def _linear(self, qual: str, x: Tn, fin: int, fout: int, bias: bool = True) -> tuple[Scope, Tn]:
+        """An nn.Linear call and its output; its weight and bias among the parameters."""
+        w = Tn(fout, fin)
+        b = Tn(fout) if bias else None
+        self.params += [w] + ([b] if b is not None else [])
+        op, y = linear(x, w, b)
+        return self._scope("Linear", qual, [op]), y
+
+    def _layer_norm(self, qual: str, x: Tn) -> Scope:
+        """An nn.LayerNorm call; its weight and bias among the parameters."""
+        C = x.shape[-1]
+        self.params += [Tn(C), Tn(C)]
+        return self._scope("LayerNorm", qual, [layer_norm(x)])
+
+    def _block(self, p: str, x: Tn, n_head: int) -> Scope:
+        """One transformer block (``transformer.h.N``): attention and MLP, each after its
+        LayerNorm and added to the residual."""
+        C = x.shape[-1]
+        blk: list[Node] = [self._layer_norm(f"{p}.ln_1", x)]
+        c_attn, qkv = self._linear(f"{p}.attn.c_attn", x, C, 3 * C)
+        core, y = attention_core(qkv, n_head)
+        c_proj, _ = self._linear(f"{p}.attn.c_proj", y, C, C)
+        blk.append(
+            self._scope(
+                "CausalSelfAttention",
+                f"{p}.attn",
+                [c_attn, *core, c_proj, self._scope("Dropout", f"{p}.attn.resid_dropout", [dropout(x)])],
+            )
+        )
+        blk.append(add(x))
+        blk.append(self._layer_norm(f"{p}.ln_2", x))
+        c_fc, h = self._linear(f"{p}.mlp.c_fc", x, C, 4 * C)
+        act = gelu(h)
+        c_proj2, _ = self._linear(f"{p}.mlp.c_proj", h, 4 * C, C)
+        blk.append(
+            self._scope(
+                "MLP",
+                f"{p}.mlp",
+                [
+                    c_fc,
+                    self._scope("GELU", f"{p}.mlp.gelu", [act]),
+                    c_proj2,
+                    self._scope("Dropout", f"{p}.mlp.dropout", [dropout(x)]),
+                ],
+            )
+        )
+        blk.append(add(x))
+        return self._scope("Block", p, blk)
 
     @staticmethod
     def _count_scopes(node: Node) -> int:
@@ -554,3 +461,101 @@ class Model:
             foreach("aten::_foreach_addcdiv_", "mta_addcdiv", 3, [None], 4),
         ]
         return Scope("Optimizer.step#AdamW.step", ops)
+
+
+def cross_entropy(lg: Tn, tgt: Tn, scalar: Tn) -> Op:
+    """``F.cross_entropy(logits.view(-1, V), targets.view(-1), ignore_index=-1)``: log_softmax
+    and nll_loss, with their backward."""
+    lsm = _log_softmax(lg)
+    nll = _nll_loss(lg, tgt, scalar)
+    return Op(
+        "aten::cross_entropy_loss",
+        ins(lg, tgt, None, 1, -1, 0.0),
+        [
+            Op("aten::log_softmax", ins(lg, 1, None), [lsm], seq=PEEK, cost=1500),
+            Op(
+                "aten::nll_loss_nd",
+                ins(lg, tgt, None, 1, -1),
+                [Op("aten::nll_loss", ins(lg, tgt, None, 1, -1), [nll], seq=PEEK, cost=1200)],
+                seq=PEEK,
+                cost=1200,
+            ),
+        ],
+        seq=PEEK,
+        cost=2000,
+    )
+
+
+def _log_softmax(lg: Tn) -> Op:
+    """``aten::_log_softmax`` of the logits and its backward."""
+    M = lg.shape[0]
+    return Op(
+        "aten::_log_softmax",
+        ins(lg, 1, False),
+        [
+            Alloc(lg.nbytes),
+            Launch(K["lsm_fwd"], ew_ns(2 * lg.nbytes), grid=(M, 1, 1), block=(1024, 1, 1), regs=40),
+        ],
+        seq=TAKE,
+        cost=3500,
+        grad=Grad(
+            "LogSoftmaxBackward0",
+            ins(lg),
+            [
+                Op(
+                    "aten::_log_softmax_backward_data",
+                    ins(lg, lg, 1, 15),
+                    [
+                        Alloc(lg.nbytes),
+                        Launch(
+                            K["lsm_bwd"],
+                            ew_ns(3 * lg.nbytes),
+                            grid=(M, 1, 1),
+                            block=(1024, 1, 1),
+                            regs=40,
+                        ),
+                    ],
+                    cost=3500,
+                )
+            ],
+        ),
+    )
+
+
+def _nll_loss(lg: Tn, tgt: Tn, scalar: Tn) -> Op:
+    """``aten::nll_loss_forward`` of the log-probabilities and its backward."""
+    return Op(
+        "aten::nll_loss_forward",
+        ins(lg, tgt, None, 1, -1),
+        [Alloc(512), Alloc(512), Launch(K["nll_fwd"], 9000, grid=(1, 1, 1), block=(1024, 1, 1))],
+        seq=TAKE,
+        cost=4000,
+        grad=Grad(
+            "NllLossBackward0",
+            ins(scalar),
+            [
+                Op(
+                    "aten::nll_loss_backward",
+                    ins(scalar, lg, tgt, None, 1, -1, scalar),
+                    [
+                        Alloc(lg.nbytes),
+                        Op(
+                            "aten::zero_",
+                            ins(lg),
+                            [
+                                Op(
+                                    "aten::fill_",
+                                    ins(lg, 0),
+                                    [ew(K["fill"], lg.nbytes, lg.numel)],
+                                    cost=2500,
+                                )
+                            ],
+                            cost=2000,
+                        ),
+                        Launch(K["nll_bwd"], 9000, grid=(1, 1, 1), block=(1024, 1, 1)),
+                    ],
+                    cost=5000,
+                )
+            ],
+        ),
+    )
