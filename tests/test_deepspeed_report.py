@@ -15,8 +15,8 @@ import traceprof
 from traceprof import units
 from traceprof.cli import main
 from traceprof.render import RenderOptions, render
-from traceprof.render.tree import is_optimizer_group, summarize
-from traceprof.result.model import NodeKind
+from traceprof.render.tree import summarize
+from traceprof.result.model import NodeKind, is_optimizer_group
 from traceprof.result.transforms import ignore_modules, limit_depth
 
 from .conftest import SAMPLE_TRACES, SHARED_TRACES

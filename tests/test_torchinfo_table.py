@@ -20,7 +20,8 @@ import traceprof.capture as capture  # noqa: E402
 from traceprof.capture import sample_models as sm  # noqa: E402
 from traceprof.errors import OptionError  # noqa: E402
 from traceprof.render import RenderOptions, render  # noqa: E402
-from traceprof.render.table import parse_columns, torchinfo_stats  # noqa: E402
+from traceprof.render.table import parse_columns  # noqa: E402
+from traceprof.result.torchinfo import torchinfo_stats  # noqa: E402
 
 
 def _lenet():

@@ -13,9 +13,9 @@ from traceprof.result.model import ModuleProfile
 from traceprof.trace.model import Trace
 
 if TYPE_CHECKING:
-    from traceprof.analysis.hierarchy import Source
     from traceprof.flops import Registry
-    from traceprof.read.load import Progress
+    from traceprof.progress import Progress
+    from traceprof.result.sources import Source
 
 
 def __getattr__(name: str) -> Any:
@@ -35,6 +35,7 @@ def analyze(
     depth: int | None = None,
     top: int | None = None,
     sort: transforms.SortKey | str = transforms.SortKey.ORDER,
+    ignore: tuple[str, ...] | list[str] = (),
     progress: Progress | None = None,
     formulas: Registry | None = None,
     peak_tflops: float | None = None,
@@ -43,7 +44,9 @@ def analyze(
     cache: bool | None = None,
 ) -> ModuleProfile:
     """Per-module forward/backward GPU and CPU time, FLOPs and bytes of a trace (a
-    :class:`Trace` or a path). ``formulas``: the FLOP formulas (default:
+    :class:`Trace` or a path). ``depth``, ``top``, ``sort``, ``ignore``: the modules shaped as
+    ``traceprof analyze`` shapes them (:func:`~traceprof.result.transforms.shaped`). ``progress``: called with each stage
+    of the work (:data:`traceprof.progress.Progress`). ``formulas``: the FLOP formulas (default:
     ``traceprof.flops.REGISTRY``; ``REGISTRY.only(...)`` narrows it to some op families).
     ``peak_tflops``: the device's peak TFLOP/s for MFU, instead of the peaks table's (MFU on CPUs
     and devices not in the table). ``max_memory``: the memory loading the trace may take (bytes
@@ -72,13 +75,10 @@ def analyze(
 
         return _analyze(trace, step=step, hierarchy=hierarchy, formulas=formulas, peak_flops=peak_flops)
 
-    def loaded(path: str | os.PathLike, content: str | None) -> tuple[Trace, str | None]:
+    def analyzed(path: str | os.PathLike, content: str | None) -> tuple[ModuleProfile, str | None]:
         from traceprof.read.build import load_keyed  # the decoder: a cached look needs none of it
 
-        return load_keyed(path, progress, max_memory, jobs=jobs, cache=cache, content=content)
-
-    def analyzed(path: str | os.PathLike, content: str | None) -> tuple[ModuleProfile, str | None]:
-        trace, read = loaded(path, content)
+        trace, read = load_keyed(path, progress, max_memory, jobs=jobs, cache=cache, content=content)
         return profile_of(trace), read
 
     if isinstance(trace, Trace):
@@ -88,7 +88,7 @@ def analyze(
         store = cache_store(cache)
         content = trace_cache.content_hash(path) if store is not None else None
         if store is None or content is None or formulas is not None:
-            profile = profile_of(loaded(path, content)[0])
+            profile = analyzed(path, content)[0]
         else:
             key_options = (step, str(getattr(hierarchy, "value", hierarchy)), peak_flops)
             profile, _ = trace_cache.cached(
@@ -101,10 +101,4 @@ def analyze(
                 lambda hit: hit.with_path(str(path)),
                 ModuleProfile.check_links,
             )
-    if sort != transforms.SortKey.ORDER:
-        profile = transforms.sort_children(profile, sort)
-    if top is not None:
-        profile = transforms.top_children(profile, top, sort)
-    if depth is not None:
-        profile = transforms.limit_depth(profile, depth)
-    return profile
+    return transforms.shaped(profile, depth=depth, top=top, sort=sort, ignore=ignore)

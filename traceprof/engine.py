@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 from traceprof.errors import MissingDependencyError, OptionError, TraceprofError
+from traceprof.progress import ItemProgress
 
 if TYPE_CHECKING:
     from concurrent.futures import Future
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 R = TypeVar("R")
 #: called after each item is done: (items done, items in all, the item just done)
-MapProgress = Callable[[int, int, object], None]
+MapProgress = ItemProgress
 
 
 class Engine(Protocol):

@@ -247,7 +247,17 @@ def _attribute(
         trace, memory.keep, memory.node, memory.pass_code, parent, ctx.n_steps, activation
     )
     ops_of = node_ops(ctx, groups, cpu, gpu, counted, costs, compiled, labels)
-    nodes, new_id = module_nodes(ctx, groups, shape, own, total, node_calls, memory_use, ops_of, fused)
+    nodes, new_id = module_nodes(
+        ctx,
+        groups,
+        shape,
+        own=own,
+        total=total,
+        calls=node_calls,
+        memory_use=memory_use,
+        ops_of=ops_of,
+        fused=fused,
+    )
     device = memory_device(memory_use)
     holders = memory_summary(
         ctx,
@@ -290,17 +300,17 @@ def _attribute(
         trace,
         links,
         costs,
-        counted.keep,
-        unsupported.keep,
-        gpu.anchor,
-        gpu.busy_us,
-        ctx.n_steps,
-        has_gpu,
-        selection.gpu_busy_us if has_gpu else selection.cpu_us,
+        op_keep=counted.keep,
+        unsupported_keep=unsupported.keep,
+        anchor=gpu.anchor,
+        busy=gpu.busy_us,
+        n_steps=ctx.n_steps,
+        has_gpu=has_gpu,
+        step_time_us=selection.gpu_busy_us if has_gpu else selection.cpu_us,
     )
     return ModuleProfile(
         metadata=trace.metadata,
-        source=tree.source.value,
+        source=tree.source,
         source_description=_described(tree, compiled, labels),
         nodes=tuple(nodes),
         roots=tuple(new_id[r] for r in shape.roots),

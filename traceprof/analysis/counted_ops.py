@@ -55,6 +55,7 @@ def flop_summary(
     trace: Trace,
     links: Links,
     costs: OpCosts,
+    *,
     op_keep: np.ndarray,
     unsupported_keep: np.ndarray,
     anchor: np.ndarray,

@@ -14,14 +14,13 @@ torch.profiler itself) takes traceprof's source with no scope: the table names i
 
 from __future__ import annotations
 
-import enum
-
 import msgspec
 import numpy as np
 
 from traceprof.analysis.link import Links
 from traceprof.errors import TraceReadError
 from traceprof.read.limits import MAX_TREE_DEPTH
+from traceprof.result.sources import Source as Source  # where the analysis has imported it from
 from traceprof.trace import schema
 from traceprof.trace.model import ModuleTable, Trace, index_dtype, unique
 from traceprof.trace.schema import Kind
@@ -36,43 +35,6 @@ def check_depth(trace: Trace, depth: int, what: str) -> None:
             f"{what} nested more than {MAX_TREE_DEPTH} levels deep; traceprof builds module trees "
             f"of at most {MAX_TREE_DEPTH} levels",
         )
-
-
-class Source(str, enum.Enum):
-    TRACEPROF = "traceprof"
-    LIGHTNING = "lightning"
-    NN_MODULE = "nn.Module"
-    ANNOTATIONS = "annotations"
-    NONE = "none"
-
-    @property
-    def description(self) -> str:
-        """The events the source reads ("user annotations (record_function)")."""
-        return _DESCRIPTIONS[self]
-
-    @property
-    def has_modules(self) -> bool:
-        """Whether a tree from this source is made of modules (not of user annotations)."""
-        return self not in _NOT_MODULES
-
-    @property
-    def nodes_description(self) -> str:
-        """Where a tree's nodes come from, and, when they are not modules, that they are not
-        (the profile's ``source_description``)."""
-        return _DESCRIPTIONS[self] + (f", {_NOT_MODULES[self]}" if self in _NOT_MODULES else "")
-
-
-_DESCRIPTIONS = {
-    Source.TRACEPROF: "traceprof module scopes",
-    Source.LIGHTNING: "PyTorch Lightning [pl][module] scopes",
-    Source.NN_MODULE: "python_function nn.Module events (with_stack=True)",
-    Source.ANNOTATIONS: "user annotations (record_function)",
-    Source.NONE: "no module or user annotation events in the trace",
-}
-#: what the nodes of a tree of each source are when they are not modules (the header says it)
-_NOT_MODULES = {
-    Source.ANNOTATIONS: "not modules: the trace has no module events",
-}
 
 
 class ScopeKey(msgspec.Struct, frozen=True):
@@ -134,7 +96,7 @@ def scope_labels(trace: Trace, tree: Hierarchy) -> dict[int, str]:
     if not len(scopes) or not tree.nodes:
         return {}
     codes, first = np.unique(trace.events.name[scopes], return_index=True)
-    named = tree.source in (Source.TRACEPROF, Source.LIGHTNING)
+    named = tree.source.named
     out: dict[int, str] = {}
     for code, node in zip(codes.tolist(), tree.node_of_scope[scopes[first]].tolist()):
         if 0 <= node < len(tree.nodes):

@@ -46,13 +46,14 @@ from traceprof.analysis.link import Links
 from traceprof.flops import REGISTRY
 from traceprof.read.limits import MAX_TREE_DEPTH
 from traceprof.result.model import PASSES, OpKind
+from traceprof.result.sources import NAMED_SOURCES
 from traceprof.trace import schema
 from traceprof.trace.model import KernelLabels, Trace, index_dtype
 from traceprof.trace.module_names import common_module, joined_name
 from traceprof.trace.schema import Kind
 
 #: sources whose nodes have qualified names, under which labelled modules are found or made
-_NAMED = (Source.TRACEPROF, Source.LIGHTNING)
+_NAMED = NAMED_SOURCES
 #: sources whose nodes are no modules: labelled modules are made beside them
 _UNNAMED = (Source.ANNOTATIONS, Source.NONE)
 #: what the header adds to the source of the tree, per kind of label that placed work

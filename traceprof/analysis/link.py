@@ -8,7 +8,7 @@ depth levels only, never over events.
   earlier slices still open at its start, and its parent is the last earlier slice one level up.
 - **Launches.** GPU work (kernel, memcpy, memset) joins the runtime call that launched it through
   ``correlation``; work whose launch is missing falls back to the op with its ``External id``.
-  The CPU event found is the work's *anchor*: scopes, phase and step come from the anchor.
+  The CPU event found is the work's *anchor*: scopes, pass and step come from the anchor.
 - **Backward.** A backward node op (``Fwd thread id`` > 0, or a ``...Backward`` name where the
   trace lacks that field) carries the ``Sequence number`` of the forward op that created it. The
   forward op is the last-started op with that number on the forward thread; ``Fwd thread id`` is

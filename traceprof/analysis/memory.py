@@ -88,7 +88,7 @@ def memory_by_node(
     else:  # the children-first order of every node, one at a time
         levels = [np.array([i]) for i in _children_first(parent) if parent[i] >= 0]
 
-    # (label, [phase, metric, node], own activations per node or None)
+    # (label, [pass, metric, node], own activations per node or None)
     per_device: list[tuple[str, np.ndarray, np.ndarray | None]] = []
     for d, label in enumerate(mem.devices):
         on = device == d

@@ -29,8 +29,8 @@ from msgspec.structs import replace
 from traceprof.analysis.labels import BETWEEN_OPS_LABEL, OUTSIDE_OPS
 from traceprof.analysis.link import Links
 from traceprof.analysis.unattributed import LAUNCH_NOT_IN_TRACE, LAUNCHED_BEFORE_TRACE
-from traceprof.result.model import _OP_SUMMED as _SUMMED
 from traceprof.result.model import OpKind, OpStat, bounded
+from traceprof.result.times import OP_SUMMED as _SUMMED
 from traceprof.trace import schema
 from traceprof.trace.model import BLOCK_EVENTS, EventTable, Trace, unique
 from traceprof.trace.schema import Kind
@@ -237,7 +237,7 @@ class _Keys:
             columns[rows, 3] += 1
 
     def distinct(self) -> tuple[np.ndarray, np.ndarray]:
-        """The distinct keys, ascending, as rows (node, phase, label, shapes), and the position
+        """The distinct keys, ascending, as rows (node, pass, label, shapes), and the position
         of each row's key among them (as ``np.unique``, with one array of the rows' length
         besides the keys instead of four: distinct keys are few, a binary search among them is
         cheap). Consumes the keys."""
@@ -261,7 +261,7 @@ class _Keys:
 
 
 def _grouped(keys: _Keys, values: list[dict[str, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
-    """The distinct keys, ascending, as rows (node, phase, label, shapes), and their sums in
+    """The distinct keys, ascending, as rows (node, pass, label, shapes), and their sums in
     _SUMMED order (one row per key), those whose sums are all zero left out. ``values``: per
     part of ``keys``, the metrics it has (a bool array counts its true rows); the other
     metrics are zero there."""

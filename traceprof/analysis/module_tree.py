@@ -30,6 +30,7 @@ from traceprof.result.model import (
     PassTotals,
     PhaseTimes,
     Times,
+    is_optimizer_group,
 )
 from traceprof.trace import schema
 from traceprof.trace.model import ModuleInfo, ModuleTable
@@ -92,6 +93,7 @@ def module_nodes(
     ctx: Context,
     groups: Groups,
     shape: Shape,
+    *,
     own: dict[str, np.ndarray],
     total: dict[str, np.ndarray],
     calls: np.ndarray,
@@ -287,7 +289,7 @@ def optimizer_totals(nodes: list[ModuleNode], annotations: bool = False) -> Pass
         if n.parent >= 0 and n.parent in counted:
             counted.add(n.id)  # inside an annotation already counted
             continue
-        group = n.kind is NodeKind.GROUP and n.name.startswith(schema.OPTIMIZER_STEP_PREFIXES)
+        group = is_optimizer_group(n)
         annotation = annotations and n.kind is NodeKind.MODULE and schema.is_optimizer_annotation(n.name)
         if group or annotation:
             counted.add(n.id)

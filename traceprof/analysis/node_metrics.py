@@ -172,7 +172,7 @@ def fused_metrics(
 
 
 def subtree_totals_of(own: dict[str, np.ndarray], parent: np.ndarray) -> dict[str, np.ndarray]:
-    """Each metric's own[phase, node] summed over each node's subtree, all metrics at once.
+    """Each metric's own[pass, node] summed over each node's subtree, all metrics at once.
 
     The children are added to their parents a depth level at a time, deepest first, with
     ``np.add.at`` (unbuffered: a parent's children are added one after the other, by
@@ -180,7 +180,7 @@ def subtree_totals_of(own: dict[str, np.ndarray], parent: np.ndarray) -> dict[st
     to the last bit."""
     if not own:
         return {}
-    stacked = np.concatenate([np.asarray(v, np.float64) for v in own.values()])  # [metric * phase, node]
+    stacked = np.concatenate([np.asarray(v, np.float64) for v in own.values()])  # [metric * pass, node]
     by_node = stacked.T  # a view with the node first
     for level in bottom_up_levels(parent):
         np.add.at(by_node, parent[level], by_node[level])

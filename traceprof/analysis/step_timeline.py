@@ -26,6 +26,8 @@ its closest ancestor still in the tree.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import msgspec
 import numpy as np
 from msgspec.structs import replace
@@ -59,128 +61,94 @@ class StepEvents(msgspec.Struct, frozen=True):
     at: np.ndarray | None = None
 
 
+class TimelineTree(msgspec.Struct, frozen=True):
+    """What the timeline reads of the module tree: the scope events (``scope_mask``), the node of
+    each (``node_of_scope``), those re-run in a backward pass (``recompute_mask``, activation
+    checkpointing: not drawn on the forward lane), the number of module nodes (node ids below it
+    are modules), each node's depth and path (attribution's node ids), and the labels of the
+    scope events' names (name code -> label, hierarchy.scope_labels; None: their raw names)."""
+
+    scope_mask: np.ndarray
+    node_of_scope: np.ndarray
+    recompute_mask: np.ndarray
+    n_modules: int
+    depth_of: np.ndarray
+    path_of: list[tuple[str, ...]]
+    scope_labels: dict[int, str] | None = None
+
+
+class _Events(NamedTuple):
+    """The timeline's events as parallel arrays: lane, row in the lane, start (from the step's
+    start) and duration, name code, node, pass code, and how many events each one stands for."""
+
+    lane: np.ndarray
+    row: np.ndarray
+    start: np.ndarray
+    dur: np.ndarray
+    name: np.ndarray
+    node: np.ndarray
+    phase: np.ndarray
+    counts: np.ndarray
+
+    def taken(self, keep: np.ndarray) -> _Events:
+        return _Events(*(a[keep] for a in self))
+
+
+class _Part(NamedTuple):
+    """The events of one lane: their rows, event indices, nodes and pass codes."""
+
+    lane: int
+    row: np.ndarray
+    events: np.ndarray
+    node: np.ndarray
+    phase: np.ndarray
+
+
 def build_timeline(
     trace: Trace,
     links: Links,
     *,
     window: tuple[float, float],
     step: int | None,
-    scope_mask: np.ndarray,
-    node_of_scope: np.ndarray,
-    recompute_mask: np.ndarray,
-    n_modules: int,
-    depth_of: np.ndarray,
-    path_of: list[tuple[str, ...]],
+    tree: TimelineTree,
     cpu: StepEvents,
     gpu: StepEvents,
     memory: StepEvents | None,
     memory_device: str | None,
-    scope_labels: dict[int, str] | None = None,
     compiled: StepEvents | None = None,
     memory_blocks: StepBlocks | None = None,
 ) -> Timeline:
-    """The timeline of the step in ``window`` (trace times). ``path_of[node]`` and
-    ``depth_of[node]`` for attribution's node ids; ``cpu`` and ``gpu`` the selection's events
-    (they are cut to the window here); ``memory``: its ``[memory]`` events (rows of
-    ``trace.memory``), with their node and pass; ``scope_labels``: name code -> the label of
-    module scope events (hierarchy.scope_labels), in place of their raw names; ``compiled``:
-    kernel events of compiled graphs with the module node the compiled-kernel table gives them
-    (and its ancestors made from the table), pass 0 forward or 1 backward: drawn on the module
-    lanes as their scopes would be."""
+    """The timeline of the step in ``window`` (trace times). ``cpu`` and ``gpu`` the selection's
+    events (they are cut to the window here); ``memory``: its ``[memory]`` events (rows of
+    ``trace.memory``), with their node and pass; ``compiled``: kernel events of compiled graphs
+    with the module node the compiled-kernel table gives them (and its ancestors made from the
+    table), pass 0 forward or 1 backward: drawn on the module lanes as their scopes would be."""
     ev = trace.events
     t0, t1 = window
-    lanes: list[Lane] = []
-    # (lane, row, event index, node, phase)
-    parts: list[tuple[int, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
-
-    def in_window(idx: np.ndarray) -> np.ndarray:
-        t = ev.ts[idx]
-        inside: np.ndarray = (t >= t0) & (t < t1)
-        return inside
-
-    # compiled kernels in their modules (the table's), on the lane of their graph's pass
-    kernels = [np.zeros(0, np.int64)] * 2
-    kernel_nodes = [np.zeros(0, np.int64)] * 2
-    if compiled is not None and len(compiled.events):
-        shown = in_window(compiled.events) & (compiled.node >= 0) & (compiled.node < n_modules)
-        for p in (0, 1):
-            m = shown & (compiled.phase == p)
-            kernels[p], kernel_nodes[p] = compiled.events[m], compiled.node[m]
-    # module scopes of the forward: one row per scope nesting level
-    scopes = np.flatnonzero(scope_mask & ~recompute_mask)
-    scopes = scopes[in_window(scopes)]
-    if len(scopes) or len(kernels[0]):
-        idx = np.concatenate([scopes, kernels[0]])
-        node = np.concatenate([node_of_scope[scopes], kernel_nodes[0]])
-        row = depth_of[node]
-        lanes.append(Lane(LaneKind.MODULES_FORWARD, "Modules · forward", int(row.max()) + 1))
-        parts.append((len(lanes) - 1, row, idx, node, np.zeros(len(idx), np.int64)))
-    # the selection's CPU events in the window, found once: the lanes below look at those only
-    in_step = np.flatnonzero(in_window(cpu.events))
-    cpu = StepEvents(cpu.events[in_step], cpu.node[in_step], cpu.phase[in_step])
-    del in_step
-    # backward: the backward node ops, at the depth of their module, and compiled kernels
-    m = links.backward_node[cpu.events] == cpu.events
-    m &= (cpu.node >= 0) & (cpu.node < n_modules)
-    if m.any() or len(kernels[1]):
-        idx = np.concatenate([cpu.events[m], kernels[1]])
-        node = np.concatenate([cpu.node[m], kernel_nodes[1]])
-        phase = np.concatenate([cpu.phase[m], np.ones(len(kernels[1]), np.int64)])
-        row = depth_of[node]
-        lanes.append(Lane(LaneKind.MODULES_BACKWARD, "Modules · backward", int(row.max()) + 1))
-        parts.append((len(lanes) - 1, row, idx, node, phase))
-    # CPU threads
-    m = links.depth[cpu.events] < CPU_DEPTH
-    sel = cpu.events[m]
-    for t in unique(ev.thread[sel]).tolist():
-        on = ev.thread[sel] == t
-        info = ev.threads[t]
-        row = links.depth[sel[on]]
-        lanes.append(Lane(LaneKind.CPU, _thread_label(info, "thread"), int(row.max()) + 1))
-        parts.append((len(lanes) - 1, row, sel[on], cpu.node[m][on], cpu.phase[m][on]))
-    # GPU streams: the work launched in the step, however long after the step's end the device
-    # runs it (a device that lags the CPU runs a step's kernels during the next steps)
-    launched = ev.ts[gpu.events] if gpu.at is None else gpu.at
-    m = (launched >= t0) & (launched < max(t1, t0))
-    sel = gpu.events[m]
-    for t in unique(ev.thread[sel]).tolist():
-        on = ev.thread[sel] == t
-        info = ev.threads[t]
-        lanes.append(Lane(LaneKind.GPU, _thread_label(info, "stream"), 1))
-        parts.append(
-            (len(lanes) - 1, np.zeros(int(on.sum()), np.int64), sel[on], gpu.node[m][on], gpu.phase[m][on])
-        )
-    if parts:
-        lane = np.concatenate([np.full(len(p[2]), p[0], np.int64) for p in parts])
-        row = np.concatenate([np.asarray(p[1], np.int64) for p in parts])
-        idx = np.concatenate([p[2] for p in parts]).astype(np.int64)
-        node = np.concatenate([p[3] for p in parts]).astype(np.int64)
-        phase = np.concatenate([np.asarray(p[4], np.int64) for p in parts])
-    else:
-        lane = row = idx = node = phase = np.zeros(0, np.int64)
+    lanes, parts = _lanes(trace, links, window, tree, cpu, gpu, compiled)
+    idx = _joined([p.events for p in parts])
+    found = _Events(
+        lane=_joined([np.full(len(p.events), p.lane, np.int64) for p in parts]),
+        row=_joined([p.row for p in parts]),
+        start=ev.ts[idx] - t0,
+        dur=ev.dur[idx],
+        name=ev.name[idx].astype(np.int64),
+        node=_joined([p.node for p in parts]),
+        phase=_joined([p.phase for p in parts]),
+        counts=np.ones(len(idx), np.int64),
+    )
     end = max(t1, float((ev.ts[idx] + ev.dur[idx]).max()) if len(idx) else t1)
     span = max(end - t0, 1e-3)
-    start: np.ndarray = ev.ts[idx] - t0
-    dur = ev.dur[idx]
-    name: np.ndarray = ev.name[idx].astype(np.int64)
-    n_in_step = len(idx)
-
     # merge runs of tiny events, then leave out the shortest past MAX_EVENTS
     tiny_us = span / MERGE_FRACTION
-    lane, row, start, dur, name, node, phase, count = _merge_tiny(
-        lane, row, start, dur, name, node, phase, tiny_us
-    )
-    dropped = 0
-    if len(lane) > MAX_EVENTS:
-        keep = np.sort(np.argsort(-dur, kind="stable")[:MAX_EVENTS])
-        dropped = len(lane) - MAX_EVENTS
-        lane, row, start, dur, name, node, phase, count = (
-            a[keep] for a in (lane, row, start, dur, name, node, phase, count)
-        )
-
+    shown = _merge_tiny(found, tiny_us)
+    dropped = max(len(shown.lane) - MAX_EVENTS, 0)
+    if dropped:
+        shown = shown.taken(np.sort(np.argsort(-shown.dur, kind="stable")[:MAX_EVENTS]))
     # modules and names actually used, renumbered
-    mod_codes, module = _codes(np.where((node >= 0) & (node < len(path_of)), node, -1))
-    name_codes, name = _codes(name)
+    path_of = tree.path_of
+    mod_codes, module = _codes(np.where((shown.node >= 0) & (shown.node < len(path_of)), shown.node, -1))
+    name_codes, name = _codes(shown.name)
     curve = _memory_curve(trace, memory, memory_device, t0, path_of, mod_codes)
     if curve is not None and curve[1] >= 0 and curve[1] not in mod_codes:
         mod_codes = mod_codes + [curve[1]]
@@ -194,21 +162,100 @@ def build_timeline(
         start_us=float(t0),
         span_us=float(span),
         modules=tuple(tuple(path_of[c]) for c in mod_codes),
-        names=tuple((scope_labels or {}).get(c, ev.names[c]) for c in name_codes),
+        names=tuple((tree.scope_labels or {}).get(c, ev.names[c]) for c in name_codes),
         lanes=tuple(lanes),
-        lane=lane,
-        row=row,
-        start=start,
-        dur=dur,
+        lane=shown.lane,
+        row=shown.row,
+        start=shown.start,
+        dur=shown.dur,
         name=name,
         module=module,
-        phase=phase,
-        count=count,
-        events_in_step=n_in_step,
+        phase=shown.phase,
+        count=shown.counts,
+        events_in_step=len(idx),
         merged_below_us=float(tiny_us),
         dropped=dropped,
         memory=mem,
     )
+
+
+def _joined(arrays: list[np.ndarray]) -> np.ndarray:
+    """The arrays one after the other, as integers."""
+    return np.concatenate(arrays).astype(np.int64) if arrays else np.zeros(0, np.int64)
+
+
+def _lanes(
+    trace: Trace,
+    links: Links,
+    window: tuple[float, float],
+    tree: TimelineTree,
+    cpu: StepEvents,
+    gpu: StepEvents,
+    compiled: StepEvents | None,
+) -> tuple[list[Lane], list[_Part]]:
+    """The lanes of the step and the events on each: the module lanes (forward, backward), the
+    CPU threads, the GPU streams."""
+    ev = trace.events
+    t0, t1 = window
+    lanes: list[Lane] = []
+    parts: list[_Part] = []
+
+    def in_window(idx: np.ndarray) -> np.ndarray:
+        t = ev.ts[idx]
+        inside: np.ndarray = (t >= t0) & (t < t1)
+        return inside
+
+    # compiled kernels in their modules (the table's), on the lane of their graph's pass
+    kernels = [np.zeros(0, np.int64)] * 2
+    kernel_nodes = [np.zeros(0, np.int64)] * 2
+    if compiled is not None and len(compiled.events):
+        shown = in_window(compiled.events) & (compiled.node >= 0) & (compiled.node < tree.n_modules)
+        for p in (0, 1):
+            m = shown & (compiled.phase == p)
+            kernels[p], kernel_nodes[p] = compiled.events[m], compiled.node[m]
+    # module scopes of the forward: one row per scope nesting level
+    scopes = np.flatnonzero(tree.scope_mask & ~tree.recompute_mask)
+    scopes = scopes[in_window(scopes)]
+    if len(scopes) or len(kernels[0]):
+        idx = np.concatenate([scopes, kernels[0]])
+        node = np.concatenate([tree.node_of_scope[scopes], kernel_nodes[0]])
+        row = tree.depth_of[node]
+        lanes.append(Lane(LaneKind.MODULES_FORWARD, "Modules · forward", int(row.max()) + 1))
+        parts.append(_Part(len(lanes) - 1, row, idx, node, np.zeros(len(idx), np.int64)))
+    # the selection's CPU events in the window, found once: the lanes below look at those only
+    in_step = np.flatnonzero(in_window(cpu.events))
+    cpu = StepEvents(cpu.events[in_step], cpu.node[in_step], cpu.phase[in_step])
+    del in_step
+    # backward: the backward node ops, at the depth of their module, and compiled kernels
+    m = links.backward_node[cpu.events] == cpu.events
+    m &= (cpu.node >= 0) & (cpu.node < tree.n_modules)
+    if m.any() or len(kernels[1]):
+        idx = np.concatenate([cpu.events[m], kernels[1]])
+        node = np.concatenate([cpu.node[m], kernel_nodes[1]])
+        phase = np.concatenate([cpu.phase[m], np.ones(len(kernels[1]), np.int64)])
+        row = tree.depth_of[node]
+        lanes.append(Lane(LaneKind.MODULES_BACKWARD, "Modules · backward", int(row.max()) + 1))
+        parts.append(_Part(len(lanes) - 1, row, idx, node, phase))
+    # CPU threads
+    m = links.depth[cpu.events] < CPU_DEPTH
+    sel = cpu.events[m]
+    for t in unique(ev.thread[sel]).tolist():
+        on = ev.thread[sel] == t
+        lanes.append(
+            Lane(LaneKind.CPU, _thread_label(ev.threads[t], "thread"), int(links.depth[sel[on]].max()) + 1)
+        )
+        parts.append(_Part(len(lanes) - 1, links.depth[sel[on]], sel[on], cpu.node[m][on], cpu.phase[m][on]))
+    # GPU streams: the work launched in the step, however long after the step's end the device
+    # runs it (a device that lags the CPU runs a step's kernels during the next steps)
+    launched = ev.ts[gpu.events] if gpu.at is None else gpu.at
+    m = (launched >= t0) & (launched < max(t1, t0))
+    sel = gpu.events[m]
+    for t in unique(ev.thread[sel]).tolist():
+        on = ev.thread[sel] == t
+        lanes.append(Lane(LaneKind.GPU, _thread_label(ev.threads[t], "stream"), 1))
+        rows = np.zeros(int(on.sum()), np.int64)
+        parts.append(_Part(len(lanes) - 1, rows, sel[on], gpu.node[m][on], gpu.phase[m][on]))
+    return lanes, parts
 
 
 def _thread_label(info: ThreadInfo, what: str) -> str:
@@ -232,54 +279,43 @@ def _codes(values: np.ndarray) -> tuple[list[int], np.ndarray]:
     return uniq[order].tolist(), out
 
 
-def _merge_tiny(
-    lane: np.ndarray,
-    row: np.ndarray,
-    start: np.ndarray,
-    dur: np.ndarray,
-    name: np.ndarray,
-    node: np.ndarray,
-    phase: np.ndarray,
-    tiny_us: float,
-) -> tuple[np.ndarray, ...]:
+def _merge_tiny(events: _Events, tiny_us: float) -> _Events:
     """Runs of consecutive events shorter than ``tiny_us`` on one lane row, of one module and
     pass, with gaps below ``tiny_us``, merged into one event each (the name of its longest)."""
-    count = np.ones(len(lane), np.int64)
-    if len(lane) < 2:
-        return lane, row, start, dur, name, node, phase, count
-    order = np.lexsort((start, row, lane))
-    lane, row, start, dur, name, node, phase = (a[order] for a in (lane, row, start, dur, name, node, phase))
-    tiny = dur < tiny_us
-    end = start + dur
-    same = np.zeros(len(lane), bool)
+    if len(events.lane) < 2:
+        return events
+    e = events.taken(np.lexsort((events.start, events.row, events.lane)))
+    tiny = e.dur < tiny_us
+    end = e.start + e.dur
+    same = np.zeros(len(e.lane), bool)
     same[1:] = (
         tiny[1:]
         & tiny[:-1]
-        & (lane[1:] == lane[:-1])
-        & (row[1:] == row[:-1])
-        & (node[1:] == node[:-1])
-        & (phase[1:] == phase[:-1])
-        & (start[1:] - end[:-1] < tiny_us)
+        & (e.lane[1:] == e.lane[:-1])
+        & (e.row[1:] == e.row[:-1])
+        & (e.node[1:] == e.node[:-1])
+        & (e.phase[1:] == e.phase[:-1])
+        & (e.start[1:] - end[:-1] < tiny_us)
     )
     if not same.any():
-        return lane, row, start, dur, name, node, phase, count
+        return e
     group_start = np.flatnonzero(~same)
     g_end = np.maximum.reduceat(end, group_start)
-    g_count = np.diff(np.append(group_start, len(lane)))
+    g_count = np.diff(np.append(group_start, len(e.lane)))
     # the name of the longest event of each group
     group = np.cumsum(~same) - 1
-    longest = np.lexsort((-dur, group))
+    longest = np.lexsort((-e.dur, group))
     first_of_group = longest[np.searchsorted(group[longest], np.arange(len(group_start)))]
-    s = start[group_start]
-    return (
-        lane[group_start],
-        row[group_start],
-        s,
-        g_end - s,
-        name[first_of_group],
-        node[group_start],
-        phase[group_start],
-        g_count.astype(np.int64),
+    s = e.start[group_start]
+    return _Events(
+        lane=e.lane[group_start],
+        row=e.row[group_start],
+        start=s,
+        dur=g_end - s,
+        name=e.name[first_of_group],
+        node=e.node[group_start],
+        phase=e.phase[group_start],
+        counts=g_count.astype(np.int64),
     )
 
 

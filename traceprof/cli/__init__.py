@@ -74,7 +74,7 @@ def run() -> None:
         # has said "interrupted", and the exit handlers' tracebacks and logs would bury it
         import logging
 
-        sys.unraisablehook = lambda unraisable: None
+        sys.unraisablehook = lambda _unraisable: None
         logging.disable(logging.CRITICAL)
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):

@@ -35,7 +35,9 @@ from traceprof.errors import OptionError
 from traceprof.trace.model import Trace
 
 if TYPE_CHECKING:
-    from traceprof.read.load import Progress
+    from traceprof.progress import Progress
+    from traceprof.result.shaping import SortKey
+    from traceprof.result.sources import Source
 
 #: exit code of ``traceprof diff --fail-if-slower`` when the new run is slower than allowed
 SLOWER_EXIT_CODE = 10
@@ -48,14 +50,14 @@ def diff(
     base: Trace | Side | str | os.PathLike,
     new: Trace | Side | str | os.PathLike,
     *,
-    hierarchy=None,
-    max_memory=None,
+    hierarchy: Source | str | None = None,
+    max_memory: int | str | None = None,
     parallel: bool = True,
     cache: bool | None = None,
     step: int | None = None,
     depth: int | None = None,
     top: int | None = None,
-    sort: str | None = None,
+    sort: SortKey | str | None = None,
     ignore: tuple[str, ...] | list[str] = (),
     progress: Progress | None = None,
 ) -> DiffProfile:
@@ -67,7 +69,9 @@ def diff(
     (default: unless ``$TRACEPROF_CACHE`` is ``off``; see :mod:`traceprof.read.cache`).
     ``step``: compare that ProfilerStep of each trace (the same number in both) instead of the
     mean of their complete steps. ``depth``, ``top``, ``sort``, ``ignore``: the result
-    :meth:`DiffProfile.shaped <traceprof.compare.model.DiffProfile.shaped>`. ``progress``: called with what the diff is doing (the stages
+    :meth:`DiffProfile.shaped <traceprof.compare.model.DiffProfile.shaped>` (``sort`` None: the
+    change of GPU time when shaped, as ``traceprof diff`` sorts; unshaped, the modules stay as they
+    first ran). ``progress``: called with what the diff is doing (the stages
     of each trace analyzed in this process, as :func:`traceprof.analyze`'s)."""
     # checked and made plain int once, as the command line does (numpy.int64(2) is 2)
     step = options.argument("step", step, int, min=0)
@@ -145,12 +149,12 @@ def diff_jobs(
     base_dir: str | os.PathLike,
     new_dir: str | os.PathLike,
     *,
-    hierarchy=None,
-    max_memory=None,
+    hierarchy: Source | str | None = None,
+    max_memory: int | str | None = None,
     step: int | None = None,
     depth: int | None = None,
     top: int | None = None,
-    sort: str | None = None,
+    sort: SortKey | str | None = None,
     ignore: tuple[str, ...] | list[str] = (),
     progress: Progress | None = None,
 ) -> DiffProfile:

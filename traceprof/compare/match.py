@@ -14,14 +14,13 @@ from traceprof.compare.side import BUCKET_PATH, Side
 from traceprof.compare.summary import cpu_summary, side_summary, stdev
 from traceprof.result.metric import TimeMetric
 from traceprof.result.model import PASSES, ModuleNode, ModuleProfile, NodeKind, Pass
+from traceprof.result.sources import Source
 
 #: kernels or ops listed under each changed node
 TOP_INSIDE = 5
 #: below this share of matched module nodes the two traces are said to be of different models
 SAME_MODEL_SHARE = 0.5
 
-
-_NAMED_SOURCES = ("traceprof", "lightning")
 
 
 def _keys(profile: ModuleProfile, by_name: bool) -> dict[int, str]:
@@ -120,7 +119,7 @@ def _how_compared(base: Side, new: Side) -> tuple[bool, TimeMetric, list[str]]:
     time when a side has no GPU work), and the warnings that say so."""
     warnings: list[str] = []
     bp, np_ = base.profile, new.profile
-    by_name = bp.source in _NAMED_SOURCES and np_.source in _NAMED_SOURCES
+    by_name = Source(bp.source).named and Source(np_.source).named
     if bp.source != np_.source and not by_name:
         warnings.append(
             f"the module trees come from different sources ({bp.source} in the base, "

@@ -3,7 +3,7 @@
 Three kinds of entries:
 
 - a **formula**: a function ``OpArgs -> OpCost`` for one op or a family of ops. An op with a
-  formula is counted, and ops running inside it are not (see :mod:`traceprof.flops.count`);
+  formula is counted, and ops running inside it are not (see :mod:`traceprof.analysis.op_costs`);
   a formula registered as ``composite`` (``aten::lstm``, ``aten::gru_cell``: ops that run other
   ops) is a fallback, counted only when nothing inside the op is counted;
 - **no cost** (zero FLOPs by definition): ops that compute nothing themselves (views,

@@ -14,29 +14,10 @@ from collections.abc import Iterable, Sequence
 import msgspec
 
 from traceprof.trace import schema
+from traceprof.trace.tensors import ITEMSIZE as ITEMSIZE
 
 Shape = tuple[int, ...]
 
-#: bytes per element of each canonical dtype
-ITEMSIZE: dict[str, float] = {
-    "fp64": 8,
-    "fp32": 4,
-    "fp16": 2,
-    "bf16": 2,
-    "fp8_e4m3": 1,
-    "fp8_e5m2": 1,
-    "fp8_e8m0": 1,
-    "fp4x2": 1,
-    "int64": 8,
-    "int32": 4,
-    "int16": 2,
-    "int8": 1,
-    "uint8": 1,
-    "bool": 1,
-    "complex32": 4,
-    "complex64": 8,
-    "complex128": 16,
-}
 #: floating-point dtypes: outside matrix products, arithmetic on other dtypes (integer
 #: counters, boolean masks) is not counted as FLOPs
 FLOATING = frozenset(

@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from traceprof import units
-from traceprof.analysis.hierarchy import Source
 from traceprof.api import analyze
 from traceprof.capture import profile
 from traceprof.errors import OptionError, TraceprofError
@@ -93,11 +92,6 @@ class CaptureOptions:
             peak_tflops=None if peak_tflops is None else float(peak_tflops),
             analyze=analyze,
         )
-
-    @property
-    def window_steps(self) -> int:
-        """Optimizer steps until the first trace is written."""
-        return self.wait + self.warmup + self.active
 
 
 def _check_int(name: str, value: Any, least: int) -> None:
@@ -231,7 +225,7 @@ def headline(result: ModuleProfile, trace_path: str, top: int = 5, first_step: i
 def top_modules(result: ModuleProfile, top: int) -> tuple[ModuleTime, ...]:
     """The ``top`` modules with the most own time per step (GPU busy, else CPU), largest first:
     modules only (a tree of user annotations has none; :func:`top_outside` names the rest)."""
-    if not Source(result.source).has_modules:
+    if not result.source.has_modules:
         return ()
     return _largest(result, [n for n in result.nodes if n.kind is NodeKind.MODULE], top)
 
@@ -240,7 +234,7 @@ def top_outside(result: ModuleProfile, top: int) -> tuple[ModuleTime, ...]:
     """The ``top`` nodes that are no module with the most own time per step: the groups of
     work outside every module (``Optimizer.step#AdamW.step``, ``enumerate(DataLoader)#...``),
     compiled work without module information, and the annotations of a tree without modules."""
-    annotations = not Source(result.source).has_modules
+    annotations = not result.source.has_modules
     others = [
         n
         for n in result.nodes

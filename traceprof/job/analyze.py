@@ -16,7 +16,7 @@ analyses or in which order they finished. :func:`analyze_job` runs the whole of 
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from traceprof.job.model import Job
 from traceprof.job.rank import RankOptions, rank_results
@@ -26,20 +26,27 @@ from traceprof.read.limits import job_memory_share
 from traceprof.result import shaping
 from traceprof.result.shaping import SortKey
 
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from traceprof.engine import Engine
+    from traceprof.progress import Progress
+    from traceprof.result.sources import Source
+
 
 def analyze_job(
-    paths,
+    paths: str | os.PathLike | Sequence[str | os.PathLike],
     *,
     step: int | None = None,
-    hierarchy: str | None = None,
+    hierarchy: Source | str | None = None,
     peak_tflops: float | None = None,
     max_memory: int | str | None = None,
-    engine=None,
+    engine: str | Engine | None = None,
     jobs: int | None = None,
     scheduler: str | None = None,
     scheduler_timeout: float | None = None,
     straggler_threshold: float = DEFAULT_STRAGGLER_THRESHOLD,
-    progress=None,
+    progress: Progress | None = None,
     cache: bool | None = None,
     newest_run: bool | None = None,
     depth: int | None = None,
@@ -51,8 +58,9 @@ def analyze_job(
     them into a :class:`Job`. ``engine``: ``"local"`` (a process pool of ``jobs`` workers,
     default: all CPUs), ``"dask"`` (``scheduler`` ``tcp://HOST:PORT``, else a LocalCluster;
     ``scheduler_timeout``: seconds to wait for it and a first worker, default 30), or
-    an object with the :class:`~traceprof.engine.Engine` interface. ``progress(done, total,
-    path)`` is called as each trace is done. ``cache``: each worker reads and writes its
+    an object with the :class:`~traceprof.engine.Engine` interface. ``progress``: called as each
+    trace is done (:data:`traceprof.progress.Progress`; a callback of three parameters is called
+    as before, ``progress(done, total, path)``). ``cache``: each worker reads and writes its
     ranks' results in the cache of its machine (default: unless ``$TRACEPROF_CACHE`` is ``off``).
     ``newest_run``: traces of several runs give the newest run's report, with a warning naming
     the others, instead of an error (default: when ``paths`` is one directory). ``max_memory``
@@ -67,6 +75,7 @@ def analyze_job(
     """
     from traceprof import options as checked
     from traceprof.engine import make_engine
+    from traceprof.progress import per_item
 
     # checked and made plain int and float once, as the command line does (numpy.int64(2) is 2)
     step = checked.argument("step", step, int, min=0)
@@ -94,7 +103,7 @@ def analyze_job(
     )
     if depth is not None or top is not None or sort != SortKey.ORDER or ignore:
         shaping.check_shape(depth, top, sort)  # before any trace is read
-    results = rank_results(engine, paths, options, progress)
+    results = rank_results(engine, paths, options, per_item(progress))
     job = reduce_job(
         results,
         straggler_threshold=straggler_threshold,

@@ -11,12 +11,12 @@ from __future__ import annotations
 import os
 import stat
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
+from traceprof.progress import Progress
 from traceprof.read import chunks, parallel
 from traceprof.read.columns import Columns
 from traceprof.read.document import TOP_LEVEL, decode_trace, decoded_top_level, duplicated_members
@@ -36,8 +36,6 @@ from traceprof.read.source import (
     read_trace_bytes,
 )
 from traceprof.trace import schema
-
-Progress = Callable[[str], None]
 
 #: how the event array is cut into runs, in the order they are tried
 SPLITTERS: tuple[type, ...] = (chunks.Cutter, chunks.Scanner)

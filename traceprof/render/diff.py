@@ -238,7 +238,6 @@ DIFF_REGISTRY = Registry(
         ),
     ),
 )
-get_diff = DIFF_REGISTRY.renderer
 
 
 def render_diff(diff, fmt: str, options: RenderOptions | None = None) -> str | bytes:

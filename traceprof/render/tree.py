@@ -9,26 +9,18 @@ import msgspec
 from traceprof import units
 from traceprof.render.header import averaged, fused_time, header_lines
 from traceprof.render.registry import RenderOptions
-from traceprof.result.model import PASSES, ZERO, ModuleNode, ModuleProfile, NodeKind, Times
+from traceprof.result.model import (
+    PASSES,
+    ZERO,
+    ModuleNode,
+    ModuleProfile,
+    NodeKind,
+    Times,
+    is_optimizer_group,
+)
 from traceprof.result.params import CountedOnce, params_counted_once
 from traceprof.result.shaping import depth_first
-from traceprof.trace.schema import DATA_PARALLEL_WRAPPERS, OPTIMIZER_STEP_PREFIXES
-
-
-def flop_fields(profile: ModuleProfile, node: ModuleNode, opts: RenderOptions) -> list[str]:
-    raw = opts.raw_numbers
-    out = [
-        f"{units.flops(node.forward.total.flops, raw)} fwd",
-        f"{units.flops(node.backward.total.flops, raw)} bwd",
-    ]
-    rates = profile.throughput(node.total)
-    if rates.flop_per_s is not None and node.total.flops:
-        out.append(units.flop_rate(rates.flop_per_s))
-        if rates.mfu is not None:
-            out.append(f"{units.percent(rates.mfu)} MFU")
-    if node.total.unsupported_ops:
-        out.append(units.step_count(node.total.unsupported_ops, "ops without FLOPs", averaged(profile)))
-    return out
+from traceprof.trace.schema import DATA_PARALLEL_WRAPPERS
 
 
 def memory_fields(profile: ModuleProfile, node: ModuleNode, opts: RenderOptions) -> list[str]:
@@ -94,10 +86,6 @@ class Summary(msgspec.Struct, frozen=True):
 
 def _time(profile: ModuleProfile, t: Times) -> float:
     return t.gpu_busy_us if profile.has_gpu else t.cpu_us
-
-
-def is_optimizer_group(node: ModuleNode) -> bool:
-    return node.kind is NodeKind.GROUP and node.name.startswith(OPTIMIZER_STEP_PREFIXES)
 
 
 def summarize(profile: ModuleProfile, batch_size: int | None = None) -> Summary:
@@ -195,12 +183,29 @@ def _kv(label: str, value: str) -> str:
     return f"{label:<60}  {value:<8}".rstrip()
 
 
+def _known(value: object, why: str = "") -> str:
+    return "unknown" + why if value is None else f"{value}"
+
+
+def _per_s(work: float, us: float) -> float | None:
+    return work / (us * 1e-6) if us else None
+
+
 def summary_lines(profile: ModuleProfile, opts: RenderOptions) -> list[str]:
-    raw = opts.raw_numbers
+    """The summary block: its heading and notations, the sizes of the run, the latencies and
+    rates of the step, and traceprof's extras."""
     s = summarize(profile, opts.batch_size)
-    d = lambda us: units.duration(us, raw) if us is not None else "unknown"  # noqa: E731
-    per_s = lambda work, us: work / (us * 1e-6) if us else None  # noqa: E731
-    known = lambda v, why="": "unknown" + why if v is None else f"{v}"  # noqa: E731
+    raw = opts.raw_numbers
+    return (
+        _notation_lines(profile)
+        + _size_lines(profile, s, raw)
+        + _latency_lines(profile, s, raw)
+        + _extra_lines(profile, s, raw)
+    )
+
+
+def _notation_lines(profile: ModuleProfile) -> list[str]:
+    """The banner, the steps the numbers are of, and what the names mean."""
     sel = profile.selection
     if sel.numbers:
         steps = ", ".join(map(str, sel.numbers[:8])) + (", ..." if len(sel.numbers) > 8 else "")
@@ -208,7 +213,7 @@ def summary_lines(profile: ModuleProfile, opts: RenderOptions) -> list[str]:
     else:
         at = "over the whole trace (no ProfilerStep in it)"
     time_kind = "GPU busy time" if profile.has_gpu else "CPU time (a CPU-only trace)"
-    out = [
+    return [
         BANNER,
         f"Profile Summary {at}:",
         "Notations:",
@@ -227,11 +232,16 @@ def summary_lines(profile: ModuleProfile, opts: RenderOptions) -> list[str]:
         "not estimated as 2 * fwd flops.",
         "",
     ]
-    world = known(s.world_size)
-    out.append(_kv("world size: ", world))
-    out.append(_kv("data parallel size: ", known(s.dp_size) + (f" ({s.dp_source})" if s.dp_size else "")))
-    out.append(_kv("model parallel size: ", known(s.mp_size)))
-    out.append(_kv("batch size per GPU: ", known(s.batch_size) + f" ({s.batch_source})"))
+
+
+def _size_lines(profile: ModuleProfile, s: Summary, raw: bool) -> list[str]:
+    """World, data and model parallel sizes, the batch, the parameters, forward MACs and flops."""
+    out = [
+        _kv("world size: ", _known(s.world_size)),
+        _kv("data parallel size: ", _known(s.dp_size) + (f" ({s.dp_source})" if s.dp_size else "")),
+        _kv("model parallel size: ", _known(s.mp_size)),
+        _kv("batch size per GPU: ", _known(s.batch_size) + f" ({s.batch_source})"),
+    ]
     mp = s.mp_size or 1
     out.append(
         _kv(
@@ -258,59 +268,67 @@ def summary_lines(profile: ModuleProfile, opts: RenderOptions) -> list[str]:
     else:
         out.append(_kv("fwd MACs per GPU: ", "unknown (trace recorded without shapes)"))
         out.append(_kv("fwd flops per GPU: ", "unknown (trace recorded without shapes)"))
-    flops_known = profile.flops.has_shapes
-    rate = lambda v: units.flop_rate_raw(v, raw) if flops_known else "unknown"  # noqa: E731
-    out.append(_kv("fwd latency: ", d(s.fwd_us)))
-    out.append(
-        _kv("fwd FLOPS per GPU = fwd flops per GPU / fwd latency: ", rate(per_s(s.fwd_flops, s.fwd_us)))
-    )
-    out.append(_kv("bwd latency: ", d(s.bwd_us)))
-    out.append(
-        _kv("bwd FLOPS per GPU = bwd flops per GPU / bwd latency: ", rate(per_s(s.bwd_flops, s.bwd_us)))
-    )
-    out.append(
+    return out
+
+
+def _latency_lines(profile: ModuleProfile, s: Summary, raw: bool) -> list[str]:
+    """The latency of each pass and the FLOPS over it, the iteration, samples per second."""
+    d = lambda us: units.duration(us, raw) if us is not None else "unknown"  # noqa: E731
+    rate = lambda v: units.flop_rate_raw(v, raw) if profile.flops.has_shapes else "unknown"  # noqa: E731
+    out = [
+        _kv("fwd latency: ", d(s.fwd_us)),
+        _kv("fwd FLOPS per GPU = fwd flops per GPU / fwd latency: ", rate(_per_s(s.fwd_flops, s.fwd_us))),
+        _kv("bwd latency: ", d(s.bwd_us)),
+        _kv("bwd FLOPS per GPU = bwd flops per GPU / bwd latency: ", rate(_per_s(s.bwd_flops, s.bwd_us))),
         _kv(
             "fwd+bwd FLOPS per GPU = fwd+bwd flops / (fwd+bwd latency): ",
-            rate(per_s(s.fwd_flops + s.bwd_flops, s.fwd_us + s.bwd_us)),
-        )
-    )
-    out.append(_kv("step latency: ", d(s.step_us)))
-    out.append(_kv("other latency (neither fwd, bwd nor step): ", d(s.other_us)))
-    out.append(_kv("iter latency: ", d(s.iter_us)))
+            rate(_per_s(s.fwd_flops + s.bwd_flops, s.fwd_us + s.bwd_us)),
+        ),
+        _kv("step latency: ", d(s.step_us)),
+        _kv("other latency (neither fwd, bwd nor step): ", d(s.other_us)),
+        _kv("iter latency: ", d(s.iter_us)),
+    ]
     over = iter_over_wall(profile, s)
     if over:
         out.append(
-            _kv("  iter latency above the step's wall time: ", f"by {d(s.iter_us - sel.wall_us)}: {over}")
+            _kv(
+                "  iter latency above the step's wall time: ",
+                f"by {d(s.iter_us - profile.selection.wall_us)}: {over}",
+            )
         )
     total_flops = s.fwd_flops + s.bwd_flops + s.other_flops
     out.append(
         _kv(
-            "FLOPS per GPU = (fwd+bwd+step+other flops) / iter latency: ", rate(per_s(total_flops, s.iter_us))
+            "FLOPS per GPU = (fwd+bwd+step+other flops) / iter latency: ",
+            rate(_per_s(total_flops, s.iter_us)),
         )
     )
     samples = s.batch_size * (s.world_size or 1) if s.batch_size else None
     sps = samples / (s.iter_us * 1e-6) if samples and s.iter_us else None
     note = "" if s.world_size else " (world size unknown: one process)"
     out.append(_kv("samples/second: ", (units.rate(sps, "samples/s", raw) + note) if sps else "unknown"))
-    out.append("traceprof extras:")
-    out.append(
-        _kv("  fwd / bwd latency inside the modules: ", f"{d(s.modules_fwd_us)} / {d(s.modules_bwd_us)}")
-    )
-    out.append(
-        _kv("  fwd / bwd latency not in any module: ", f"{d(s.outside_fwd_us)} / {d(s.outside_bwd_us)}")
-    )
-    out.append(
-        _kv("  bwd flops per GPU (measured): ", units.flops(s.bwd_flops, raw) if flops_known else "unknown")
-    )
-    out.append(_kv("  step wall time (CPU): ", d(sel.wall_us)))
-    sps_wall = samples / (sel.wall_us * 1e-6) if samples and sel.wall_us else None
-    out.append(
+    return out
+
+
+def _extra_lines(profile: ModuleProfile, s: Summary, raw: bool) -> list[str]:
+    """traceprof's extras: latencies inside and outside the modules, the measured backward
+    flops, the step's wall time and the samples per second over it."""
+    d = lambda us: units.duration(us, raw) if us is not None else "unknown"  # noqa: E731
+    wall_us = profile.selection.wall_us
+    samples = s.batch_size * (s.world_size or 1) if s.batch_size else None
+    sps_wall = samples / (wall_us * 1e-6) if samples and wall_us else None
+    bwd_flops = units.flops(s.bwd_flops, raw) if profile.flops.has_shapes else "unknown"
+    return [
+        "traceprof extras:",
+        _kv("  fwd / bwd latency inside the modules: ", f"{d(s.modules_fwd_us)} / {d(s.modules_bwd_us)}"),
+        _kv("  fwd / bwd latency not in any module: ", f"{d(s.outside_fwd_us)} / {d(s.outside_bwd_us)}"),
+        _kv("  bwd flops per GPU (measured): ", bwd_flops),
+        _kv("  step wall time (CPU): ", d(wall_us)),
         _kv(
             "  samples/second over the step's wall time: ",
             units.rate(sps_wall, "samples/s", raw) if sps_wall else "unknown",
-        )
-    )
-    return out
+        ),
+    ]
 
 
 def aggregated_lines(profile: ModuleProfile, opts: RenderOptions) -> list[str]:

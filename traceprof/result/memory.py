@@ -8,10 +8,12 @@ from typing import TYPE_CHECKING
 import msgspec
 
 if TYPE_CHECKING:
-    from traceprof.result.model import Pass
+    from traceprof.result.times import Pass
 
 
 class MemoryPhase(msgspec.Struct, frozen=True, gc=False, array_like=True):
+    """A node's memory in one pass (forward, backward or other) on one device."""
+
     allocated_bytes: float = 0.0  # per step, node and everything below it
     freed_bytes: float = 0.0  # per step
     peak_bytes: int | None = None  # highest allocator total at the node's events; None: unknown

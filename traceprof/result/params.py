@@ -5,9 +5,12 @@ it here (``params_tied``: how many of a module's parameters are counted outside 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import msgspec
 
-from traceprof.result.model import ModuleProfile
+if TYPE_CHECKING:
+    from traceprof.result.model import ModuleProfile
 
 
 class CountedOnce(msgspec.Struct, frozen=True):

@@ -17,20 +17,13 @@ from msgspec.structs import asdict, astuple
 
 from traceprof.errors import MissingDependencyError
 from traceprof.result.memory import MemoryUse
-from traceprof.result.model import (
-    FUSED_FIELDS,
-    PASSES,
-    ModuleNode,
-    ModuleProfile,
-    OpKind,
-    OpStat,
-    PhaseTimes,
-    Times,
-)
 from traceprof.result.params import CountedOnce, params_counted_once
+from traceprof.result.times import FUSED_FIELDS, PASSES, OpKind, OpStat, PhaseTimes, Times, bounded
 
 if TYPE_CHECKING:
     import pandas as pd
+
+    from traceprof.result.model import ModuleNode, ModuleProfile
 
 #: version of the JSON document written by ``--format json`` (docs/output-formats.md)
 JSON_SCHEMA = "traceprof.profile/3"
@@ -71,10 +64,6 @@ _RATES = attrgetter(*RATE_FIELDS)
 _MEMORY = attrgetter(*MEMORY_FIELDS)
 _NO_MEMORY = (None,) * len(MEMORY_FIELDS)
 _FUSED = attrgetter(*FUSED_FIELDS)
-
-
-def times_record(t: Times) -> dict[str, float]:
-    return {f: getattr(t, f) for f in Times.__struct_fields__}
 
 
 def has_fused(profile: ModuleProfile) -> bool:
@@ -225,8 +214,6 @@ def op_records(profile: ModuleProfile, node: ModuleNode | None = None) -> list[d
     and kernels of its whole subtree, merged by name, shapes and pass. ``share_of_node``: the
     row's time (GPU busy time; CPU time on CPU-only traces) over the node's total, all passes;
     ``flop_per_s``: its FLOPs over that time."""
-    from traceprof.result.model import bounded
-
     shown: Callable[[Times | OpStat], float] = (
         (lambda t: t.gpu_busy_us) if profile.has_gpu else (lambda t: t.cpu_us)
     )

@@ -97,9 +97,6 @@ class Shaped(Named, Protocol):
 N = TypeVar("N", bound=Shaped)
 T = TypeVar("T")
 
-#: an ascending sort key of a node: negated sizes (largest first), a name, or a place in order
-SortValue = Callable[[N], Any]
-
 
 def sort_value(
     key: SortKey,

@@ -4,6 +4,7 @@ whose invariants still hold (``self_check``)."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from msgspec.structs import replace
 
@@ -17,14 +18,13 @@ from traceprof.result.model import (
     ModuleProfile,
     NodeKind,
     OpStat,
-    Pass,
     PhaseTimes,
     Times,
     bounded,
 )
 from traceprof.result.shaping import Measure, SortKey
 
-__all__ = ["SortKey", "ignore_modules", "limit_depth", "sort_children", "top_children"]
+__all__ = ["SortKey", "ignore_modules", "limit_depth", "shaped", "sort_children", "top_children"]
 
 
 def _shown_time(profile: ModuleProfile) -> Callable[[Times], float]:
@@ -102,6 +102,30 @@ def ignore_modules(profile: ModuleProfile, patterns: list[str] | tuple[str, ...]
     return _rebuild(profile, arrange)
 
 
+def shaped(
+    profile: ModuleProfile,
+    *,
+    depth: int | None = None,
+    top: int | None = None,
+    sort: SortKey | str = SortKey.ORDER,
+    ignore: tuple[str, ...] | list[str] = (),
+) -> ModuleProfile:
+    """The profile shaped as ``traceprof analyze`` shapes it, as ``Job.shaped`` and
+    ``DiffProfile.shaped`` shape theirs: siblings ordered by ``sort``
+    (:func:`sort_children`), the ``top`` largest children of each node kept and the rest folded
+    (:func:`top_children`), nodes down to ``depth`` (:func:`limit_depth`), then modules matching
+    an ``ignore`` pattern hidden (:func:`ignore_modules`)."""
+    if sort != SortKey.ORDER:
+        profile = sort_children(profile, sort)
+    if top is not None:
+        profile = top_children(profile, top, sort)
+    if depth is not None:
+        profile = limit_depth(profile, depth)
+    if ignore:
+        profile = ignore_modules(profile, ignore)
+    return profile
+
+
 def _summed_memory(group: list[ModuleNode]) -> tuple[MemoryUse, ...]:
     """The memory of a ``(k more)`` node: its group's per device, summed (peaks: the highest)."""
     by_device: dict[str, list[MemoryUse]] = {}
@@ -153,35 +177,79 @@ Arranged = tuple[list[ModuleNode], list[ModuleNode], bool]
 Arrange = Callable[[ModuleNode | None, list[ModuleNode]], Arranged]
 
 
+def _subtree_ops(nodes: tuple[ModuleNode, ...], group: list[ModuleNode]) -> list[OpStat]:
+    """The ops rows of every node of the subtrees of ``group`` (their own ops, merged by the node
+    that takes over their time)."""
+    rows: list[OpStat] = []
+    stack = [c.id for c in group]
+    while stack:
+        n = nodes[stack.pop()]
+        rows.extend(n.ops)
+        stack.extend(n.children)
+    return rows
+
+
+def _fused_of(group: list[ModuleNode]) -> Fused | None:
+    """The fused work of ``group``'s subtrees, as a node's own (None: none has any)."""
+    parts = [c.fused for c in group if c.fused is not None]
+    return Fused(*shaping.summed_phases(parts)) if parts else None
+
+
+def _others(
+    nodes: tuple[ModuleNode, ...],
+    folded: list[ModuleNode],
+    *,
+    id: int,
+    parent: int,
+    depth: int,
+    parent_name: str | None,
+    parent_path: tuple[str, ...],
+) -> ModuleNode:
+    """The ``(k more)`` node of the ``folded`` siblings: their time, ops, fused work and memory."""
+    others = shaping.more_node(
+        folded,
+        id=id,
+        parent=parent,
+        depth=depth,
+        parent_name=parent_name,
+        parent_path=parent_path,
+        ops=bounded(_subtree_ops(nodes, folded)),
+        fused=_fused_of(folded),
+    )
+    return replace(others, memory=_summed_memory(folded))
+
+
+def _absorbing(nodes: tuple[ModuleNode, ...], node: ModuleNode, folded: list[ModuleNode]) -> dict[str, Any]:
+    """The fields of ``node`` that take in its ``folded`` children: their time, ops, fused work
+    and activations become its own."""
+    phases: dict[str, Any] = {}
+    for p in PASSES:
+        taken = ZERO
+        for c in folded:
+            taken = taken + c.phase(p).total
+        phases[p.value] = PhaseTimes(own=node.phase(p).own + taken, total=node.phase(p).total)
+    fused, inner = node.fused, _fused_of(folded)
+    if fused is not None and inner is not None:
+        fused = Fused(
+            *(
+                PhaseTimes(own=fused.phase(p).own + inner.phase(p).own, total=fused.phase(p).total)
+                for p in PASSES
+            )
+        )
+    return {
+        **phases,
+        "ops": bounded(list(node.ops) + _subtree_ops(nodes, folded)),
+        "memory": _with_folded_activations(node.memory, folded),
+        "fused": fused,
+    }
+
+
 def _rebuild(profile: ModuleProfile, arrange: Arrange) -> ModuleProfile:
     """Rebuild the node list. ``arrange(parent, children)`` returns (kept children in order,
     folded children, whether the folded ones become an "others" sibling node (True) or are
     absorbed into the parent's own time (False))."""
     nodes = profile.nodes
     out: list[ModuleNode] = []
-
-    def sum_phase(group: list[ModuleNode], phase: Pass) -> PhaseTimes:
-        total = ZERO
-        for c in group:
-            total = total + c.phase(phase).total
-        return PhaseTimes(own=total, total=total)
-
-    def subtree_ops(group: list[ModuleNode]) -> list[OpStat]:
-        """The ops rows of every node of the subtrees of ``group`` (their own ops, merged by
-        the node that takes over their time)."""
-        rows: list[OpStat] = []
-        stack = [c.id for c in group]
-        while stack:
-            n = nodes[stack.pop()]
-            rows.extend(n.ops)
-            stack.extend(n.children)
-        return rows
-
-    def fused_of(group: list[ModuleNode]) -> Fused | None:
-        """The fused work of ``group``'s subtrees, as a node's own (None: none has any)."""
-        parts = [c.fused for c in group if c.fused is not None]
-        return Fused(*shaping.summed_phases(parts)) if parts else None
-
     # per node being rebuilt: its new id, parent's new id, folded children, how to fold them,
     # and its children's new ids (the tree is walked without recursion: shaping.depth_first)
     placed: dict[int, tuple[int, int, list[ModuleNode], bool, list[int]]] = {}
@@ -197,51 +265,21 @@ def _rebuild(profile: ModuleProfile, arrange: Arrange) -> ModuleProfile:
 
     def finish(node: ModuleNode, depth: int) -> int:
         new_id, new_parent, folded, as_sibling, child_ids = placed.pop(node.id)
-        phases = {p.value: node.phase(p) for p in PASSES}
         if folded and as_sibling:
-            others = shaping.more_node(
+            others = _others(
+                nodes,
                 folded,
                 id=len(out),
                 parent=new_id,
                 depth=depth + 1,
                 parent_name=node.qualified_name,
                 parent_path=node.path,
-                ops=bounded(subtree_ops(folded)),
-                fused=fused_of(folded),
             )
-            others = replace(others, memory=_summed_memory(folded))
             out.append(others)
             child_ids.append(others.id)
-        ops = node.ops
-        fused = node.fused
-        memory = node.memory
-        if folded and not as_sibling:
-            phases = {
-                p.value: PhaseTimes(
-                    own=node.phase(p).own + sum_phase(folded, p).total, total=node.phase(p).total
-                )
-                for p in PASSES
-            }
-            ops = bounded(list(node.ops) + subtree_ops(folded))
-            memory = _with_folded_activations(node.memory, folded)
-            inner = fused_of(folded)
-            if fused is not None and inner is not None:
-                fused = Fused(
-                    *(
-                        PhaseTimes(own=fused.phase(p).own + inner.phase(p).own, total=fused.phase(p).total)
-                        for p in PASSES
-                    )
-                )
+        fields = _absorbing(nodes, node, folded) if folded and not as_sibling else {}
         out[new_id] = replace(
-            node,
-            id=new_id,
-            parent=new_parent,
-            children=tuple(child_ids),
-            depth=depth,
-            ops=ops,
-            fused=fused,
-            memory=memory,
-            **phases,
+            node, id=new_id, parent=new_parent, children=tuple(child_ids), depth=depth, **fields
         )
         return new_id
 
@@ -265,17 +303,9 @@ def _rebuild(profile: ModuleProfile, arrange: Arrange) -> ModuleProfile:
     kept_roots, folded_roots, _as_sibling = arrange(None, roots)
     root_ids = [emit(r) for r in kept_roots]
     if folded_roots:
-        others = shaping.more_node(
-            folded_roots,
-            id=len(out),
-            parent=-1,
-            depth=0,
-            parent_name=None,
-            parent_path=(),
-            ops=bounded(subtree_ops(folded_roots)),
-            fused=fused_of(folded_roots),
+        others = _others(
+            nodes, folded_roots, id=len(out), parent=-1, depth=0, parent_name=None, parent_path=()
         )
-        others = replace(others, memory=_summed_memory(folded_roots))
         out.append(others)
         bucket = [i for i in root_ids if out[i].kind is NodeKind.UNATTRIBUTED]
         root_ids = [i for i in root_ids if i not in bucket] + [others.id] + bucket

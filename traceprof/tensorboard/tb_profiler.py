@@ -1,6 +1,6 @@
 """A copy of a trace that torch-tb-profiler 0.4.3 (TensorBoard's PyTorch Profiler tab) reads right.
 
-That plugin was written for 2021 traces (DESIGN §3). On a newer trace it finds no kernel launches
+That plugin was written for 2021 traces. On a newer trace it finds no kernel launches
 (it knows only the ``Runtime`` category, not ``cuda_runtime``/``cuda_driver``/``hip_runtime``), so
 every op and module shows zero GPU time; it takes the GPU-side ``ProfilerStep#N`` annotations for
 extra steps; and it builds its Module view only from ``python_function`` ``nn.Module:`` events, so

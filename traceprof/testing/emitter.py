@@ -12,7 +12,8 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from traceprof.testing.gpt import Model, empty
+from traceprof.testing.aten import empty
+from traceprof.testing.gpt import Model
 from traceprof.testing.kernels import H2D_BYTES_PER_NS, NCCL_BYTES_PER_NS, K
 from traceprof.testing.program import (
     BWD_TID,

@@ -37,7 +37,7 @@ CPU_SLICE_KINDS = (Kind.CPU_OP, Kind.ANNOTATION, Kind.PYTHON, Kind.RUNTIME)
 #: kinds of work done by a GPU
 GPU_WORK_KINDS = (Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET)
 
-# Category spellings of every era (DESIGN §3): 2021 capitalised names, 2022+ snake case.
+# Category spellings of every era: 2021 capitalised names, 2022+ snake case.
 _CATEGORY_KINDS: dict[str, Kind] = {
     "cpu_op": Kind.CPU_OP,
     "operator": Kind.CPU_OP,
@@ -59,11 +59,6 @@ _CATEGORY_KINDS: dict[str, Kind] = {
     "gpu_user_annotation": Kind.GPU_ANNOTATION,
     "trace": Kind.TRACE_SPAN,
 }
-
-#: flow categories that join a launch to its GPU work (2021 "async", 2022 "async_cpu_to_gpu",
-#: later "ac2g") and a forward op to its backward op ("fwdbwd")
-LAUNCH_FLOW_CATEGORIES = frozenset({"async", "async_cpu_to_gpu", "ac2g"})
-FWDBWD_FLOW_CATEGORY = "fwdbwd"
 
 
 def kind_of(ph: str, cat: str) -> Kind:
@@ -227,7 +222,6 @@ DIST_BACKEND = "backend"
 
 # Metadata (ph "M") event names
 META_THREAD_NAME = "thread_name"
-META_PROCESS_NAME = "process_name"
 META_PROCESS_LABELS = "process_labels"
 
 # ---------------------------------------------------------------------------------------------
