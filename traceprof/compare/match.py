@@ -22,7 +22,6 @@ TOP_INSIDE = 5
 SAME_MODEL_SHARE = 0.5
 
 
-
 def _keys(profile: ModuleProfile, by_name: bool) -> dict[int, str]:
     """The matching key of each node of ``profile``."""
     keys: dict[int, str] = {}
