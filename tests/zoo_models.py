@@ -340,6 +340,11 @@ def capture_task(task: tuple[str, str], out_dir: str) -> dict[str, str]:
     # (its wrapper's): past torch._dynamo.config.recompile_limit entries, later models of the
     # worker would run eagerly
     torch._dynamo.reset()
+    # scalar C++ kernels, compiled in this process: Inductor's vectorized kernels (its at::vec
+    # templates) took half of a family's time to compile, and its compile pool competes with the
+    # other worker; the graphs, their kernels' names, call sites and modules are the same
+    torch._inductor.config.cpp.simdlen = 1
+    torch._inductor.config.compile_threads = 1
     start = time.perf_counter()
     paths = capture_family(name, out_dir) if kind == "family" else capture_variant(name, out_dir)
     return {**paths, "seconds": f"{time.perf_counter() - start:.0f}"}
