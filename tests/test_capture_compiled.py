@@ -14,6 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")
 nn = torch.nn
 
+import traceprof  # noqa: E402
 import traceprof.capture as capture  # noqa: E402
 from traceprof.capture import compiled as compiled_mod  # noqa: E402
 from traceprof.capture import graph_nodes, graph_patches  # noqa: E402
@@ -779,3 +780,19 @@ def test_a_compiled_function_that_reaches_the_model_gets_the_model_tree(tmp_path
     for name in ("0", "2"):
         assert modules[name].parent == modules[""].id
         assert modules[name].forward.total.macs > 0 and modules[name].backward.total.cpu_us > 0
+
+
+@pytest.mark.parametrize("case", ["gpt", "per_block"])
+def test_the_table_view_of_a_compiled_model_totals_as_eager(compiled_traces, case):
+    """torchinfo's totals (parameters of the modules that ran, mult-adds and sizes from their
+    outputs) equal the eager trace's: the outputs of modules inside compiled code come from the
+    graphs, for every block compiled one by one (they share the first block's graph)."""
+    from traceprof.result.torchinfo import torchinfo_stats
+
+    eager_path, compiled_path = compiled_traces[case]
+    eager, compiled = (
+        torchinfo_stats(traceprof.analyze(eager_path)),
+        torchinfo_stats(traceprof.analyze(compiled_path)),
+    )
+    for total in ("total_params", "total_mult_adds", "total_param_bytes", "total_output_bytes"):
+        assert getattr(compiled, total) == getattr(eager, total), total

@@ -598,15 +598,35 @@ class CompiledGraphRecorder:
         not known)."""
         with self._mutex:
             roots = {c.key: c.root for c in self.compiles if c.root is not None}
+            classes = self._classes_by_name()
+            # blocks compiled one by one (``layer.compile()``) share the graph Dynamo compiled
+            # for the first of their class: the others (no graph of their own) run it
+            own = set(roots.values())
+            by_class: dict[str, list[str]] = {}
+            for name in self._compiled_roots():
+                by_class.setdefault(classes.get(name, ""), []).append(name)
             out: dict[str, tuple[None, Any]] = {}
             for key, graph in self.graphs.items():
                 root = roots.get(key)
                 if root is None:
                     continue
-                for module, value in (graph.module_outputs or {}).items():
-                    name = f"{root}.{module}" if root and module else root or module
-                    out.setdefault(name, (None, value))
+                sharing = [m for m in by_class.get(classes.get(root, ""), []) if m not in own]
+                for under in dict.fromkeys([root, *sharing]):
+                    for module, value in (graph.module_outputs or {}).items():
+                        name = f"{under}.{module}" if under and module else under or module
+                        out.setdefault(name, (None, value))
         return out
+
+    def _compiled_roots(self) -> list[str]:
+        """Names of the modules of the model whose calls run compiled code (a compile wrapper,
+        compiled in place, compiled methods), in the model's order."""
+        if self.model is None:
+            return []
+        return [
+            name
+            for name, module, target in named_model_modules(self.model)
+            if runs_compiled(name, module, target)
+        ]
 
     # -- output ---------------------------------------------------------------------------------
 
