@@ -834,3 +834,25 @@ def test_symbolic_sizes_in_module_outputs_are_unknown_sizes_in_the_table_view(an
     stats = torchinfo_stats(p)
     assert stats is not None and stats.total_params == 40 and stats.total_mult_adds == 0
     assert "Linear" in render_table(p, RenderOptions())
+
+
+def test_a_call_whose_event_recurs_is_one_call_costed_once():
+    """A GEMM template's micro-kernel records itself once per block: the run of the same event
+    is its call site's, and the next child walks on to the next site."""
+    from traceprof.analysis.compiled_runs import walk
+
+    assert walk([7, 7, 7, 8, 7], [7, 8, 7]) == [0, 0, 0, 1, 2]
+    assert walk([7, 7, 8], [7, 7, 8]) == [0, 1, 2]  # two calls of one kernel: two sites
+
+
+def test_repeated_events_of_a_generated_kernel_keep_its_module_and_count_its_flops_once(analyze_built):
+    base = analyze_built(with_tables(training_step(TraceBuilder()), [FORWARD, BACKWARD], MODULES))
+    b = training_step(TraceBuilder())
+    for ts in (72, 76, 80):  # a.act's kernel (50-70) records itself three more times
+        b.op("graph_0_cpp_fused_gelu_0", ts, 3)
+    p = analyze_built(with_tables(b, [FORWARD, BACKWARD], MODULES))
+    assert p.compiled.matched == p.compiled.events
+    act = p.find("a.act")
+    assert act.forward.own.cpu_us == pytest.approx(base.find("a.act").forward.own.cpu_us + 9)
+    assert act.forward.own.flops == pytest.approx(base.find("a.act").forward.own.flops)
+    assert p.find("b").forward.own.cpu_us == pytest.approx(base.find("b").forward.own.cpu_us)

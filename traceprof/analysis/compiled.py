@@ -215,7 +215,16 @@ class _Join:
         kernels = self._kernels(
             children[matched], run_of_child[matched], site_of[matched], roots, run_graph, backward_run
         )
-        shares, costed = self._shares(kernels)
+        # a call site whose event recurs (a GEMM template's micro-kernel, once per block) is
+        # costed once per call: at its first event
+        repeat = np.zeros(len(children), bool)
+        repeat[1:] = (
+            matched[1:]
+            & matched[:-1]
+            & (run_of_child[1:] == run_of_child[:-1])
+            & (site_of[1:] == site_of[:-1])
+        )
+        shares, costed = self._shares(kernels, repeat[matched])
         self.made.order_created(
             self.trace.events.ts,
             np.concatenate([kernels.events, shares.event]),
@@ -451,9 +460,10 @@ class _Join:
 
     # -- FLOPs of generated kernels, from their nodes --------------------------------------------
 
-    def _shares(self, kernels: _Kernels) -> tuple[KernelShares, np.ndarray]:
+    def _shares(self, kernels: _Kernels, repeat: np.ndarray) -> tuple[KernelShares, np.ndarray]:
         """One share per (matched generated-kernel event, module of its nodes), see KernelShares,
-        and the generated kernel events given a cost."""
+        and the generated kernel events given a cost; none for an event that repeats its call
+        site's (``repeat``: the call was costed at its first)."""
         combo, inverse, events = kernels.combo, kernels.inverse, kernels.events
         costs: dict[tuple[int, int, int], list[tuple[str, OpCost, int, float]]] = {}
         dtypes: dict[str, int] = {}
@@ -482,7 +492,7 @@ class _Join:
         counts = np.array([len(p) for p in per_combo] or [0], np.int64)
         flat = [share for p in per_combo for share in p]
         offsets = np.concatenate([[0], np.cumsum(counts)])
-        k_of_event = counts[inverse] if len(inverse) else np.zeros(0, np.int64)
+        k_of_event = np.where(repeat, 0, counts[inverse]) if len(inverse) else np.zeros(0, np.int64)
         # the shares of each event: its combo's, in order
         of = np.repeat(np.arange(len(events)), k_of_event)
         within = np.arange(len(of)) - np.repeat(np.cumsum(k_of_event) - k_of_event, k_of_event)
@@ -493,7 +503,7 @@ class _Join:
         )[row]
         dtype = np.array([dtypes.setdefault(c.dtype, len(dtypes)) for _, c, _, _ in flat] or [0], np.int32)
         generated = np.array([self.sites[g][s].generated for _, g, s, _ in combo.tolist()] or [False], bool)
-        costed = events[generated[inverse] & (counts[inverse] > 0)] if len(events) else events
+        costed = events[generated[inverse] & (k_of_event > 0)] if len(events) else events
         shares = KernelShares(
             event=events[of].astype(np.int64),
             run=kernels.run[of].astype(np.int64),

@@ -155,16 +155,23 @@ class GraphRuns:
 
 def walk(names: list[int], sites: list[int]) -> list[int]:
     """The call site each child takes, walking both in order: the next site with the child's
-    name, else the next site if its event is not known; -1: none. The sites of each name are
+    name, else the next site if its event is not known; the previous child's site again for a
+    repeat of its event that the next site does not have; -1: none. The sites of each name are
     looked up by bisection, so that children matching no site cost ``log`` of the sites each,
     not a scan of the rest (N children against N sites: N log N, not N**2)."""
     positions: dict[int, list[int]] = {}
     for j, site in enumerate(sites):
         positions.setdefault(site, []).append(j)
-    out = []
+    out: list[int] = []
     at = 0
     for name in names:
         found = -1
+        if out and out[-1] >= 0 and sites[out[-1]] == name and (at >= len(sites) or sites[at] != name):
+            # the same event again, and the next site is another: one call that leaves its event
+            # more than once (a GEMM template calls its micro-kernel, which records itself, once
+            # per block)
+            out.append(out[-1])
+            continue
         of_name = positions.get(name)
         if of_name:
             k = bisect.bisect_left(of_name, at)
