@@ -600,8 +600,8 @@ class CompiledGraphRecorder:
             roots = {c.key: c.root for c in self.compiles if c.root is not None}
             classes = self._classes_by_name()
             # blocks compiled one by one (``layer.compile()``) share the graph Dynamo compiled
-            # for the first of their class: the others (no graph of their own) run it
-            own = set(roots.values())
+            # for the first of their class: the others (no forward graph of their own) run it
+            own = {roots[key] for key, graph in self.graphs.items() if key in roots and graph.module_outputs}
             by_class: dict[str, list[str]] = {}
             for name in self._compiled_roots():
                 by_class.setdefault(classes.get(name, ""), []).append(name)
