@@ -40,6 +40,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import NamedTuple
 
+import numpy as np
+
 from traceprof.analysis.classify import Context, make_context
 from traceprof.analysis.compiled import (
     TABLE_DESCRIPTION,
@@ -49,16 +51,16 @@ from traceprof.analysis.compiled import (
     with_compiled_costs,
 )
 from traceprof.analysis.compiled_regions import compiled_work_warnings, group_unexplained, grouped_description
-from traceprof.analysis.counted_ops import flop_summary, ops_in_selection, with_peak
-from traceprof.analysis.cpu_time import cpu_time
+from traceprof.analysis.counted_ops import Ops, flop_summary, ops_in_selection, with_peak
+from traceprof.analysis.cpu_time import CpuTime, cpu_time
 from traceprof.analysis.event_detail import first_step_timeline, node_ops
-from traceprof.analysis.gpu_work import gpu_work
+from traceprof.analysis.gpu_work import GpuWork, gpu_work
 from traceprof.analysis.hierarchy import Hierarchy, Source, build_hierarchy, check_depth
 from traceprof.analysis.kernel_labels import LabelWork, place_labelled_work
 from traceprof.analysis.lifetimes import Lifetimes, lifetimes
 from traceprof.analysis.link import Links, link
 from traceprof.analysis.memory import memory_by_node
-from traceprof.analysis.memory_events import memory_device, memory_events
+from traceprof.analysis.memory_events import SelectedMemory, memory_device, memory_events
 from traceprof.analysis.memory_holders import (
     BackwardSpans,
     activations_by_node,
@@ -74,7 +76,15 @@ from traceprof.analysis.selection_totals import link_stats, step_selection
 from traceprof.analysis.steps import Steps, find_steps, select_steps
 from traceprof.analysis.unattributed import Groups, group_unattributed, unattributed_gpu_warnings
 from traceprof.flops import Registry
-from traceprof.result.model import ModuleProfile, module_node_count
+from traceprof.result.memory import MemorySummary, MemoryUse
+from traceprof.result.model import (
+    FlopSummary,
+    LinkStats,
+    ModuleNode,
+    ModuleProfile,
+    StepSelection,
+    module_node_count,
+)
 from traceprof.trace.model import Trace, release_freed_memory
 
 #: for traces without module events (the hierarchy fell back to annotations or nothing)
@@ -214,6 +224,45 @@ def _described(tree: Hierarchy, compiled: CompiledWork | None, labels: LabelWork
     return " + ".join(parts) + grouped_description(tree)
 
 
+class _Selected(NamedTuple):
+    """The selection's events, attributed: CPU time, GPU work, counted and unsupported ops, the
+    "not in any module" groups of the rest and the memory events."""
+
+    cpu: CpuTime
+    gpu: GpuWork
+    counted: Ops
+    unsupported: Ops
+    groups: Groups
+    memory: SelectedMemory
+
+
+def _select(ctx: Context, costs: OpCosts) -> _Selected:
+    """The first stages: the selection's CPU time, GPU work and ops, the groups of what no
+    module holds, and the memory events."""
+    cpu = cpu_time(ctx)
+    gpu = gpu_work(ctx)
+    counted = ops_in_selection(ctx, costs.counted, costs.node)
+    unsupported = ops_in_selection(ctx, costs.unsupported)
+    groups = Groups(ctx)
+    group_unattributed(groups, cpu, gpu, counted, unsupported)
+    memory = memory_events(ctx, groups)
+    return _Selected(cpu, gpu, counted, unsupported, groups, memory)
+
+
+def _fused(
+    ctx: Context,
+    s: _Selected,
+    parent: np.ndarray,
+    compiled: CompiledWork | None,
+    labels: LabelWork | None,
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]] | None:
+    """The fused kernels' own and subtree metrics (None: no compiled table, no labelled spans)."""
+    if compiled is None and (labels is None or not len(labels.spans)):
+        return None
+    fused_own = fused_metrics(ctx, s.groups.n_nodes, s.cpu, s.gpu, compiled, labels)
+    return (fused_own, subtree_totals_of(fused_own, parent))
+
+
 def _attribute(
     ctx: Context,
     warnings: list[str],
@@ -224,22 +273,14 @@ def _attribute(
 ) -> ModuleProfile:
     """The ModuleProfile of the context's selected steps: every stage in order."""
     trace, links, tree = ctx.trace, ctx.links, ctx.tree
-    cpu = cpu_time(ctx)
-    gpu = gpu_work(ctx)
-    counted = ops_in_selection(ctx, costs.counted, costs.node)
-    unsupported = ops_in_selection(ctx, costs.unsupported)
-    groups = Groups(ctx)
-    group_unattributed(groups, cpu, gpu, counted, unsupported)
-    memory = memory_events(ctx, groups)
+    s = _select(ctx, costs)
+    cpu, gpu, counted, unsupported, groups, memory = s
     n_nodes = groups.n_nodes
     own = own_metrics(ctx, n_nodes, cpu, gpu, counted, unsupported, costs)
     node_calls = calls(ctx, n_nodes, compiled, labels)
     parent = parents(tree, groups)
     total = subtree_totals_of(own, parent)
-    fused = None
-    if compiled is not None or (labels is not None and len(labels.spans)):
-        fused_own = fused_metrics(ctx, n_nodes, cpu, gpu, compiled, labels)
-        fused = (fused_own, subtree_totals_of(fused_own, parent))
+    fused = _fused(ctx, s, parent, compiled, labels)
     shape = tree_shape(tree, groups, total, parent, trace.metadata.module_table)
     life, spans = memory_lifetimes or (lifetimes(trace), None)
     activation = activations_by_node(ctx, memory, life, spans, n_nodes) if spans is not None else None
@@ -258,23 +299,11 @@ def _attribute(
         ops_of=ops_of,
         fused=fused,
     )
-    device = memory_device(memory_use)
-    holders = memory_summary(
-        ctx,
-        memory,
-        life,
-        spans,
-        device,
-        activation=activation,
-        parent=parent,
-        qualified_names=[nodes[new_id[i]].qualified_name for i in range(n_nodes)],
-        paths=[nodes[new_id[i]].path for i in range(n_nodes)],
-        parameter_bytes=parameter_bytes(trace),
-    )
+    holders = _holders(ctx, s, (life, spans), activation, parent, memory_use, (nodes, new_id))
     timeline = first_step_timeline(
         ctx,
         parent,
-        [nodes[new_id[i]].path for i in range(n_nodes)],
+        _paths(nodes, new_id, n_nodes),
         cpu,
         gpu,
         memory,
@@ -282,32 +311,9 @@ def _attribute(
         compiled,
         (life, spans) if spans is not None else None,
     )
-
     selection = step_selection(ctx, cpu, gpu, counted, unsupported, costs)
     stats = link_stats(trace, links)
-    all_warnings = list(trace.metadata.warnings) + list(tree.warnings) + warnings
-    all_warnings += lifetime_warnings(life)
-    all_warnings += unattributed_gpu_warnings(
-        selection, int(gpu.before_trace.sum()), int((gpu.no_launch & ~gpu.before_trace).sum()), len(gpu.work)
-    )
-    attributed = compiled.explained if compiled is not None else None
-    labelled = labels.placed if labels is not None else None
-    all_warnings += compiled_work_warnings(ctx, cpu, gpu, selection, attributed, labelled)
-    if not costs.has_shapes:
-        all_warnings.append(NO_SHAPES_WARNING)
-    has_gpu = stats.kernels + stats.memcpys + stats.memsets > 0
-    flops = flop_summary(
-        trace,
-        links,
-        costs,
-        op_keep=counted.keep,
-        unsupported_keep=unsupported.keep,
-        anchor=gpu.anchor,
-        busy=gpu.busy_us,
-        n_steps=ctx.n_steps,
-        has_gpu=has_gpu,
-        step_time_us=selection.gpu_busy_us if has_gpu else selection.cpu_us,
-    )
+    all_warnings = _all_warnings(ctx, warnings, s, life, selection, compiled, labels, costs)
     return ModuleProfile(
         metadata=trace.metadata,
         source=tree.source,
@@ -318,10 +324,87 @@ def _attribute(
         stats=stats,
         module_nodes=module_node_count(nodes),
         warnings=tuple(all_warnings),
-        flops=flops,
+        flops=_flops(ctx, s, costs, selection, stats),
         optimizer_step=optimizer_totals(nodes, annotations=tree.source is Source.ANNOTATIONS),
         memory_device=memory_device(memory_use),
         timeline=timeline,
         memory_summary=holders,
         compiled=compiled_summary(ctx, compiled, cpu, gpu) if compiled is not None else None,
+    )
+
+
+def _holders(
+    ctx: Context,
+    s: _Selected,
+    memory_lifetimes: tuple[Lifetimes, BackwardSpans | None],
+    activation: np.ndarray | None,
+    parent: np.ndarray,
+    memory_use: list[tuple[MemoryUse, ...]],
+    numbered: tuple[list[ModuleNode], dict[int, int]],
+) -> MemorySummary | None:
+    """The holders of the memory device's memory, named by the ModuleNodes (``numbered``: the
+    nodes and the new id of each attribution node)."""
+    nodes, new_id = numbered
+    n_nodes = s.groups.n_nodes
+    return memory_summary(
+        ctx,
+        s.memory,
+        *memory_lifetimes,
+        memory_device(memory_use),
+        activation=activation,
+        parent=parent,
+        qualified_names=[nodes[new_id[i]].qualified_name for i in range(n_nodes)],
+        paths=_paths(nodes, new_id, n_nodes),
+        parameter_bytes=parameter_bytes(ctx.trace),
+    )
+
+
+def _paths(nodes: list[ModuleNode], new_id: dict[int, int], n_nodes: int) -> list[tuple[str, ...]]:
+    """The module paths of the attribution's first ``n_nodes`` nodes, in its numbering."""
+    return [nodes[new_id[i]].path for i in range(n_nodes)]
+
+
+def _all_warnings(
+    ctx: Context,
+    warnings: list[str],
+    s: _Selected,
+    life: Lifetimes,
+    selection: StepSelection,
+    compiled: CompiledWork | None,
+    labels: LabelWork | None,
+    costs: OpCosts,
+) -> list[str]:
+    """The profile's warnings: the trace's, the tree's, the given ones, then the lifetimes',
+    the unattributed GPU work's, the compiled work's and the missing shapes'."""
+    gpu = s.gpu
+    all_warnings = list(ctx.trace.metadata.warnings) + list(ctx.tree.warnings) + warnings
+    all_warnings += lifetime_warnings(life)
+    all_warnings += unattributed_gpu_warnings(
+        selection, int(gpu.before_trace.sum()), int((gpu.no_launch & ~gpu.before_trace).sum()), len(gpu.work)
+    )
+    attributed = compiled.explained if compiled is not None else None
+    labelled = labels.placed if labels is not None else None
+    all_warnings += compiled_work_warnings(ctx, s.cpu, gpu, selection, attributed, labelled)
+    if not costs.has_shapes:
+        all_warnings.append(NO_SHAPES_WARNING)
+    return all_warnings
+
+
+def _flops(
+    ctx: Context, s: _Selected, costs: OpCosts, selection: StepSelection, stats: LinkStats
+) -> FlopSummary:
+    """The FLOP summary of the selection, its throughput per step of GPU busy time (of CPU time
+    on a trace without GPU work)."""
+    has_gpu = stats.kernels + stats.memcpys + stats.memsets > 0
+    return flop_summary(
+        ctx.trace,
+        ctx.links,
+        costs,
+        op_keep=s.counted.keep,
+        unsupported_keep=s.unsupported.keep,
+        anchor=s.gpu.anchor,
+        busy=s.gpu.busy_us,
+        n_steps=ctx.n_steps,
+        has_gpu=has_gpu,
+        step_time_us=selection.gpu_busy_us if has_gpu else selection.cpu_us,
     )

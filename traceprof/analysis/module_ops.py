@@ -21,6 +21,7 @@ pass; the rest are folded into one ``(N more)`` row that keeps their sums.
 from __future__ import annotations
 
 import json
+from typing import NamedTuple
 
 import msgspec
 import numpy as np
@@ -68,76 +69,143 @@ def ops_by_node(
     without its launch in the trace is one row, named as the tree names it: launched before the
     trace (``gpu_before_trace``), or launch not in trace."""
     ev = trace.events
-    n_names = len(ev.names)
-    # rows by label: names that views spell alike (schema.op_label) share the first one's code
-    shown = [schema.op_label(name) for name in ev.names]
-    first: dict[str, int] = {}
-    label_of = np.array([first.setdefault(text, code) for code, text in enumerate(shown)] or [0], np.int64)
-    labels = shown + [OUTSIDE_OPS, BETWEEN_OPS_LABEL, LAUNCH_NOT_IN_TRACE, LAUNCHED_BEFORE_TRACE]
-    outside, between, no_launch, before_trace = n_names, n_names + 1, n_names + 2, n_names + 3
-    top = _outermost_op(ev, links, scope_mask)
-    work = gpu.events
+    labels = _op_labels(ev)
     radix = _Radix(
         max(n_nodes, _max_plus_one(cpu.node, counted.node, gpu.node)),
         len(_PASS_VALUES),
-        len(labels),
+        len(labels.labels),
         len(ev.texts) + 1,
     )
-
-    def write_op_keys(
-        keys: _Keys, at: int, of: Attributed, events: np.ndarray, top: np.ndarray, before: np.ndarray | None
-    ) -> None:
-        """Keys of the rows of ``of``: the label and shapes of the op (``top``) each CPU event
-        of ``events`` belongs to; in blocks, so that the temporaries stay small."""
-        for lo in range(0, len(events), BLOCK_EVENTS):
-            block = slice(lo, lo + BLOCK_EVENTS)
-            e = np.maximum(events[block], 0)
-            op = np.where(events[block] >= 0, top[e], -1)
-            has = op >= 0
-            label = label_of[np.where(has, ev.name[np.maximum(op, 0)], ev.name[e])]
-            label[~has & scope_mask[e]] = outside
-            label[~has & is_step[e]] = between
-            label[events[block] < 0] = no_launch
-            if before is not None:
-                label[before[block]] = before_trace
-            shapes = np.where(has, ev.input_dims[np.maximum(op, 0)], -1)
-            keys.write(at + lo, of.node[block], of.phase[block], label, shapes)
-
     # op rows: calls (the op events themselves), CPU time, FLOPs, GPU work; each kind of work
     # has only its own metrics (the others are zero)
-    is_call = (cpu.events >= 0) & (top[np.maximum(cpu.events, 0)] == cpu.events)
     parts = ((cpu, cpu.events, None), (counted, counted.events, None), (gpu, gpu_anchor, gpu_before_trace))
-    op_keys = _Keys(radix, [len(events) for _, events, _ in parts])
-    for (of, events, before), at in zip(parts, op_keys.bounds):
-        write_op_keys(op_keys, at, of, events, top, before)
-    del top
-    is_kernel = ev.kind[work] == Kind.KERNEL
-    dur = ev.dur[work]
+    events_of = _OpEvents(ev, _outermost_op(ev, links, scope_mask), scope_mask, is_step)
+    op_keys, is_call = _op_keys(events_of, labels, radix, parts)
+    del events_of  # the outermost ops
     op_rows = _grouped(
         op_keys,
         [
             {"calls": is_call, "cpu_us": cpu.weight},
             {"flops": counted.weight},
-            {"kernels": is_kernel, "gpu_busy_us": gpu.weight, "gpu_work_us": dur},
+            {
+                "kernels": ev.kind[gpu.events] == Kind.KERNEL,
+                "gpu_busy_us": gpu.weight,
+                "gpu_work_us": ev.dur[gpu.events],
+            },
         ],
     )
     del op_keys, is_call
+    kernel_rows = _kernel_rows(ev, radix, gpu)
+    rows = ((OpKind.OP, op_rows), (OpKind.KERNEL, kernel_rows))
+    return _op_stats(ev, labels.labels, rows, n_nodes, n_steps)
+
+
+class _OpLabels(NamedTuple):
+    """The labels of the op rows: each name's code (names that views spell alike,
+    schema.op_label, share the first one's), the texts, then the codes of the rows of no op."""
+
+    label_of: np.ndarray
+    labels: list[str]
+    outside: int
+    between: int
+    no_launch: int
+    before_trace: int
+
+
+def _op_labels(ev: EventTable) -> _OpLabels:
+    """Rows by label: the trace's names as the op rows show them, and the rows of no op."""
+    n_names = len(ev.names)
+    shown = [schema.op_label(name) for name in ev.names]
+    first: dict[str, int] = {}
+    label_of = np.array([first.setdefault(text, code) for code, text in enumerate(shown)] or [0], np.int64)
+    labels = shown + [OUTSIDE_OPS, BETWEEN_OPS_LABEL, LAUNCH_NOT_IN_TRACE, LAUNCHED_BEFORE_TRACE]
+    return _OpLabels(label_of, labels, n_names, n_names + 1, n_names + 2, n_names + 3)
+
+
+class _OpEvents(NamedTuple):
+    """The events an op row's key is read from: each event's outermost op (``top``), the
+    module scopes and the steps."""
+
+    ev: EventTable
+    top: np.ndarray
+    scope_mask: np.ndarray
+    is_step: np.ndarray
+
+
+def _op_keys(
+    events_of: _OpEvents,
+    labels: _OpLabels,
+    radix: _Radix,
+    parts: tuple[tuple[Attributed, np.ndarray, np.ndarray | None], ...],
+) -> tuple[_Keys, np.ndarray]:
+    """The keys of the op rows of the CPU time, the counted ops and the GPU work (``parts``:
+    each with the CPU events its rows are keyed by, and the work launched before the trace),
+    and which CPU time rows are calls (the op events themselves)."""
+    top = events_of.top
+    cpu = parts[0][0]
+    is_call = (cpu.events >= 0) & (top[np.maximum(cpu.events, 0)] == cpu.events)
+    op_keys = _Keys(radix, [len(events) for _, events, _ in parts])
+    for (of, events, before), at in zip(parts, op_keys.bounds):
+        _write_op_keys(op_keys, at, of, events, before, events_of, labels)
+    return op_keys, is_call
+
+
+def _write_op_keys(
+    keys: _Keys,
+    at: int,
+    of: Attributed,
+    events: np.ndarray,
+    before: np.ndarray | None,
+    events_of: _OpEvents,
+    labels: _OpLabels,
+) -> None:
+    """Keys of the rows of ``of``: the label and shapes of the op (``top``) each CPU event
+    of ``events`` belongs to; in blocks, so that the temporaries stay small."""
+    ev, top = events_of.ev, events_of.top
+    for lo in range(0, len(events), BLOCK_EVENTS):
+        block = slice(lo, lo + BLOCK_EVENTS)
+        e = np.maximum(events[block], 0)
+        op = np.where(events[block] >= 0, top[e], -1)
+        has = op >= 0
+        label = labels.label_of[np.where(has, ev.name[np.maximum(op, 0)], ev.name[e])]
+        label[~has & events_of.scope_mask[e]] = labels.outside
+        label[~has & events_of.is_step[e]] = labels.between
+        label[events[block] < 0] = labels.no_launch
+        if before is not None:
+            label[before[block]] = labels.before_trace
+        shapes = np.where(has, ev.input_dims[np.maximum(op, 0)], -1)
+        keys.write(at + lo, of.node[block], of.phase[block], label, shapes)
+
+
+def _kernel_rows(ev: EventTable, radix: _Radix, gpu: Attributed) -> tuple[np.ndarray, np.ndarray]:
+    """The kernel rows: the GPU work by node, pass and kernel name, grouped."""
+    work = gpu.events
     kernel_keys = _Keys(radix, [len(work)])
     kernel_keys.write(0, gpu.node, gpu.phase, ev.name[work], np.full(len(work), -1, np.int32))
-    kernel_rows = _grouped(
+    return _grouped(
         kernel_keys,
         [
             {
                 "calls": np.ones(len(work), bool),
-                "kernels": is_kernel,
+                "kernels": ev.kind[work] == Kind.KERNEL,
                 "gpu_busy_us": gpu.weight,
-                "gpu_work_us": dur,
+                "gpu_work_us": ev.dur[work],
             }
         ],
     )
+
+
+def _op_stats(
+    ev: EventTable,
+    labels: list[str],
+    rows: tuple[tuple[OpKind, tuple[np.ndarray, np.ndarray]], ...],
+    n_nodes: int,
+    n_steps: int,
+) -> list[tuple[OpStat, ...]]:
+    """The OpStats of every node from the grouped rows (keys and sums), per step, largest first."""
     out: list[list[OpStat]] = [[] for _ in range(n_nodes)]
     texts: dict[int, str | None] = {-1: None}  # shapes code -> compact text, once per code
-    for kind, (keys, sums) in ((OpKind.OP, op_rows), (OpKind.KERNEL, kernel_rows)):
+    for kind, (keys, sums) in rows:
         mine = (keys[:, 0] >= 0) & (keys[:, 0] < n_nodes)
         for (node, phase, label, shapes), values in zip(keys[mine].tolist(), (sums[mine] / n_steps).tolist()):
             if shapes not in texts:

@@ -12,6 +12,7 @@ groups.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import msgspec
 import numpy as np
@@ -103,35 +104,17 @@ def module_nodes(
 ) -> tuple[list[ModuleNode], dict[int, int]]:
     """The ModuleNodes in pre-order (parents before children, siblings in display order), and
     the new id of each node."""
-    tree = ctx.tree
-    n_mod, bucket = groups.n_modules, groups.bucket
-    parent, children = shape.parent, shape.children
+    n_mod = groups.n_modules
     names_of_groups = groups.names()
     table = ctx.trace.metadata.module_table
 
     times = _phase_times(own, total, _METRICS)
     fused_of = _phase_times(*fused, FUSED_FIELDS) if fused is not None else None
 
-    def fused_times(i: int) -> Fused | None:
-        """A module node's share of kernels fused across modules (None without the table)."""
-        if fused_of is None or i >= n_mod:
-            return None
-        return Fused(*fused_of[i])
-
     # modules of the table never called (an expert that got no token): zero time, their params
-    uncalled = uncalled_modules(tree, table, groups.n_nodes)
-    children = {i: list(c) for i, c in children.items()}
-    parent_of = {i: int(parent[i]) for i in range(len(parent))}
-    for k, u in enumerate(uncalled):
-        children[u.parent].append(groups.n_nodes + k)
-        children[groups.n_nodes + k] = []
-        parent_of[groups.n_nodes + k] = u.parent
-    preorder: list[int] = []
-    stack = list(reversed(shape.roots))
-    while stack:
-        i = stack.pop()
-        preorder.append(i)
-        stack.extend(reversed(children[i]))
+    uncalled = uncalled_modules(ctx.tree, table, groups.n_nodes)
+    children, parent_of = _with_uncalled(shape, uncalled, groups.n_nodes)
+    preorder = _preorder(shape.roots, children)
     new_id = {old: new for new, old in enumerate(preorder)}
     nodes: list[ModuleNode] = []
     depth_of: dict[int, int] = {}
@@ -144,44 +127,90 @@ def module_nodes(
                 _uncalled_node(uncalled[old - groups.n_nodes], new_id, old, p, depth, kids, fused_of)
             )
             continue
-        if old < n_mod:
-            hn = tree.nodes[old]
-            info = table.modules.get(hn.qualified_name) if table else None
-            kind, class_name, qual, path = NodeKind.MODULE, hn.class_name, hn.qualified_name, hn.path
-            name = _short_name(hn, tree.source)
-            if hn.group:  # compiled work without module information (analysis.compiled_regions)
-                kind, name = NodeKind.COMPILED, hn.key
-        elif old == bucket:
-            info, kind, class_name = None, NodeKind.UNATTRIBUTED, ""
-            name = qual = UNATTRIBUTED_NAME
-            path = (UNATTRIBUTED_NAME,)
-        else:
-            info, kind, class_name = None, NodeKind.GROUP, ""
-            name = names_of_groups[old]
-            qual = f"{UNATTRIBUTED_NAME}/{name}"
-            path = (UNATTRIBUTED_NAME, name)
+        named = _named(ctx, groups, names_of_groups, old)
         nodes.append(
             ModuleNode(
                 id=new_id[old],
                 parent=new_id[p] if p >= 0 else -1,
                 children=tuple(new_id[c] for c in children[old]),
                 depth=depth,
-                kind=kind,
-                name=name,
-                class_name=class_name,
-                qualified_name=qual,
-                path=path,
+                kind=named.kind,
+                name=named.name,
+                class_name=named.class_name,
+                qualified_name=named.qualified_name,
+                path=named.path,
                 calls=float(calls[old]) if old < n_mod else 0.0,
                 forward=times[old][FORWARD],
                 backward=times[old][BACKWARD],
                 other=times[old][OTHER],
-                info=info,
+                info=named.info,
                 memory=memory_use[old],
                 ops=ops_of[old],
-                fused=fused_times(old),
+                fused=_fused_times(fused_of, n_mod, old),
             )
         )
     return nodes, new_id
+
+
+def _with_uncalled(
+    shape: Shape, uncalled: list[Uncalled], n_nodes: int
+) -> tuple[dict[int, list[int]], dict[int, int]]:
+    """The children and the parent of each node, with the uncalled modules (ids ``n_nodes + k``)
+    appended under their parents."""
+    children = {i: list(c) for i, c in shape.children.items()}
+    parent_of = {i: int(shape.parent[i]) for i in range(len(shape.parent))}
+    for k, u in enumerate(uncalled):
+        children[u.parent].append(n_nodes + k)
+        children[n_nodes + k] = []
+        parent_of[n_nodes + k] = u.parent
+    return children, parent_of
+
+
+def _preorder(roots: list[int], children: dict[int, list[int]]) -> list[int]:
+    """The nodes under ``roots``, parents before children, siblings in the order given."""
+    preorder: list[int] = []
+    stack = list(reversed(roots))
+    while stack:
+        i = stack.pop()
+        preorder.append(i)
+        stack.extend(reversed(children[i]))
+    return preorder
+
+
+class _Named(NamedTuple):
+    """What a node of the attribution is called: its kind, names, path and module table row."""
+
+    info: ModuleInfo | None
+    kind: NodeKind
+    class_name: str
+    name: str
+    qualified_name: str
+    path: tuple[str, ...]
+
+
+def _named(ctx: Context, groups: Groups, names_of_groups: dict[int, str], old: int) -> _Named:
+    """The names of node ``old``: a module, the "not in any module" bucket, or one of its groups."""
+    tree, table = ctx.tree, ctx.trace.metadata.module_table
+    if old < groups.n_modules:
+        hn = tree.nodes[old]
+        info = table.modules.get(hn.qualified_name) if table else None
+        kind, name = NodeKind.MODULE, _short_name(hn, tree.source)
+        if hn.group:  # compiled work without module information (analysis.compiled_regions)
+            kind, name = NodeKind.COMPILED, hn.key
+        return _Named(info, kind, hn.class_name, name, hn.qualified_name, hn.path)
+    if old == groups.bucket:
+        return _Named(
+            None, NodeKind.UNATTRIBUTED, "", UNATTRIBUTED_NAME, UNATTRIBUTED_NAME, (UNATTRIBUTED_NAME,)
+        )
+    name = names_of_groups[old]
+    return _Named(None, NodeKind.GROUP, "", name, f"{UNATTRIBUTED_NAME}/{name}", (UNATTRIBUTED_NAME, name))
+
+
+def _fused_times(fused_of: list[list[PhaseTimes]] | None, n_mod: int, i: int) -> Fused | None:
+    """A module node's share of kernels fused across modules (None without the table)."""
+    if fused_of is None or i >= n_mod:
+        return None
+    return Fused(*fused_of[i])
 
 
 class Uncalled(msgspec.Struct, frozen=True):

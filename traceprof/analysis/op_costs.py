@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import msgspec
 import numpy as np
@@ -101,6 +102,39 @@ def count_ops(
     if not n or not np.any(ev.input_dims[is_op] >= 0):
         return OpCosts.empty(has_shapes=False, n_events=n)
 
+    names = _op_names(ev, is_op, registry)
+    calls = _calls(trace, links, names)
+    ok_key = np.array([c is not None for c in calls.costs], bool)
+    ok = np.zeros(n, bool)
+    ok[calls.candidates] = ok_key[calls.key]
+    # composite formulas are a fallback: used only where no other formula counts inside them
+    composite = ok & names.composite[ev.name]
+    counts = ok & ~composite
+    counts |= composite & ~_has_descendant(links, counts)
+
+    covered = links.nearest(counts, include_self=False) >= 0
+    counted = np.flatnonzero(counts & ~covered)
+    ops, unsupported, unsupported_own_us = _unsupported(
+        trace, links, names, calls, is_op, ok, counts, covered
+    )
+    return _op_costs(ev, names, calls, counted, ops, unsupported, unsupported_own_us)
+
+
+class _OpNames(NamedTuple):
+    """The trace's names as op names: only the names of op events are looked at."""
+
+    #: per name: whether an op event has it
+    used: list[bool]
+    #: per name: its registry entry (None: none, or no op event has it)
+    entries: list[Entry | None]
+    #: per event: its class (_OTHER, _FORMULA, _NO_COST, _UNKNOWN_OP); _OTHER for non-ops
+    cls: np.ndarray
+    #: per name: whether its formula is a composite one
+    composite: np.ndarray
+
+
+def _op_names(ev: EventTable, is_op: np.ndarray, registry: Registry) -> _OpNames:
+    """The registry entries and classes of the op events' names."""
     # the names of op events only: a trace with Python frames (with_stack) has ten thousand
     # names of functions, which no formula and no test below looks at
     op_name = np.zeros(len(ev.names), bool)
@@ -113,36 +147,59 @@ def count_ops(
     )
     cls = np.where(is_op, name_class[ev.name], _OTHER)
     composite_name = np.array([bool(e is not None and e.composite) for e in entries], bool)
+    return _OpNames(named_ops, entries, cls, composite_name)
 
-    candidates = np.flatnonzero(cls == _FORMULA)
-    key, first = _distinct_calls(ev, candidates)
-    costs = [_evaluate(trace, entries, int(candidates[i])) for i in first]
-    key, first = _from_gradients(trace, links, entries, candidates, key, first, costs)
-    ok_key = np.array([c is not None for c in costs], bool)
-    ok = np.zeros(n, bool)
-    ok[candidates] = ok_key[key]
-    # composite formulas are a fallback: used only where no other formula counts inside them
-    composite = ok & composite_name[ev.name]
-    counts = ok & ~composite
-    counts |= composite & ~_has_descendant(links, counts)
 
-    covered = links.nearest(counts, include_self=False) >= 0
-    counted = np.flatnonzero(counts & ~covered)
+class _Calls(NamedTuple):
+    """The ops with a formula (``candidates``), each one's distinct call (``key``), each
+    distinct call's first op (``first``, a position in ``candidates``) and its cost."""
 
+    candidates: np.ndarray
+    key: np.ndarray
+    first: np.ndarray
+    costs: list[OpCost | None]
+
+
+def _calls(trace: Trace, links: Links, names: _OpNames) -> _Calls:
+    """Each distinct call of the ops with a formula, evaluated once (and the convolutions
+    completed from their gradients)."""
+    candidates = np.flatnonzero(names.cls == _FORMULA)
+    key, first = _distinct_calls(trace.events, candidates)
+    costs = [_evaluate(trace, names.entries, int(candidates[i])) for i in first]
+    key, first = _from_gradients(trace, links, names.entries, candidates, key, first, costs)
+    return _Calls(candidates, key, first, costs)
+
+
+def _unsupported(
+    trace: Trace,
+    links: Links,
+    names: _OpNames,
+    calls: _Calls,
+    is_op: np.ndarray,
+    ok: np.ndarray,
+    counts: np.ndarray,
+    covered: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The op events (a mask), the unsupported ops and their own time (see the module's
+    docstring); ``ok``: ops whose formula understood them, ``counts``: ops counted before
+    coverage, ``covered``: events inside a counted op."""
+    ev = trace.events
+    n = len(ev)
+    cls = names.cls
     launchers = links.parent[links.launch[links.launch >= 0]]
     launches_work = np.zeros(n, bool)
     launches_work[launchers[launchers >= 0]] = True
     # (of op events: the only ones it is asked of below)
     is_op_name = np.array(
-        [used and _OP_NAME.match(name) is not None for name, used in zip(ev.names, named_ops)] or [False],
+        [used and _OP_NAME.match(name) is not None for name, used in zip(ev.names, names.used)] or [False],
         bool,
     )[ev.name]
     unknown = is_op & ~ok & (cls != _NO_COST) & (is_op_name | launches_work | (cls == _FORMULA))
     # per event: a counted op with FLOPs (its distinct call's); an op whose children carry
     # counted FLOPs is covered, whatever the timing (the structure decides, not CPU time)
-    flops_of_key = np.array([c.flops if c is not None else 0.0 for c in costs], np.float64)
+    flops_of_key = np.array([c.flops if c is not None else 0.0 for c in calls.costs], np.float64)
     has_flops = np.zeros(n, bool)
-    has_flops[candidates] = flops_of_key[key] > 0
+    has_flops[calls.candidates] = flops_of_key[calls.key] > 0
     inside = _has_descendant(links, (counts & has_flops) | unknown)
     del has_flops
     ops = is_op & ((cls != _OTHER) | unknown)
@@ -152,8 +209,20 @@ def count_ops(
     del own_share
     unsupported = np.flatnonzero(unknown & ~covered & (~inside | mostly_own))
     unsupported_own_us = own_us[np.searchsorted(op_events, unsupported)]  # unknown ops are ops
-    del op_events, own_us
+    return ops, unsupported, unsupported_own_us
 
+
+def _op_costs(
+    ev: EventTable,
+    names: _OpNames,
+    calls: _Calls,
+    counted: np.ndarray,
+    ops: np.ndarray,
+    unsupported: np.ndarray,
+    unsupported_own_us: np.ndarray,
+) -> OpCosts:
+    """The OpCosts: each counted op with its distinct call's cost, the unsupported ops labelled."""
+    candidates, key, first, costs = calls
     # per counted op: its distinct call's cost
     pos = np.searchsorted(candidates, counted)
     call = key[pos]
@@ -164,10 +233,10 @@ def count_ops(
     ).reshape(-1, 4)
     dtype_of_call = np.array([dtypes.setdefault(c.dtype, len(dtypes)) if c else -1 for c in costs], np.int32)
     family_of_call = np.array(
-        [FAMILIES.index(entries[ev.name[candidates[i]]].family) for i in first], np.int32
+        [FAMILIES.index(names.entries[ev.name[candidates[i]]].family) for i in first], np.int32
     )
     # label: the op's name, marked when a formula exists but did not understand the arguments
-    name_of = ev.name[unsupported].astype(np.int64) * 2 + (cls[unsupported] == _FORMULA)
+    name_of = ev.name[unsupported].astype(np.int64) * 2 + (names.cls[unsupported] == _FORMULA)
     distinct, label_of = np.unique(name_of, return_inverse=True)
     labels = [ev.names[k // 2] + (NOT_UNDERSTOOD if k % 2 else "") for k in distinct.tolist()]
     return OpCosts(

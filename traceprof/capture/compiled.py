@@ -57,7 +57,7 @@ This module imports torch only inside functions: importing it does not import to
 from __future__ import annotations
 
 import threading
-from collections.abc import Collection, Iterator
+from collections.abc import Collection
 from typing import Any, ClassVar
 
 import msgspec
@@ -73,6 +73,7 @@ from traceprof.capture.compiled_modules import (
 )
 from traceprof.capture.compiled_output import (
     failure_table,
+    iter_call_sites,
     keep_row,
     kept_row,
     table_document,
@@ -695,10 +696,3 @@ def _direction(graph_kwargs: dict[str, Any]) -> str:
     if graph_kwargs.get("is_inference"):
         return "inference"
     return "forward"
-
-
-def iter_call_sites(table: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
-    """``(table_key, call_site)`` for every call site of every graph of a table document."""
-    for key, graph in table.get("graphs", {}).items():
-        for site in graph.get("calls", []):
-            yield key, site

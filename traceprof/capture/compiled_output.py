@@ -1,8 +1,9 @@
 """The compiled-kernel table written out: the records of ``traceprof.trace.model``
 (:class:`CompiledTable` and the records it holds) as a strict JSON document, each value that
-cannot be written left out with its reason (:func:`table_document`, :func:`failure_table`), and
-the row of each compiled graph kept as a file next to Inductor's cache, for the cache hits of
-later processes (:func:`keep_row`, :func:`kept_row`).
+cannot be written left out with its reason (:func:`table_document`, :func:`failure_table`), the
+call sites of such a document (:func:`iter_call_sites`), and the row of each compiled graph kept
+as a file next to Inductor's cache, for the cache hits of later processes (:func:`keep_row`,
+:func:`kept_row`).
 
 This module imports torch only to find Inductor's cache directory.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Iterator
 from typing import Any
 
 import msgspec
@@ -19,7 +21,7 @@ import msgspec
 from traceprof.trace.model import CompiledGraph, CompiledOmission, CompiledTable
 from traceprof.trace.schema import COMPILED_TABLE_VERSION
 
-__all__ = ["failure_table", "keep_row", "kept_row", "table_document", "writable_graphs"]
+__all__ = ["failure_table", "iter_call_sites", "keep_row", "kept_row", "table_document", "writable_graphs"]
 
 #: characters of a value written as text, past which it is cut
 MAX_TEXT = 200
@@ -44,6 +46,13 @@ def failure_table(reason: str, torch_version: str) -> dict[str, Any]:
             omitted=(CompiledOmission(graph=None, node=None, reason=reason[:MAX_TEXT]),),
         )
     )
+
+
+def iter_call_sites(table: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """``(table_key, call_site)`` for every call site of every graph of a table document."""
+    for key, graph in table.get("graphs", {}).items():
+        for site in graph.get("calls", []):
+            yield key, site
 
 
 def _strict(value: Any) -> Any:

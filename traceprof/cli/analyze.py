@@ -204,18 +204,9 @@ def analyze(
 
     Several traces, a directory or a glob pattern ('runs/*.pt.trace.json.gz') are the ranks of
     one distributed job: one report of every module across the ranks (docs/jobs.md)."""
-    from traceprof.read.discovery import one_trace
-
-    single = one_trace(trace)  # a directory or pattern of one trace: that trace's own report
-    job = single is None
-    option = _misplaced_option(click.get_current_context(), job)
-    if option is not None:
-        applies = "one trace, not to a job of several" if job else "a job of several traces, not to one trace"
-        if single is not None and single != trace[0]:  # a directory or pattern of one trace
-            applies += f" ({trace[0]} holds one: {single})"
-        fail(f"{option} applies to {applies} (docs/jobs.md)", USAGE_EXIT_CODE)
-    if job:
-        return _analyze_job(  # the single-trace options were refused above
+    single = _single_trace(trace)
+    if single is None:
+        return _analyze_job(  # the single-trace options were refused in _single_trace
             list(trace),
             fmt=fmt,
             output=output,
@@ -236,8 +227,68 @@ def analyze(
             straggler_threshold=straggler_threshold,
             scheduler_timeout=scheduler_timeout,
         )
-    assert single is not None
-    trace = single
+    _analyze_trace(  # the job options were refused in _single_trace
+        single,
+        fmt=fmt,
+        output=output,
+        depth=depth,
+        top=top,
+        ignore=ignore,
+        batch_size=batch_size,
+        sort=sort,
+        step=step,
+        hierarchy=hierarchy,
+        raw=raw,
+        unsupported_ops=unsupported_ops,
+        tensorboard_logdir=tensorboard_logdir,
+        columns=columns,
+        peak_tflops=peak_tflops,
+        max_memory=max_memory,
+        jobs=jobs,
+        ops_module=ops_module,
+        all_rows=all_rows,
+    )
+
+
+def _single_trace(trace: tuple[str, ...]) -> str | None:
+    """The one trace that TRACE names (a directory or pattern of one trace: that trace), or
+    None for a job of several; fails when an option given does not apply to it."""
+    from traceprof.read.discovery import one_trace
+
+    single = one_trace(trace)  # a directory or pattern of one trace: that trace's own report
+    job = single is None
+    option = _misplaced_option(click.get_current_context(), job)
+    if option is not None:
+        applies = "one trace, not to a job of several" if job else "a job of several traces, not to one trace"
+        if single is not None and single != trace[0]:  # a directory or pattern of one trace
+            applies += f" ({trace[0]} holds one: {single})"
+        fail(f"{option} applies to {applies} (docs/jobs.md)", USAGE_EXIT_CODE)
+    return single
+
+
+def _analyze_trace(
+    trace,
+    *,
+    fmt,
+    output,
+    depth,
+    top,
+    ignore,
+    batch_size,
+    sort,
+    step,
+    hierarchy,
+    raw,
+    unsupported_ops,
+    tensorboard_logdir,
+    columns,
+    peak_tflops,
+    max_memory,
+    jobs,
+    ops_module,
+    all_rows,
+):
+    """``analyze`` of one trace: its module profile (or with --ops its ops)."""
     from traceprof import render
     from traceprof.api import analyze as analyze_api
     from traceprof.result.transforms import ignore_modules

@@ -21,6 +21,7 @@ import re
 import time
 import warnings as py_warnings
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import msgspec
 from msgspec.structs import asdict
@@ -36,6 +37,10 @@ from traceprof.tensorboard import events, layout
 from traceprof.tensorboard.tb_profiler import MEMORY_SCALE, CopyStats
 from traceprof.tensorboard.tb_profiler import tb_profiler_copy as tb_profiler_copy_of
 from traceprof.trace import schema
+
+if TYPE_CHECKING:
+    from traceprof.result.model import ModuleProfile
+    from traceprof.trace.model import Trace
 
 #: per-step profiles written per run (the first complete steps); the mean covers all of them
 MAX_STEP_PROFILES = 32
@@ -291,25 +296,9 @@ def write_run(
     ``tb_profiler_copy``: whether the run gets a copy of the trace for torch-tb-profiler."""
     events.require_tensorboard()
     trace = load_trace(trace_path, progress, max_memory, memory_scale=MEMORY_SCALE)
-    if progress:
-        progress(f"{trace_path}: attributing")
-    # the mean first: which steps it is the mean of decides the per-step profiles
-    (profile,) = analyze_steps(trace, [None], hierarchy=hierarchy)
+    profile, step_profiles = _profiles(trace, trace_path, hierarchy, max_step_profiles, progress)
     numbers = profile.selection.numbers
-    step_profiles = []
-    if len(numbers) > 1:
-        if progress:
-            progress(f"{trace_path}: {min(len(numbers), max_step_profiles)} steps")
-        chosen = list(numbers[:max_step_profiles])
-        step_profiles = list(zip(chosen, analyze_steps(trace, chosen, hierarchy=hierarchy)))
-    # the tab's documents carry the timeline of a step (the mean: of its first step)
-    mean_text = profile_json(profile, timeline=True)
-    mean_doc = msgspec.json.decode(mean_text)
-    step_texts = [(n, profile_json(p, timeline=True)) for n, p in step_profiles]
-    if step_texts:
-        step_docs = [(n, msgspec.json.decode(t)) for n, t in step_texts]
-    else:
-        step_docs = [(numbers[0] if numbers else 0, mean_doc)]
+    docs = _documents(profile, step_profiles)
     copy: tuple[bytes, CopyStats] | None = None
     if tb_profiler_copy:
         if progress:
@@ -324,24 +313,106 @@ def write_run(
     copy_name = worker + schema.TBP_TRACE_FILE_SUFFIX if copy else None
     if copy and copy_name:
         write_atomic_bytes(os.path.join(run_dir, copy_name), copy[0])
+    _write_profiles(run_dir, docs)
 
+    points = events.scalars(docs.mean_doc, docs.step_docs, peak_flops)
+    tree_text = render.render(profile, "tree")
+    assert isinstance(tree_text, str)  # a text format
+    events.write_event_file(run_dir, points, docs.step_docs[0][0], tree_text)
+
+    tb_profiler = {"trace_copy": copy_name, "worker": worker, **asdict(copy[1])} if copy else None
+    index = _run_index(run_name, trace_path, profile, docs, points, peak_flops, tb_profiler)
+    write_atomic_bytes(layout.run_index_path(run_dir), _json_bytes(index))
+    if results is not None:
+        from traceprof.analysis.job_timeline import step_timelines
+        from traceprof.job.rank import RankResult
+
+        results.append(RankResult(os.fspath(trace_path), profile, step_timelines(trace)))
+    return RunInfo(
+        run_name,
+        run_dir,
+        os.fspath(trace_path),
+        tuple(numbers),
+        tuple(n for n, _ in docs.step_texts),
+        copy_name,
+        copy[1] if copy else None,
+    )
+
+
+def _profiles(
+    trace: Trace,
+    trace_path: str,
+    hierarchy: str | None,
+    max_step_profiles: int,
+    progress: Progress | None,
+) -> tuple[ModuleProfile, list[tuple[int, ModuleProfile]]]:
+    """The mean profile, and the profiles of its first ``max_step_profiles`` steps (none for a
+    mean of one step)."""
+    if progress:
+        progress(f"{trace_path}: attributing")
+    # the mean first: which steps it is the mean of decides the per-step profiles
+    (profile,) = analyze_steps(trace, [None], hierarchy=hierarchy)
+    numbers = profile.selection.numbers
+    step_profiles = []
+    if len(numbers) > 1:
+        if progress:
+            progress(f"{trace_path}: {min(len(numbers), max_step_profiles)} steps")
+        chosen = list(numbers[:max_step_profiles])
+        step_profiles = list(zip(chosen, analyze_steps(trace, chosen, hierarchy=hierarchy)))
+    return profile, step_profiles
+
+
+class _Documents(NamedTuple):
+    """The run's profile documents: the mean's and each step's, as JSON text and decoded;
+    ``step_docs`` is the mean's alone (as its first step's) when no step has a profile."""
+
+    mean_text: str
+    mean_doc: dict
+    step_texts: list[tuple[int, str]]
+    step_docs: list[tuple[int, dict]]
+
+
+def _documents(profile: ModuleProfile, step_profiles: list[tuple[int, ModuleProfile]]) -> _Documents:
+    """The tab's documents; they carry the timeline of a step (the mean: of its first step)."""
+    numbers = profile.selection.numbers
+    mean_text = profile_json(profile, timeline=True)
+    mean_doc = msgspec.json.decode(mean_text)
+    step_texts = [(n, profile_json(p, timeline=True)) for n, p in step_profiles]
+    if step_texts:
+        step_docs = [(n, msgspec.json.decode(t)) for n, t in step_texts]
+    else:
+        step_docs = [(numbers[0] if numbers else 0, mean_doc)]
+    return _Documents(mean_text, mean_doc, step_texts, step_docs)
+
+
+def _write_profiles(run_dir: str, docs: _Documents) -> None:
+    """The profile documents, into the run's plugin directory."""
     plugin_dir = os.path.join(run_dir, layout.PLUGIN_DIR)
     try:
         os.makedirs(plugin_dir, exist_ok=True)
     except OSError as e:
         raise OutputError(f"{plugin_dir}: cannot create the directory ({e.strerror or e})") from None
-    write_atomic(os.path.join(plugin_dir, layout.MEAN_PROFILE), mean_text)
-    for n, text in step_texts:
+    write_atomic(os.path.join(plugin_dir, layout.MEAN_PROFILE), docs.mean_text)
+    for n, text in docs.step_texts:
         write_atomic(os.path.join(plugin_dir, layout.step_profile_name(n)), text)
 
-    points = events.scalars(mean_doc, step_docs, peak_flops)
-    tree_text = render.render(profile, "tree")
-    assert isinstance(tree_text, str)  # a text format
-    events.write_event_file(run_dir, points, step_docs[0][0], tree_text)
 
+def _run_index(
+    run_name: str,
+    trace_path: str,
+    profile: ModuleProfile,
+    docs: _Documents,
+    points: list[events.Scalar],
+    peak_flops: float | None,
+    tb_profiler: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """The run's index (layout.RUN_SCHEMA); ``tb_profiler``: its torch-tb-profiler copy's entry."""
     from traceprof.version import __version__
 
-    index = {
+    md = profile.metadata
+    numbers = profile.selection.numbers
+    step_texts = docs.step_texts
+    return {
         "schema": layout.RUN_SCHEMA,
         "run": run_name,
         "traceprof_version": __version__,
@@ -362,20 +433,5 @@ def write_run(
         "scalars": sorted({p.tag for p in points}),
         "per_step": events.per_step_table(points),
         "peak_flops": peak_flops,
-        "tb_profiler": {"trace_copy": copy_name, "worker": worker, **asdict(copy[1])} if copy else None,
+        "tb_profiler": tb_profiler,
     }
-    write_atomic_bytes(layout.run_index_path(run_dir), _json_bytes(index))
-    if results is not None:
-        from traceprof.analysis.job_timeline import step_timelines
-        from traceprof.job.rank import RankResult
-
-        results.append(RankResult(os.fspath(trace_path), profile, step_timelines(trace)))
-    return RunInfo(
-        run_name,
-        run_dir,
-        os.fspath(trace_path),
-        tuple(numbers),
-        tuple(n for n, _ in step_texts),
-        copy_name,
-        copy[1] if copy else None,
-    )
