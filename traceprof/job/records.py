@@ -63,21 +63,29 @@ def _path_id(key) -> str:
     return "/".join(p for p in key if p != "\0bucket")
 
 
+def _identity(m: JobModule) -> dict:
+    """The fields that name a module in the records: its id, names, kind and depth."""
+    return {
+        "module": module_id(m),
+        "qualified_name": m.qualified_name,
+        "name": m.name,
+        "class_name": m.class_name,
+        "kind": m.kind.value,
+        "depth": m.depth,
+    }
+
+
 def job_rows(job: Job) -> list[dict]:
     rows = []
     for m in job.modules:
+        identity = _identity(m)
         for rank in sorted(m.nodes):
             node = m.nodes[rank]
             for p in PASSES:
                 phase = node.phase(p)
                 rows.append(
                     {
-                        "module": module_id(m),
-                        "qualified_name": m.qualified_name,
-                        "name": m.name,
-                        "class_name": m.class_name,
-                        "kind": m.kind.value,
-                        "depth": m.depth,
+                        **identity,
                         "rank": rank,
                         "pass": p.value,
                         "calls": float(node.calls),
@@ -134,12 +142,7 @@ def module_records(job: Job) -> list[dict]:
     out = []
     for m in job.modules:
         rec = {
-            "module": module_id(m),
-            "qualified_name": m.qualified_name,
-            "name": m.name,
-            "class_name": m.class_name,
-            "kind": m.kind.value,
-            "depth": m.depth,
+            **_identity(m),
             "parent": module_id_of(job, m.parent),
             "ranks": sorted(m.nodes),
             "total": _spread(m.spread(job.metric)),

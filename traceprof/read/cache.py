@@ -456,40 +456,47 @@ def _taken(path: Path) -> bool:
         return False
 
 
-def _entry_stat(path: Path) -> os.stat_result | None:
-    """The stat of ``path`` when it is an entry of this user's (its first bytes are MAGIC),
-    else None: a file that only looks like one by its name is never counted or removed."""
+def _our_file(path: Path, check: Callable[[int, os.stat_result], bool]) -> os.stat_result | None:
+    """The stat of ``path`` when it is a regular file of this user's (opened without following a
+    link) for which ``check(fd, stat)`` holds, else None; None too when it cannot be read."""
     try:
         fd = os.open(path, _OPEN_FLAGS)
     except OSError:
         return None
     try:
         st = os.fstat(fd)
-        return st if _ours(st) and os.pread(fd, len(MAGIC), 0) == MAGIC else None
+        return st if _ours(st) and check(fd, st) else None
     except OSError:
         return None
     finally:
         os.close(fd)
+
+
+def _has_magic(fd: int, st: os.stat_result) -> bool:
+    return os.pread(fd, len(MAGIC), 0) == MAGIC
+
+
+def _writer_gone(fd: int, st: os.stat_result) -> bool:
+    """Whether no writer holds the lock of a temporary file (then this one takes it)."""
+    if fcntl is None or (st.st_size and not _has_magic(fd, st)):
+        return False  # a writer writes MAGIC first
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return False  # a writer holds it
+    return True
+
+
+def _entry_stat(path: Path) -> os.stat_result | None:
+    """The stat of ``path`` when it is an entry of this user's (its first bytes are MAGIC),
+    else None: a file that only looks like one by its name is never counted or removed."""
+    return _our_file(path, _has_magic)
 
 
 def _abandoned(path: Path) -> os.stat_result | None:
     """The stat of a temporary file of this user's whose writer is gone (its lock is free),
     else None: a writer at work holds the lock until its entry is in place."""
-    try:
-        fd = os.open(path, _OPEN_FLAGS)
-    except OSError:
-        return None
-    try:
-        st = os.fstat(fd)
-        if not _ours(st) or fcntl is None or (st.st_size and os.pread(fd, len(MAGIC), 0) != MAGIC):
-            return None  # a writer writes MAGIC first
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            return None  # a writer holds it
-        return st
-    finally:
-        os.close(fd)
+    return _our_file(path, _writer_gone)
 
 
 def _lock(fd: int) -> None:

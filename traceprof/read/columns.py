@@ -195,92 +195,116 @@ def _labels(kind: np.ndarray, args: list) -> tuple[np.ndarray, list[tuple[np.nda
     return gpu[rows], [_texts([p[k] for p in picked]) for k in range(len(_SIDE_CODED))]
 
 
-def columns_from_events(evs: list) -> Columns:
-    """The columns of a list of schema.RawEvent."""
-    # A run has few distinct (ph, cat, name, pid, tid): they are coded in one pass, and each
-    # field's codes follow from theirs. The first event with a value is the first event of the
-    # first such combination that has it, so the values come out in first-seen order.
+def _event_codes(evs: list) -> dict[str, Any]:
+    """The coded columns of what every event has (ph, cat, name, thread) and its kind.
+
+    A run has few distinct (ph, cat, name, pid, tid): they are coded in one pass, and each
+    field's codes follow from theirs. The first event with a value is the first event of the
+    first such combination that has it, so the values come out in first-seen order."""
     combo, combos = _factorize(list(map(_EVENT_KEY, evs)))
     ph_of, phs = _factorize([c[0] for c in combos])
     cat_of, cats = _factorize([c[1] for c in combos])
     name_of, names = _factorize([c[2] for c in combos])
     thread_of, threads = _factorize([c[3:] for c in combos])
     kind_of = np.array([schema.kind_of(c[0], c[1]) for c in combos], dtype=np.int8)
-    ph, cat, name, thread, kind = (codes[combo] for codes in (ph_of, cat_of, name_of, thread_of, kind_of))
-    del combo, combos
-    ts, dur = _fields(evs, _TIMES, np.float64)
-    args = list(map(_get_args, evs))
+    return {
+        "kind": kind_of[combo],
+        "ph": ph_of[combo],
+        "phs": phs,
+        "cat": cat_of[combo],
+        "cats": cats,
+        "name": name_of[combo],
+        "names": names,
+        "thread": thread_of[combo],
+        "threads": threads,
+    }
+
+
+def _arg_columns(args: list) -> dict[str, Any]:
+    """The numbers (the External id from either spelling) and the coded raw texts read of every
+    event's args."""
     correlation, external_id, legacy, sequence_number, fwd_thread_id, stream = _fields(
         args, _INT_ARGS, np.int64
     )
-    correlation = int32_if_fits(correlation)
-    external_id = int32_if_fits(np.where(external_id >= 0, external_id, legacy))
-    del legacy
-    sequence_number = int32_if_fits(sequence_number)
-    fwd_thread_id = int32_if_fits(fwd_thread_id)
-    stream = int32_if_fits(stream)
-    input_dims, input_dims_texts = _texts(list(map(attrgetter("input_dims"), args)))
-    input_types, input_types_texts = _texts(list(map(attrgetter("input_types"), args)))
-    concrete_inputs, concrete_texts = _texts(list(map(attrgetter("concrete_inputs"), args)))
+    out: dict[str, Any] = {
+        "correlation": int32_if_fits(correlation),
+        "external_id": int32_if_fits(np.where(external_id >= 0, external_id, legacy)),
+        "sequence_number": int32_if_fits(sequence_number),
+        "fwd_thread_id": int32_if_fits(fwd_thread_id),
+        "stream": int32_if_fits(stream),
+    }
+    for f in ("input_dims", "input_types", "concrete_inputs"):
+        out[f], out[_table_of(f)] = _texts(list(map(attrgetter(f), args)))
+    return out
 
-    flow_index = np.flatnonzero((kind == Kind.FLOW_START) | (kind == Kind.FLOW_END))
-    flow_ids = [evs[i].id for i in flow_index.tolist()]
+
+def _python_table(kind: np.ndarray, args: list) -> dict[str, Any]:
+    """The side table of the Python function events: their indices, ids and parents' ids."""
     python_index = np.flatnonzero(kind == Kind.PYTHON)
     py_args = [args[i] for i in python_index.tolist()]
-    python_id = _ints(-1 if a.python_id is None else a.python_id for a in py_args)
-    python_parent_id = _ints(-1 if a.python_parent_id is None else a.python_parent_id for a in py_args)
+    return {
+        "python_index": python_index.astype(np.int64),
+        "python_id": _ints(-1 if a.python_id is None else a.python_id for a in py_args),
+        "python_parent_id": _ints(-1 if a.python_parent_id is None else a.python_parent_id for a in py_args),
+    }
+
+
+def _meta(evs: list, ph: np.ndarray, phs: list) -> list:
+    """(index, name, pid, tid, label, labels) of the metadata events."""
+    if schema.METADATA_PHASE not in phs:
+        return []
     meta = []
-    if schema.METADATA_PHASE in phs:
-        for i in np.flatnonzero(ph == phs.index(schema.METADATA_PHASE)).tolist():
-            e = evs[i]
-            meta.append((i, e.name, e.pid, e.tid, e.args.label, e.args.labels))
+    for i in np.flatnonzero(ph == phs.index(schema.METADATA_PHASE)).tolist():
+        e = evs[i]
+        meta.append((i, e.name, e.pid, e.tid, e.args.label, e.args.labels))
+    return meta
+
+
+def _memory_table(kind: np.ndarray, name: np.ndarray, names: list, args: list) -> dict[str, Any]:
+    """The side table of the memory instants: their indices and what each allocated or freed."""
     if schema.MEMORY_EVENT_NAME in names:
         code = names.index(schema.MEMORY_EVENT_NAME)
         memory_index = np.flatnonzero((kind == Kind.INSTANT) & (name == code))
     else:
         memory_index = np.zeros(0, np.int64)
     mem = [args[i] for i in memory_index.tolist()]
+    return {
+        "memory_index": memory_index.astype(np.int64),
+        "memory_bytes": _ints(a.mem_bytes if a.mem_bytes is not None else 0 for a in mem),
+        "memory_total": _ints(a.total_allocated for a in mem),
+        "memory_device_type": _ints(a.device_type for a in mem),
+        "memory_device_id": _ints(a.device_id for a in mem),
+        "memory_address": _ints(a.mem_address for a in mem),
+    }
+
+
+def _label_table(kind: np.ndarray, args: list) -> dict[str, Any]:
+    """The side table of the kernel labels: the GPU work events with one, and each label coded."""
     label_index, label_columns = _labels(kind, args)
-    labels: dict[str, Any] = {}
+    out: dict[str, Any] = {"label_index": label_index.astype(np.int64)}
     for f, (codes, texts) in zip(_SIDE_CODED, label_columns):
-        labels[f], labels[_table_of(f)] = codes, texts
+        out[f], out[_table_of(f)] = codes, texts
+    return out
+
+
+def columns_from_events(evs: list) -> Columns:
+    """The columns of a list of schema.RawEvent."""
+    coded = _event_codes(evs)
+    kind = coded["kind"]
+    ts, dur = _fields(evs, _TIMES, np.float64)
+    args = list(map(_get_args, evs))
+    flow_index = np.flatnonzero((kind == Kind.FLOW_START) | (kind == Kind.FLOW_END))
     return Columns(
-        kind=kind,
-        ph=ph,
-        phs=phs,
-        cat=cat,
-        cats=cats,
-        name=name,
-        names=names,
-        thread=thread,
-        threads=threads,
+        **coded,
         ts=ts,
         dur=dur,
-        correlation=correlation,
-        external_id=external_id,
-        sequence_number=sequence_number,
-        fwd_thread_id=fwd_thread_id,
-        stream=stream,
-        input_dims=input_dims,
-        input_dims_texts=input_dims_texts,
-        input_types=input_types,
-        input_types_texts=input_types_texts,
-        concrete_inputs=concrete_inputs,
-        concrete_inputs_texts=concrete_texts,
+        **_arg_columns(args),
         flow_index=flow_index.astype(np.int64),
-        flow_ids=flow_ids,
-        python_index=python_index.astype(np.int64),
-        python_id=python_id,
-        python_parent_id=python_parent_id,
-        meta=meta,
-        memory_index=memory_index.astype(np.int64),
-        memory_bytes=_ints(a.mem_bytes if a.mem_bytes is not None else 0 for a in mem),
-        memory_total=_ints(a.total_allocated for a in mem),
-        memory_device_type=_ints(a.device_type for a in mem),
-        memory_device_id=_ints(a.device_id for a in mem),
-        memory_address=_ints(a.mem_address for a in mem),
-        label_index=label_index.astype(np.int64),
-        **labels,
+        flow_ids=[evs[i].id for i in flow_index.tolist()],
+        **_python_table(kind, args),
+        meta=_meta(evs, coded["ph"], coded["phs"]),
+        **_memory_table(kind, coded["name"], coded["names"], args),
+        **_label_table(kind, args),
     )
 
 
@@ -333,17 +357,19 @@ class Joiner:
         return Columns(**out)
 
 
+def _recoded(codes: np.ndarray, table: list) -> tuple[np.ndarray, list]:
+    """Codes into ``table`` coded again in first-seen order among themselves, and their values."""
+    new_codes, old_codes = first_seen_codes(codes)
+    return new_codes if len(codes) else codes, [table[u] for u in old_codes.tolist()]
+
+
 def select(cols: Columns, keep: np.ndarray) -> Columns:
     """The columns of the events where ``keep`` is true, strings coded again in first-seen
     order among them."""
     new_index = np.cumsum(keep) - 1
     out: dict[str, Any] = {}
     for f in _CODED:
-        codes = getattr(cols, f)[keep]
-        table = getattr(cols, _table_of(f))
-        new_codes, old_codes = first_seen_codes(codes)
-        out[f] = new_codes if len(codes) else codes
-        out[_table_of(f)] = [table[u] for u in old_codes.tolist()]
+        out[f], out[_table_of(f)] = _recoded(getattr(cols, f)[keep], getattr(cols, _table_of(f)))
     for f in _PLAIN:
         out[f] = getattr(cols, f)[keep]
     for index, fields in _SIDE_TABLES:
@@ -355,10 +381,7 @@ def select(cols: Columns, keep: np.ndarray) -> Columns:
         if index == "flow_index":
             out["flow_ids"] = [fid for fid, k in zip(cols.flow_ids, kept.tolist()) if k]
     for f in _SIDE_CODED:  # coded again in first-seen order among the events kept
-        codes, table = out[f], getattr(cols, _table_of(f))
-        new_codes, old_codes = first_seen_codes(codes)
-        out[f] = new_codes if len(codes) else codes
-        out[_table_of(f)] = [table[u] for u in old_codes.tolist()]
+        out[f], out[_table_of(f)] = _recoded(out[f], getattr(cols, _table_of(f)))
     out["meta"] = [(int(new_index[i]), *rest) for i, *rest in cols.meta if keep[i]]
     out["utf8_replaced"] = cols.utf8_replaced
     out["utf8_grown"] = cols.utf8_grown

@@ -31,7 +31,7 @@ from traceprof.result.timeline import Timeline
 # the leaves of a profile (result/times.py), re-exported: the package imports them from here
 from traceprof.result.times import FUSED_FIELDS as FUSED_FIELDS
 from traceprof.result.times import MAX_ROWS as MAX_ROWS
-from traceprof.result.times import OP_SUMMED, PASS_ATTRS
+from traceprof.result.times import OP_SUMMED, PASS_ATTRS, ByPass
 from traceprof.result.times import PASSES as PASSES
 from traceprof.result.times import ZERO as ZERO
 from traceprof.result.times import Fused as Fused
@@ -54,7 +54,7 @@ UNATTRIBUTED_NAME = "(not in any module)"
 UNNAMED_GPU = "GPU (not named in the trace)"
 
 
-class ModuleNode(msgspec.Struct, frozen=True, gc=False, array_like=True):
+class ModuleNode(msgspec.Struct, ByPass, frozen=True, gc=False, array_like=True):
     id: int
     parent: int  # -1 for a root
     children: tuple[int, ...]
@@ -75,19 +75,6 @@ class ModuleNode(msgspec.Struct, frozen=True, gc=False, array_like=True):
     #: its share of compiled kernels fused across modules; None when the trace has no
     #: compiled work joined to the compiled-kernel table
     fused: Fused | None = None
-
-    def phase(self, p: Pass | str) -> PhaseTimes:
-        """The node's times in pass ``p``."""
-        times: PhaseTimes = getattr(self, PASS_ATTRS.get(p) or Pass(p).value)
-        return times
-
-    @property
-    def total(self) -> Times:
-        return self.forward.total + self.backward.total + self.other.total
-
-    @property
-    def own(self) -> Times:
-        return self.forward.own + self.backward.own + self.other.own
 
     @property
     def label(self) -> str:

@@ -52,7 +52,32 @@ class PhaseTimes(msgspec.Struct, frozen=True, gc=False, array_like=True):
     total: Times = ZERO
 
 
-class Fused(msgspec.Struct, frozen=True, gc=False):
+class ByPass:
+    """What a record with its times split per pass (``forward``, ``backward``, ``other``, each a
+    :class:`PhaseTimes`) answers of them: a mixin of such structs (a node, its fused share)."""
+
+    __slots__ = ()
+    forward: PhaseTimes
+    backward: PhaseTimes
+    other: PhaseTimes
+
+    def phase(self, p: Pass | str) -> PhaseTimes:
+        """The times in pass ``p``."""
+        times: PhaseTimes = getattr(self, PASS_ATTRS.get(p) or Pass(p).value)
+        return times
+
+    @property
+    def total(self) -> Times:
+        """The subtree's times, all passes together."""
+        return self.forward.total + self.backward.total + self.other.total
+
+    @property
+    def own(self) -> Times:
+        """Its own times, all passes together."""
+        return self.forward.own + self.backward.own + self.other.own
+
+
+class Fused(msgspec.Struct, ByPass, frozen=True, gc=False):
     """A node's share of the work of compiled kernels that fuse ops of several modules
     (docs/attribution.md "Compiled models"). Such a kernel is one timed unit: its time goes to
     the lowest common ancestor of the modules it works for, and is *part of* that node's times,
@@ -63,18 +88,6 @@ class Fused(msgspec.Struct, frozen=True, gc=False):
     forward: PhaseTimes = PhaseTimes()
     backward: PhaseTimes = PhaseTimes()
     other: PhaseTimes = PhaseTimes()
-
-    def phase(self, p: Pass | str) -> PhaseTimes:
-        times: PhaseTimes = getattr(self, PASS_ATTRS.get(p) or Pass(p).value)
-        return times
-
-    @property
-    def total(self) -> Times:
-        return self.forward.total + self.backward.total + self.other.total
-
-    @property
-    def own(self) -> Times:
-        return self.forward.own + self.backward.own + self.other.own
 
 
 #: the fields of Times that a Fused record sets

@@ -150,6 +150,94 @@ def _open_out(path: str, gz: bool) -> gzip.GzipFile | BinaryIO:
     return open(path, "wb", buffering=1 << 22)
 
 
+def _write_steps(
+    f: gzip.GzipFile | BinaryIO,
+    em: Emitter,
+    steps: int | None,
+    target: int,
+    first_step: int,
+    quiet: bool,
+    written: int,
+) -> tuple[int, int, int]:
+    """Write steps after the header (``written`` bytes so far): ``steps`` of them, or when None,
+    until the file holds ``target`` bytes (2 steps at least). Returns the bytes written in all,
+    the steps and their events."""
+    n_steps = n_events = 0
+    while (steps is None and (written < target or n_steps < 2)) or (steps is not None and n_steps < steps):
+        events = em.step(first_step + n_steps)
+        chunk = b",\n".join(map(orjson.dumps, events))
+        if n_steps:
+            chunk = b",\n" + chunk
+        f.write(chunk)
+        written += len(chunk)
+        n_steps += 1
+        n_events += len(events)
+        if not quiet and n_steps % 20 == 0:
+            print(f"  step {n_steps}: {written / 1e6:.0f} MB", file=sys.stderr)
+    return written, n_steps, n_events
+
+
+def _tail(em: Emitter, t0: int, out: str) -> tuple[bytes, int]:
+    """What ends the file: the trailer events after the steps, and the keys after
+    ``traceEvents``; and the number of those events."""
+    events = _trailer_events(em, t0, em.t)
+    tail = (
+        b",\n"
+        + b",\n".join(map(orjson.dumps, events))
+        + b"\n  ],\n"
+        + b'  "traceName": "%s",\n  "displayTimeUnit": "ms",\n  "baseTimeNanoseconds": %d\n}\n'
+        % (os.path.basename(out).encode(), BASE_TIME_NS)
+    )
+    return tail, len(events)
+
+
+def _module_kernel_us(em: Emitter, model: Model) -> dict[str, dict[str, Any]]:
+    """The sidecar's GPU time of each module (microseconds, summed over the steps), by pass."""
+
+    def module_us(d: dict[tuple[str, bool], int], q: str, kernel: bool) -> float:
+        return round(d.get((q, kernel), 0) / 1000, 3)
+
+    return {
+        q: {
+            "class": cls,
+            "fwd": module_us(em.fwd_ns, q, True),
+            "bwd": module_us(em.bwd_ns, q, True),
+            "fwd_gpu": module_us(em.fwd_ns, q, True) + module_us(em.fwd_ns, q, False),
+            "bwd_gpu": module_us(em.bwd_ns, q, True) + module_us(em.bwd_ns, q, False),
+        }
+        for q, cls in model.modules
+    }
+
+
+def _counts(em: Emitter, model: Model, n_steps: int) -> dict[str, Any]:
+    """The sidecar's counts of events, scopes, flows, streams and threads, and the module times."""
+    c = em.counts
+    return {
+        "kernels": c["kernel"],
+        "kernels_per_step": c["kernel"] // n_steps,
+        "module_scopes_per_step": model.scopes_per_step,
+        "module_scopes": c["module_scopes"],
+        "modules": len(model.modules),
+        "gpu_memcpy": c["gpu_memcpy"],
+        "gpu_memset": c["gpu_memset"],
+        "cuda_runtime": c["cuda_runtime"],
+        "cpu_ops": c["cpu_op"],
+        "user_annotations": c["user_annotation"],
+        "memory_events": c["memory"],
+        "ac2g_flow_pairs": c["ac2g_pairs"],
+        "fwdbwd_flow_pairs": c["fwdbwd_pairs"],
+        "streams": [S_COMPUTE, S_NCCL, S_COPY],
+        "threads": {"main": MAIN_TID, "backward": BWD_TID},
+        "module_kernel_us": _module_kernel_us(em, model),
+        "module_kernel_us_note": "summed over all steps; self time of the innermost module scope "
+        "(forward: GPU work launched inside it; backward: GPU work of backward "
+        "nodes whose Sequence number is a forward op inside it). fwd/bwd: "
+        "'kernel' events only; fwd_gpu/bwd_gpu: kernels + gpu_memcpy + "
+        "gpu_memset. GPU work outside module scopes (optimizer, NCCL, input "
+        "copies, ones_like, loss.item) is not included.",
+    }
+
+
 def generate(
     out: str,
     target_mb: float = 520.0,
@@ -178,83 +266,24 @@ def generate(
     t0 = 1_900_000_000_000_000 + rng.randrange(10**12)  # ns, ~1.9e12 us like real traces
     em = Emitter(model, rng, t0 + 300_000)
     em.slow_module, em.slow_factor, em.is_slow = slow_module, slow_factor, slow
-    target = int(target_mb * 1e6)
-    written = n_steps = n_events = 0
     tmp = out + ".tmp"
     with _open_out(tmp, gz=out.endswith(".gz")) as f:  # by out's name: tmp ends in .tmp
         head = _header(model, seed, rank, world_size)
         f.write(head)
-        written += len(head)
-        first = True
-        while (steps is None and (written < target or n_steps < 2)) or (
-            steps is not None and n_steps < steps
-        ):
-            events = em.step(first_step + n_steps)
-            chunk = b",\n".join(map(orjson.dumps, events))
-            if not first:
-                chunk = b",\n" + chunk
-            first = False
-            f.write(chunk)
-            written += len(chunk)
-            n_steps += 1
-            n_events += len(events)
-            if not quiet and n_steps % 20 == 0:
-                print(f"  step {n_steps}: {written / 1e6:.0f} MB", file=sys.stderr)
-        tail_events = _trailer_events(em, t0, em.t)
-        n_events += len(tail_events)
-        tail = (
-            b",\n"
-            + b",\n".join(map(orjson.dumps, tail_events))
-            + b"\n  ],\n"
-            + b'  "traceName": "%s",\n  "displayTimeUnit": "ms",\n  "baseTimeNanoseconds": %d\n}\n'
-            % (os.path.basename(out).encode(), BASE_TIME_NS)
+        written, n_steps, n_events = _write_steps(
+            f, em, steps, int(target_mb * 1e6), first_step, quiet, len(head)
         )
+        tail, n_tail = _tail(em, t0, out)
         f.write(tail)
-        written += len(tail)
     os.replace(tmp, out)
-    c = em.counts
-
-    def module_us(d: dict[tuple[str, bool], int], q: str, kernel: bool) -> float:
-        return round(d.get((q, kernel), 0) / 1000, 3)
-
     expect: dict[str, Any] = {
         "generator": "scripts/gen_large_trace.py",
         "args": {"layers": layers, "seed": seed, "target_mb": target_mb, "steps": steps, **model.cfg},
-        "uncompressed_bytes": written,
-        "events": n_events,
+        "uncompressed_bytes": written + len(tail),
+        "events": n_events + n_tail,
         "steps": n_steps,
         "first_step": first_step,
-        "kernels": c["kernel"],
-        "kernels_per_step": c["kernel"] // n_steps,
-        "module_scopes_per_step": model.scopes_per_step,
-        "module_scopes": c["module_scopes"],
-        "modules": len(model.modules),
-        "gpu_memcpy": c["gpu_memcpy"],
-        "gpu_memset": c["gpu_memset"],
-        "cuda_runtime": c["cuda_runtime"],
-        "cpu_ops": c["cpu_op"],
-        "user_annotations": c["user_annotation"],
-        "memory_events": c["memory"],
-        "ac2g_flow_pairs": c["ac2g_pairs"],
-        "fwdbwd_flow_pairs": c["fwdbwd_pairs"],
-        "streams": [S_COMPUTE, S_NCCL, S_COPY],
-        "threads": {"main": MAIN_TID, "backward": BWD_TID},
-        "module_kernel_us": {
-            q: {
-                "class": cls,
-                "fwd": module_us(em.fwd_ns, q, True),
-                "bwd": module_us(em.bwd_ns, q, True),
-                "fwd_gpu": module_us(em.fwd_ns, q, True) + module_us(em.fwd_ns, q, False),
-                "bwd_gpu": module_us(em.bwd_ns, q, True) + module_us(em.bwd_ns, q, False),
-            }
-            for q, cls in model.modules
-        },
-        "module_kernel_us_note": "summed over all steps; self time of the innermost module scope "
-        "(forward: GPU work launched inside it; backward: GPU work of backward "
-        "nodes whose Sequence number is a forward op inside it). fwd/bwd: "
-        "'kernel' events only; fwd_gpu/bwd_gpu: kernels + gpu_memcpy + "
-        "gpu_memset. GPU work outside module scopes (optimizer, NCCL, input "
-        "copies, ones_like, loss.item) is not included.",
+        **_counts(em, model, n_steps),
         "generation_seconds": round(time.perf_counter() - t_wall, 2),
     }
     with open(out + ".expect.json", "wb") as f:

@@ -18,6 +18,7 @@ from traceprof.testing.program import (
     Arg,
     Grad,
     Launch,
+    Node,
     Op,
     Tn,
     ins,
@@ -50,20 +51,23 @@ def t_op(w: Tn, seq: int | None = None, grad: Grad | None = None) -> tuple[Op, T
     r, c = w.shape
     tw = Tn(c, r, dtype=w.dtype, strides=[1, c])
     return Op(
-        "aten::t",
-        ins(w),
-        [
-            Op(
-                "aten::transpose",
-                ins(w, 0, 1),
-                [Op("aten::as_strided", ins(w, [c, r], [1, c], None), cost=300)],
-                cost=700,
-            )
-        ],
-        seq=seq,
-        grad=grad,
-        cost=900,
+        "aten::t", ins(w), [transpose_op(w, (0, 1), [c, r], [1, c], 700)], seq=seq, grad=grad, cost=900
     ), tw
+
+
+def transpose_op(
+    x: Tn,
+    dims: tuple[int, int],
+    shape: list[int],
+    strides: list[int],
+    cost: int,
+    seq: int | None = None,
+    grad: Grad | None = None,
+) -> Op:
+    """aten::transpose > aten::as_strided (a view, no kernel): ``x`` with ``dims`` swapped, the
+    view of ``shape`` and ``strides``."""
+    view = Op("aten::as_strided", ins(x, shape, strides, None), cost=300)
+    return Op("aten::transpose", ins(x, *dims), [view], seq=seq, grad=grad, cost=cost)
 
 
 def view_op(
@@ -98,6 +102,25 @@ def empty(name: str, t: Tn, *extra: Arg) -> Op:
     )
 
 
+def _matmul_backward(x2: Tn, w: Tn, wt: Tn, y2: Tn) -> list[Node]:
+    """The backward of ``y2 = x2 @ wt`` (``wt`` the transpose of the weight ``w``): the input's
+    gradient, then the weight's, with the transposes autograd records around them."""
+    m, fin = x2.shape
+    fout = w.shape[0]
+    return [
+        t_op(wt)[0],
+        Op("aten::mm", ins(y2, w), [Alloc(x2.nbytes), gemm(K["gemm_nn"], m, fin, fout)], cost=5000),
+        t_op(Tn(fout, m))[0],
+        Op(
+            "aten::mm",
+            ins(Tn(fout, m, strides=[1, fout]), x2),
+            [Alloc(w.nbytes), gemm(K["gemm_nt"], fout, fin, m)],
+            cost=5000,
+        ),
+        t_op(Tn(fout, fin))[0],
+    ]
+
+
 def linear(x: Tn, w: Tn, bias: Tn | None) -> tuple[Op, Tn]:
     """nn.Linear on a (B, T, in) input: aten::linear folding the batch dims into aten::addmm."""
     B, T, fin = x.shape
@@ -108,41 +131,22 @@ def linear(x: Tn, w: Tn, bias: Tn | None) -> tuple[Op, Tn]:
     t.grad = Grad("TBackward0", ins(Tn(fin, fout)), [t_op(Tn(fin, fout))[0]], params=[w])
     v_in, _ = view_op(x, [m, fin])
     if bias is not None:
+        bias_grad: list[Node] = [
+            Op(
+                "aten::sum",
+                ins(y2, [0], True, None),
+                [Alloc(bias.nbytes), ew(K["sum"], y2.nbytes, y2.numel)],
+                cost=4000,
+            ),
+            Op("aten::view", ins(Tn(1, fout), [fout]), cost=500),
+        ]
         mm = Op(
             "aten::addmm",
             ins(bias, x2, wt, 1, 1),
             [Alloc(y2.nbytes), gemm(K["gemm_tn"], m, fout, fin)],
             seq=TAKE,
             cost=6000,
-            grad=Grad(
-                "AddmmBackward0",
-                ins(y2),
-                [
-                    t_op(wt)[0],
-                    Op(
-                        "aten::mm",
-                        ins(y2, w),
-                        [Alloc(x2.nbytes), gemm(K["gemm_nn"], m, fin, fout)],
-                        cost=5000,
-                    ),
-                    t_op(Tn(fout, m))[0],
-                    Op(
-                        "aten::mm",
-                        ins(Tn(fout, m, strides=[1, fout]), x2),
-                        [Alloc(w.nbytes), gemm(K["gemm_nt"], fout, fin, m)],
-                        cost=5000,
-                    ),
-                    t_op(Tn(fout, fin))[0],
-                    Op(
-                        "aten::sum",
-                        ins(y2, [0], True, None),
-                        [Alloc(bias.nbytes), ew(K["sum"], y2.nbytes, y2.numel)],
-                        cost=4000,
-                    ),
-                    Op("aten::view", ins(Tn(1, fout), [fout]), cost=500),
-                ],
-                params=[bias],
-            ),
+            grad=Grad("AddmmBackward0", ins(y2), _matmul_backward(x2, w, wt, y2) + bias_grad, params=[bias]),
         )
         v_out, _ = view_op(y2, [B, T, fout])
         return Op("aten::linear", ins(x, w, bias), [t, v_in, mm, v_out], seq=PEEK, cost=2500), y
@@ -153,22 +157,7 @@ def linear(x: Tn, w: Tn, bias: Tn | None) -> tuple[Op, Tn]:
         [Alloc(y2.nbytes), gemm(K["gemm_tn"], m, fout, fin)],
         seq=TAKE,
         cost=5000,
-        grad=Grad(
-            "MmBackward0",
-            ins(y2),
-            [
-                t_op(wt)[0],
-                Op("aten::mm", ins(y2, w), [Alloc(x2.nbytes), gemm(K["gemm_nn"], m, fin, fout)], cost=5000),
-                t_op(Tn(fout, m))[0],
-                Op(
-                    "aten::mm",
-                    ins(Tn(fout, m, strides=[1, fout]), x2),
-                    [Alloc(w.nbytes), gemm(K["gemm_nt"], fout, fin, m)],
-                    cost=5000,
-                ),
-                t_op(Tn(fout, fin))[0],
-            ],
-        ),
+        grad=Grad("MmBackward0", ins(y2), _matmul_backward(x2, w, wt, y2)),
     )
     uv, _ = view_op(y2, [B, T, fout], name="aten::_unsafe_view", grad_name="UnsafeViewBackward0")
     matmul = Op("aten::matmul", ins(x, wt), [v_in, mm, uv], seq=PEEK, cost=2500)

@@ -18,70 +18,81 @@ import orjson
 from traceprof.testing.program import BASE_TIME_NS, BWD_TID, MAIN_TID, PID, PREFIX, Event
 
 
-def validate(path: str, expect: Mapping[str, Any]) -> list[str]:
-    """Check the invariants of a generated trace; returns a list of problems (empty: fine)."""
-    with open(path, "rb") as f:
-        data = f.read()
-    if path.endswith(".gz"):
-        data = gzip.decompress(data)
-    doc = orjson.loads(data)
-    del data
-    problems: list[str] = []
-    evs = doc["traceEvents"]
-    if doc.get("baseTimeNanoseconds") != BASE_TIME_NS:
-        problems.append("baseTimeNanoseconds missing")
-    by_thread: dict[tuple[int | str, int | str], list[Event]] = {}
-    launches: dict[int, Event] = {}
-    kernels: list[Event] = []
-    seq_scope: dict[int, str | None] = {}  # forward sequence number -> innermost module scope
-    n_steps = n_scopes = 0
-    for e in evs:
-        if e.get("ph") != "X":
-            continue
-        by_thread.setdefault((e["pid"], e["tid"]), []).append(e)
+class _Index:
+    """The complete events of a trace, grouped as the checks read them."""
+
+    def __init__(self, evs: list[Event], problems: list[str]) -> None:
+        self.by_thread: dict[tuple[int | str, int | str], list[Event]] = {}
+        self.launches: dict[int, Event] = {}  # runtime calls by correlation
+        self.kernels: list[Event] = []  # GPU work: kernels, memcpys and memsets
+        self.n_steps = self.n_scopes = 0
+        for e in evs:
+            if e.get("ph") == "X":
+                self._add(e, problems)
+
+    def _add(self, e: Event, problems: list[str]) -> None:
+        self.by_thread.setdefault((e["pid"], e["tid"]), []).append(e)
         cat = e.get("cat")
         if cat == "cuda_runtime":
             c = e["args"]["correlation"]
-            if c in launches:
+            if c in self.launches:
                 problems.append(f"duplicate runtime correlation {c}")
-            launches[c] = e
+            self.launches[c] = e
         elif cat in ("kernel", "gpu_memcpy", "gpu_memset"):
-            kernels.append(e)
+            self.kernels.append(e)
         elif cat == "user_annotation":
             if e["name"].startswith("ProfilerStep#"):
-                n_steps += 1
+                self.n_steps += 1
             elif e["name"].startswith(PREFIX):
-                n_scopes += 1
+                self.n_scopes += 1
         for field in ("ts", "dur"):
             v = e[field]
             if isinstance(v, float) and round(v, 3) != v:
                 problems.append(f"{field} {v} has more than 3 decimals")
-    # nesting per thread (stack check on events sorted by start, longest first)
-    for key, lst in by_thread.items():
-        lst.sort(key=lambda e: (e["ts"], -e["dur"]))
-        stack: list[int] = []
-        for e in lst:
-            s, d = round(e["ts"] * 1000), round(e["dur"] * 1000)
-            while stack and stack[-1] <= s:
-                stack.pop()
-            if stack and s + d > stack[-1]:
-                problems.append(f"partial overlap on {key}: {e['name'][:60]} at {e['ts']}")
-                break
-            stack.append(s + d)
-        if key[0] == PID and key[1] == MAIN_TID:
-            # forward ops: which innermost module scope each sequence number lives in
-            scope_stack: list[tuple[int, str]] = []
-            for e in lst:
-                s = round(e["ts"] * 1000)
-                while scope_stack and scope_stack[-1][0] <= s:
-                    scope_stack.pop()
-                if e["name"].startswith(PREFIX):
-                    scope_stack.append((s + round(e["dur"] * 1000), e["name"]))
-                sn = e.get("args", {}).get("Sequence number")
-                if sn is not None:
-                    inner = scope_stack[-1][1] if scope_stack else None
-                    if seq_scope.setdefault(sn, inner) != inner:
-                        problems.append(f"sequence number {sn} in two module scopes")
+
+
+def _load(path: str) -> Any:
+    with open(path, "rb") as f:
+        data = f.read()
+    if path.endswith(".gz"):
+        data = gzip.decompress(data)
+    return orjson.loads(data)
+
+
+def _check_nesting(key: tuple[int | str, int | str], lst: list[Event], problems: list[str]) -> None:
+    """The slices of one thread or stream nest (a stack check on events sorted by start, longest
+    first); sorts ``lst`` so."""
+    lst.sort(key=lambda e: (e["ts"], -e["dur"]))
+    stack: list[int] = []
+    for e in lst:
+        s, d = round(e["ts"] * 1000), round(e["dur"] * 1000)
+        while stack and stack[-1] <= s:
+            stack.pop()
+        if stack and s + d > stack[-1]:
+            problems.append(f"partial overlap on {key}: {e['name'][:60]} at {e['ts']}")
+            break
+        stack.append(s + d)
+
+
+def _forward_scopes(lst: list[Event], seq_scope: dict[int, str | None], problems: list[str]) -> None:
+    """Which innermost module scope each forward sequence number of the main thread's events
+    (sorted by start) lives in, into ``seq_scope``."""
+    scope_stack: list[tuple[int, str]] = []
+    for e in lst:
+        s = round(e["ts"] * 1000)
+        while scope_stack and scope_stack[-1][0] <= s:
+            scope_stack.pop()
+        if e["name"].startswith(PREFIX):
+            scope_stack.append((s + round(e["dur"] * 1000), e["name"]))
+        sn = e.get("args", {}).get("Sequence number")
+        if sn is not None:
+            inner = scope_stack[-1][1] if scope_stack else None
+            if seq_scope.setdefault(sn, inner) != inner:
+                problems.append(f"sequence number {sn} in two module scopes")
+
+
+def _check_launches(kernels: list[Event], launches: dict[int, Event], problems: list[str]) -> None:
+    """Every GPU event has its own launch, before it, with the same External id."""
     seen: set[int] = set()
     for k in kernels:
         c = k["args"]["correlation"]
@@ -96,6 +107,10 @@ def validate(path: str, expect: Mapping[str, Any]) -> list[str]:
             problems.append(f"kernel {c} starts before its launch")
         if k["args"]["External id"] != r["args"]["External id"]:
             problems.append(f"kernel {c} External id differs from its launch")
+
+
+def _check_backward(evs: list[Event], seq_scope: dict[int, str | None], problems: list[str]) -> None:
+    """Every backward op's sequence number is a forward op's (the first one that is not, only)."""
     for e in evs:
         if (
             e.get("ph") == "X"
@@ -106,8 +121,26 @@ def validate(path: str, expect: Mapping[str, Any]) -> list[str]:
         ):
             problems.append(f"backward op {e['name']} has no forward op")
             break
-    nk = sum(1 for k in kernels if k["cat"] == "kernel")
-    streams = {k["tid"] for k in kernels}
+
+
+def validate(path: str, expect: Mapping[str, Any]) -> list[str]:
+    """Check the invariants of a generated trace; returns a list of problems (empty: fine)."""
+    doc = _load(path)
+    problems: list[str] = []
+    evs = doc["traceEvents"]
+    if doc.get("baseTimeNanoseconds") != BASE_TIME_NS:
+        problems.append("baseTimeNanoseconds missing")
+    index = _Index(evs, problems)
+    seq_scope: dict[int, str | None] = {}  # forward sequence number -> innermost module scope
+    for key, lst in index.by_thread.items():
+        _check_nesting(key, lst, problems)
+        if key[0] == PID and key[1] == MAIN_TID:
+            _forward_scopes(lst, seq_scope, problems)
+    _check_launches(index.kernels, index.launches, problems)
+    _check_backward(evs, seq_scope, problems)
+    nk = sum(1 for k in index.kernels if k["cat"] == "kernel")
+    streams = {k["tid"] for k in index.kernels}
+    n_steps, n_scopes = index.n_steps, index.n_scopes
     if nk != expect["kernels"]:
         problems.append(f"kernels {nk} != expected {expect['kernels']}")
     if n_steps != expect["steps"]:
@@ -119,7 +152,7 @@ def validate(path: str, expect: Mapping[str, Any]) -> list[str]:
     print(
         f"validated {len(evs)} events: {nk} kernels on streams {sorted(streams)}, {n_steps} steps, "
         f"{n_scopes} module scopes, {len(seq_scope)} forward sequence numbers, "
-        f"{len(by_thread)} threads/streams",
+        f"{len(index.by_thread)} threads/streams",
         file=sys.stderr,
     )
     return problems

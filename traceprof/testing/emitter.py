@@ -43,6 +43,86 @@ def us(ns: int) -> float:
     return ns / 1000  # ns integer -> microseconds, exact to 3 decimals
 
 
+def slice_event(cat: str, name: str, pid: int, tid: int, t: int, dur: int, args: dict[str, Any]) -> Event:
+    """A complete ("X") event from ``t`` for ``dur`` ns (an open slice is written 0 long and
+    given its duration when it closes)."""
+    return {
+        "ph": "X",
+        "cat": cat,
+        "name": name,
+        "pid": pid,
+        "tid": tid,
+        "ts": us(t),
+        "dur": us(dur),
+        "args": args,
+    }
+
+
+def flow_event(ph: str, flow_id: int, pid: int, tid: int, t: int, cat: str) -> Event:
+    """One end of a flow arrow: ``ph`` "s" its start, "f" its end (bound to the enclosing slice)."""
+    ev: Event = {"ph": ph, "id": flow_id, "pid": pid, "tid": tid, "ts": us(t), "cat": cat, "name": cat}
+    if ph == "f":
+        ev["bp"] = "e"
+    return ev
+
+
+def _input_copy(inp: Tn) -> Op:
+    """``x.to(dev, non_blocking=True)`` of one batch input: a host-to-device copy on the copy stream."""
+    copy = Launch(
+        "Memcpy HtoD (Pinned -> Device)",
+        3000 + inp.nbytes / H2D_BYTES_PER_NS,
+        stream=S_COPY,
+        cat="gpu_memcpy",
+        api="cudaMemcpyAsync",
+        nbytes=inp.nbytes,
+    )
+    to_copy = Op(
+        "aten::_to_copy",
+        ins(inp, 4, 0, None, None, True, None),
+        [
+            empty("aten::empty_strided", inp, list(inp.shape), list(inp.strides), 4, 0, None, False),
+            Op("aten::copy_", ins(inp, inp, True), [copy], cost=3000),
+        ],
+        cost=2500,
+    )
+    return Op("aten::to", ins(inp, 4, 0, None, None, True, False, None), [to_copy], cost=1500)
+
+
+def _seed_gradient() -> Op:
+    """``loss.backward()``'s seed gradient, on the main thread: ``ones_like(loss)``."""
+    return Op(
+        "aten::ones_like",
+        ins(Tn(), None, None, None, None, 1),
+        [
+            empty("aten::empty_like", Tn(), Tn(), None, None, None, None, 1),
+            Op("aten::fill_", ins(Tn(), 1), [Launch(K["fill"], 2000)], cost=2500),
+        ],
+        cost=2000,
+    )
+
+
+def _loss_item() -> Op:
+    """``loss.item()``: a device-to-host copy and a synchronization with the compute stream."""
+    dtoh = Launch("Memcpy DtoH (Device -> Pinned)", 1500, cat="gpu_memcpy", api="cudaMemcpyAsync", nbytes=2)
+    dense = Op("aten::_local_scalar_dense", ins(Tn()), [dtoh, Sync(S_COMPUTE)], cost=2000)
+    return Op("aten::item", ins(Tn()), [dense], cost=1500)
+
+
+#: the gradient bytes DDP gathers before it all-reduces them (its default bucket_cap_mb, 25)
+BUCKET_CAP = 25 << 20
+
+
+def _accumulate_grad(p: Tn) -> Op:
+    """The AccumulateGrad node of a leaf parameter, run in backward after the node that made its
+    gradient."""
+    return Op(
+        "autograd::engine::evaluate_function: torch::autograd::AccumulateGrad",
+        {},
+        [Op("torch::autograd::AccumulateGrad", ins(p), cost=2500)],
+        cost=2000,
+    )
+
+
 class Emitter:
     """Replays a model's step program; ``step`` returns the events of one training step."""
 
@@ -133,6 +213,32 @@ class Emitter:
     def _jit(self, ns: float, spread: float = 0.4) -> int:
         return int(ns * (1 - spread / 2 + spread * self.rng.random()))
 
+    def _open_cpu(self, cat: str, name: str, tid: int, t: int, args: dict[str, Any]) -> Event:
+        """Write an open slice on a CPU thread (its ``dur`` is set when it closes)."""
+        ev = slice_event(cat, name, PID, tid, t, 0, args)
+        self.cpu.append(ev)
+        return ev
+
+    def _annotation(self, name: str, tid: int, t: int) -> tuple[Event, int]:
+        """Open a user_annotation at t; returns it and its External id."""
+        self.ext += 1
+        eid = self.ext
+        ev = self._open_cpu(
+            "user_annotation",
+            name,
+            tid,
+            t,
+            {"External id": eid, "Record function id": 0, "Ev Idx": self._ev_idx()},
+        )
+        self.counts["user_annotation"] += 1
+        return ev, eid
+
+    def _runtime(self, name: str, tid: int, t: int, dur: int, eid: int, cbid: int, corr: int) -> None:
+        """A CUDA runtime call of ``dur`` ns on a CPU thread."""
+        args = {"External id": eid, "cbid": cbid, "correlation": corr}
+        self.cpu.append(slice_event("cuda_runtime", name, PID, tid, t, dur, args))
+        self.counts["cuda_runtime"] += 1
+
     # -- the recursive replay: each returns the thread's clock after the node --
     def run(self, node: Node, tid: int, t: int, eid: int, bwd: bool = False) -> int:
         """Replay node on thread tid from time t; eid: the External id of the enclosing op or scope
@@ -165,17 +271,7 @@ class Emitter:
             args["Fwd thread id"] = 0
         args.update(node.args)
         args["Ev Idx"] = self._ev_idx()
-        ev = {
-            "ph": "X",
-            "cat": "cpu_op",
-            "name": node.name,
-            "pid": PID,
-            "tid": tid,
-            "ts": us(t),
-            "dur": 0,
-            "args": args,
-        }
-        self.cpu.append(ev)
+        ev = self._open_cpu("cpu_op", node.name, tid, t, args)
         self.counts["cpu_op"] += 1
         start = t
         if seq == TAKE and not bwd:
@@ -183,17 +279,7 @@ class Emitter:
             self.seq += 1
             if node.grad is not None:
                 self.fwdbwd += 1
-                self.cpu.append(
-                    {
-                        "ph": "s",
-                        "id": self.fwdbwd,
-                        "pid": PID,
-                        "tid": tid,
-                        "ts": us(t),
-                        "cat": "fwdbwd",
-                        "name": "fwdbwd",
-                    }
-                )
+                self.cpu.append(flow_event("s", self.fwdbwd, PID, tid, t, "fwdbwd"))
                 self.grads.append((s, node.grad, self.fwdbwd, self.attr))
         t += 200 + int(400 * rng.random())
         for c in node.children:
@@ -208,23 +294,26 @@ class Emitter:
         self.corr += 1
         c = self.corr
         rdur = self._jit(5200 if node.cat == "kernel" else 6500)
-        self.cpu.append(
-            {
-                "ph": "X",
-                "cat": "cuda_runtime",
-                "name": node.api,
-                "pid": PID,
-                "tid": tid,
-                "ts": us(t),
-                "dur": us(rdur),
-                "args": {"External id": eid, "cbid": node.cbid, "correlation": c},
-            }
-        )
-        self.cpu.append(
-            {"ph": "s", "id": c, "pid": PID, "tid": tid, "ts": us(t), "cat": "ac2g", "name": "ac2g"}
-        )
+        self._runtime(node.api, tid, t, rdur, eid, node.cbid, c)
+        self.cpu.append(flow_event("s", c, PID, tid, t, "ac2g"))
         s = node.stream
         ks = max(t + 2500 + int(3000 * rng.random()), self.sfree[s])
+        kd = self._gpu_duration(node)
+        self.sfree[s] = ks + kd + 700 + int(900 * rng.random())
+        if s == S_COMPUTE:
+            if self.step_k7 is None:
+                self.step_k7 = [ks, ks + kd]
+            self.step_k7[1] = ks + kd
+        self._gpu_work(node, ks, kd, eid, c)
+        if self.attr is not None:
+            d = self.bwd_ns if bwd else self.fwd_ns
+            key = (self.attr, node.cat == "kernel")
+            d[key] = d.get(key, 0) + kd
+        return t + rdur
+
+    def _gpu_duration(self, node: Launch) -> int:
+        """How long the GPU work of a launch runs: its duration with jitter, longer in the slow
+        module on the slow rank, and an all-reduce longer by what the other ranks waited for."""
         kd = self._jit(node.dur, 0.06)
         if self.slow_module is not None and self.attr == self.slow_module and node.cat == "kernel":
             extra = int(kd * (self.slow_factor - 1))
@@ -235,81 +324,25 @@ class Emitter:
         if node.kname == K["nccl"] and self.pending_wait:
             kd += self.pending_wait  # waiting for the slow rank
             self.pending_wait = 0
-        self.sfree[s] = ks + kd + 700 + int(900 * rng.random())
-        if s == S_COMPUTE:
-            if self.step_k7 is None:
-                self.step_k7 = [ks, ks + kd]
-            self.step_k7[1] = ks + kd
+        return kd
+
+    def _gpu_work(self, node: Launch, ks: int, kd: int, eid: int, corr: int) -> None:
+        """The kernel, memcpy or memset event of a launch on its stream, and its flow's end."""
+        s = node.stream
+        kargs: dict[str, Any] = {"External id": eid}
         if node.cat == "kernel":
-            kargs = {
-                "External id": eid,
-                "queued": 0,
-                "device": DEVICE,
-                "context": 1,
-                "stream": s,
-                "correlation": c,
-                **node.kargs,
-            }
-        else:
-            kargs = {
-                "External id": eid,
-                "device": DEVICE,
-                "context": 1,
-                "stream": s,
-                "correlation": c,
-                **node.kargs,
-            }
-        self.gpu.append(
-            {
-                "ph": "X",
-                "cat": node.cat,
-                "name": node.kname,
-                "pid": DEVICE,
-                "tid": s,
-                "ts": us(ks),
-                "dur": us(kd),
-                "args": kargs,
-            }
-        )
-        self.gpu.append(
-            {
-                "ph": "f",
-                "id": c,
-                "pid": DEVICE,
-                "tid": s,
-                "ts": us(ks),
-                "cat": "ac2g",
-                "name": "ac2g",
-                "bp": "e",
-            }
-        )
-        cnt = self.counts
-        cnt[node.cat] += 1
-        cnt["cuda_runtime"] += 1
-        cnt["ac2g_pairs"] += 1
-        if self.attr is not None:
-            d = self.bwd_ns if bwd else self.fwd_ns
-            key = (self.attr, node.cat == "kernel")
-            d[key] = d.get(key, 0) + kd
-        return t + rdur
+            kargs["queued"] = 0
+        kargs.update({"device": DEVICE, "context": 1, "stream": s, "correlation": corr})
+        kargs.update(node.kargs)
+        self.gpu.append(slice_event(node.cat, node.kname, DEVICE, s, ks, kd, kargs))
+        self.gpu.append(flow_event("f", corr, DEVICE, s, ks, "ac2g"))
+        self.counts[node.cat] += 1
+        self.counts["ac2g_pairs"] += 1
 
     def _scope(self, node: Scope, tid: int, t: int, bwd: bool) -> int:
         rng = self.rng
         t += 400 + int(800 * rng.random())
-        self.ext += 1
-        my = self.ext
-        ev = {
-            "ph": "X",
-            "cat": "user_annotation",
-            "name": node.name,
-            "pid": PID,
-            "tid": tid,
-            "ts": us(t),
-            "dur": 0,
-            "args": {"External id": my, "Record function id": 0, "Ev Idx": self._ev_idx()},
-        }
-        self.cpu.append(ev)
-        self.counts["user_annotation"] += 1
+        ev, my = self._annotation(node.name, tid, t)
         start = t
         outer = self.attr
         if node.qual is not None:
@@ -327,19 +360,7 @@ class Emitter:
         t += 300
         self.corr += 1
         d = self._jit(node.cost)
-        self.cpu.append(
-            {
-                "ph": "X",
-                "cat": "cuda_runtime",
-                "name": node.name,
-                "pid": PID,
-                "tid": tid,
-                "ts": us(t),
-                "dur": us(d),
-                "args": {"External id": eid, "cbid": node.cbid, "correlation": self.corr},
-            }
-        )
-        self.counts["cuda_runtime"] += 1
+        self._runtime(node.name, tid, t, d, eid, node.cbid, self.corr)
         if node.wait:
             dst, src = node.wait
             self.sfree[dst] = max(self.sfree[dst], self.sfree[src])
@@ -349,19 +370,7 @@ class Emitter:
         t += 400
         end = max(t + 3000, self.sfree[node.stream] + 2000)
         self.corr += 1
-        self.cpu.append(
-            {
-                "ph": "X",
-                "cat": "cuda_runtime",
-                "name": "cudaStreamSynchronize",
-                "pid": PID,
-                "tid": tid,
-                "ts": us(t),
-                "dur": us(end - t),
-                "args": {"External id": eid, "cbid": CBID["cudaStreamSynchronize"], "correlation": self.corr},
-            }
-        )
-        self.counts["cuda_runtime"] += 1
+        self._runtime("cudaStreamSynchronize", tid, t, end - t, eid, CBID["cudaStreamSynchronize"], self.corr)
         return end + 500
 
     # -- one training step --
@@ -369,219 +378,50 @@ class Emitter:
         m, rng = self.m, self.rng
         self.cpu, self.gpu, self.grads, self.step_k7 = [], [], [], None
         t = t_step = self.t
-        self.ext += 1
-        step_eid = self.ext
-        step_ev = {
-            "ph": "X",
-            "cat": "user_annotation",
-            "name": f"ProfilerStep#{number}",
-            "pid": PID,
-            "tid": MAIN_TID,
-            "ts": us(t),
-            "dur": 0,
-            "args": {"External id": step_eid, "Record function id": 0, "Ev Idx": self._ev_idx()},
-        }
-        self.cpu.append(step_ev)
-        self.counts["user_annotation"] += 1
+        step_ev, step_eid = self._annotation(f"ProfilerStep#{number}", MAIN_TID, t)
         t += 20_000 + int(30_000 * rng.random())  # dataloader next()
         for inp in m.batch_inputs:  # x, y = x.to(dev, non_blocking=True)
-            t = self.run(
-                Op(
-                    "aten::to",
-                    ins(inp, 4, 0, None, None, True, False, None),
-                    [
-                        Op(
-                            "aten::_to_copy",
-                            ins(inp, 4, 0, None, None, True, None),
-                            [
-                                empty(
-                                    "aten::empty_strided",
-                                    inp,
-                                    list(inp.shape),
-                                    list(inp.strides),
-                                    4,
-                                    0,
-                                    None,
-                                    False,
-                                ),
-                                Op(
-                                    "aten::copy_",
-                                    ins(inp, inp, True),
-                                    [
-                                        Launch(
-                                            "Memcpy HtoD (Pinned -> Device)",
-                                            3000 + inp.nbytes / H2D_BYTES_PER_NS,
-                                            stream=S_COPY,
-                                            cat="gpu_memcpy",
-                                            api="cudaMemcpyAsync",
-                                            nbytes=inp.nbytes,
-                                        )
-                                    ],
-                                    cost=3000,
-                                ),
-                            ],
-                            cost=2500,
-                        )
-                    ],
-                    cost=1500,
-                ),
-                MAIN_TID,
-                t,
-                step_eid,
-            )
+            t = self.run(_input_copy(inp), MAIN_TID, t, step_eid)
         t = self.run(Api("cudaEventRecord"), MAIN_TID, t, step_eid)
         t = self.run(Api("cudaStreamWaitEvent", wait=(S_COMPUTE, S_COPY)), MAIN_TID, t, step_eid)
 
         t = self.run(m.forward, MAIN_TID, t, step_eid)
         # loss.backward(): the seed gradient on the main thread, the graph on the autograd thread
-        t = self.run(
-            Op(
-                "aten::ones_like",
-                ins(Tn(), None, None, None, None, 1),
-                [
-                    empty("aten::empty_like", Tn(), Tn(), None, None, None, None, 1),
-                    Op("aten::fill_", ins(Tn(), 1), [Launch(K["fill"], 2000)], cost=2500),
-                ],
-                cost=2000,
-            ),
-            MAIN_TID,
-            t,
-            step_eid,
-        )
+        t = self.run(_seed_gradient(), MAIN_TID, t, step_eid)
         t = self.backward(t + 12_000 + int(8000 * rng.random()))
         t += 15_000 + int(10_000 * rng.random())
         t = self.run(m.optimizer, MAIN_TID, t, step_eid)
         t = self.run(Scope("Optimizer.zero_grad#AdamW.zero_grad", []), MAIN_TID, t + 5000, step_eid)
-        t = self.run(
-            Op(
-                "aten::item",
-                ins(Tn()),
-                [
-                    Op(
-                        "aten::_local_scalar_dense",
-                        ins(Tn()),
-                        [
-                            Launch(
-                                "Memcpy DtoH (Device -> Pinned)",
-                                1500,
-                                cat="gpu_memcpy",
-                                api="cudaMemcpyAsync",
-                                nbytes=2,
-                            ),
-                            Sync(S_COMPUTE),
-                        ],
-                        cost=2000,
-                    )
-                ],
-                cost=1500,
-            ),
-            MAIN_TID,
-            t,
-            step_eid,
-        )
+        t = self.run(_loss_item(), MAIN_TID, t, step_eid)
         self._free(MAIN_TID, t + 200, len(self.live))
         t += 8_000 + int(6000 * rng.random())
         step_ev["dur"] = us(t - t_step)
         if self.step_k7:  # Kineto's GPU-side span of the step
             a, b = self.step_k7
-            self.gpu.append(
-                {
-                    "ph": "X",
-                    "cat": "gpu_user_annotation",
-                    "name": f"ProfilerStep#{number}",
-                    "pid": DEVICE,
-                    "tid": S_COMPUTE,
-                    "ts": us(a),
-                    "dur": us(b - a),
-                    "args": {"External id": step_eid},
-                }
+            span = slice_event(
+                "gpu_user_annotation",
+                f"ProfilerStep#{number}",
+                DEVICE,
+                S_COMPUTE,
+                a,
+                b - a,
+                {"External id": step_eid},
             )
+            self.gpu.append(span)
         self.t = t + 1500 + int(2000 * rng.random())
         return self.cpu + self.gpu
 
     def backward(self, tb: int) -> int:
         """Run the recorded autograd nodes, latest first, on the autograd thread."""
-        rng = self.rng
-        bucket, bucket_cap = 0, 25 << 20
+        bucket = 0
         for seq, g, flow, attr in reversed(self.grads):
             self.attr = attr
-            tb += 1500 + int(2500 * rng.random())
-            self.ext += 1
-            outer = {
-                "ph": "X",
-                "cat": "cpu_op",
-                "name": f"autograd::engine::evaluate_function: {g.name}",
-                "pid": PID,
-                "tid": BWD_TID,
-                "ts": us(tb),
-                "dur": 0,
-                "args": {
-                    "External id": self.ext,
-                    "Record function id": 0,
-                    "Sequence number": seq,
-                    "Fwd thread id": 1,
-                    "Ev Idx": self._ev_idx(),
-                },
-            }
-            self.cpu.append(outer)
-            start = tb
-            tb += 400 + int(600 * rng.random())
-            self.ext += 1
-            my = self.ext
-            args = {"External id": my, "Sequence number": seq, "Fwd thread id": 1, "Record function id": 0}
-            args.update(g.args)
-            args["Ev Idx"] = self._ev_idx()
-            inner = {
-                "ph": "X",
-                "cat": "cpu_op",
-                "name": g.name,
-                "pid": PID,
-                "tid": BWD_TID,
-                "ts": us(tb),
-                "dur": 0,
-                "args": args,
-            }
-            self.cpu.append(inner)
-            self.cpu.append(
-                {
-                    "ph": "f",
-                    "id": flow,
-                    "pid": PID,
-                    "tid": BWD_TID,
-                    "ts": us(tb),
-                    "cat": "fwdbwd",
-                    "name": "fwdbwd",
-                    "bp": "e",
-                }
-            )
-            self.counts["cpu_op"] += 2
-            self.counts["fwdbwd_pairs"] += 1
-            istart = tb
-            tb += 1500 + int(2000 * rng.random())
-            for c in g.children:
-                tb = self.run(c, BWD_TID, tb, my, bwd=True)
-            tb += 1000 + int(1500 * rng.random())
-            inner["dur"] = us(tb - istart)
-            tb += 2000 + int(3000 * rng.random())  # engine: validate outputs, queue next
-            outer["dur"] = us(tb - start)
-            self._free(BWD_TID, tb + 200, 2)
-            tb += 400
+            tb, eid = self._autograd_node(seq, g, flow, tb)
             self.attr = None
             for p in g.params:  # AccumulateGrad for leaf params
-                tb = self.run(
-                    Op(
-                        "autograd::engine::evaluate_function: torch::autograd::AccumulateGrad",
-                        {},
-                        [Op("torch::autograd::AccumulateGrad", ins(p), cost=2500)],
-                        cost=2000,
-                    ),
-                    BWD_TID,
-                    tb,
-                    my,
-                    bwd=True,
-                )
+                tb = self.run(_accumulate_grad(p), BWD_TID, tb, eid, bwd=True)
                 bucket += p.nbytes
-                if bucket >= bucket_cap:
+                if bucket >= BUCKET_CAP:
                     tb = self.allreduce(tb, bucket)
                     bucket = 0
         if bucket:
@@ -589,6 +429,48 @@ class Emitter:
         # DDP finalize: the compute stream waits for the last all-reduce
         tb = self.run(Api("cudaStreamWaitEvent", wait=(S_COMPUTE, S_NCCL)), BWD_TID, tb + 2000, self.ext)
         return tb
+
+    def _autograd_node(self, seq: int, g: Grad, flow: int, tb: int) -> tuple[int, int]:
+        """Run one autograd node from tb: the engine's evaluate_function slice around the node's
+        op, the end of its fwdbwd flow, its children, and the memory it frees. Returns the clock
+        after it and the External id of the node's op."""
+        rng = self.rng
+        tb += 1500 + int(2500 * rng.random())
+        self.ext += 1
+        outer = self._open_cpu(
+            "cpu_op",
+            f"autograd::engine::evaluate_function: {g.name}",
+            BWD_TID,
+            tb,
+            {
+                "External id": self.ext,
+                "Record function id": 0,
+                "Sequence number": seq,
+                "Fwd thread id": 1,
+                "Ev Idx": self._ev_idx(),
+            },
+        )
+        start = tb
+        tb += 400 + int(600 * rng.random())
+        self.ext += 1
+        my = self.ext
+        args = {"External id": my, "Sequence number": seq, "Fwd thread id": 1, "Record function id": 0}
+        args.update(g.args)
+        args["Ev Idx"] = self._ev_idx()
+        inner = self._open_cpu("cpu_op", g.name, BWD_TID, tb, args)
+        self.cpu.append(flow_event("f", flow, PID, BWD_TID, tb, "fwdbwd"))
+        self.counts["cpu_op"] += 2
+        self.counts["fwdbwd_pairs"] += 1
+        istart = tb
+        tb += 1500 + int(2000 * rng.random())
+        for c in g.children:
+            tb = self.run(c, BWD_TID, tb, my, bwd=True)
+        tb += 1000 + int(1500 * rng.random())
+        inner["dur"] = us(tb - istart)
+        tb += 2000 + int(3000 * rng.random())  # engine: validate outputs, queue next
+        outer["dur"] = us(tb - start)
+        self._free(BWD_TID, tb + 200, 2)
+        return tb + 400, my
 
     def allreduce(self, tb: int, nbytes: int) -> int:
         dur = 12_000 + 2 * 7 / 8 * nbytes / NCCL_BYTES_PER_NS

@@ -11,7 +11,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from traceprof.testing.aten import add, dropout, embedding, empty, ew, gelu, layer_norm, linear, view_op
+from traceprof.testing.aten import (
+    add,
+    dropout,
+    embedding,
+    empty,
+    ew,
+    gelu,
+    layer_norm,
+    linear,
+    transpose_op,
+    view_op,
+)
 from traceprof.testing.kernels import FLASH_FLOPS_PER_NS, K, ew_ns
 from traceprof.testing.program import (
     FLOAT,
@@ -104,31 +115,9 @@ def _to_heads(head: Tn, headT: Tn) -> Op:
     """``.transpose(1, 2)`` of one of q, k, v viewed as heads."""
     B, n_head, T, D = headT.shape
     C3 = head.strides[1]
-    return Op(
-        "aten::transpose",
-        ins(head, 1, 2),
-        [Op("aten::as_strided", ins(head, [B, n_head, T, D], [T * C3, D, C3, 1], None), cost=300)],
-        seq=TAKE,
-        cost=900,
-        grad=Grad(
-            "TransposeBackward0",
-            ins(headT),
-            [
-                Op(
-                    "aten::transpose",
-                    ins(headT, 1, 2),
-                    [
-                        Op(
-                            "aten::as_strided",
-                            ins(headT, [B, T, n_head, D], [T * C3, C3, D, 1], None),
-                            cost=300,
-                        )
-                    ],
-                    cost=900,
-                )
-            ],
-        ),
-    )
+    back = transpose_op(headT, (1, 2), [B, T, n_head, D], [T * C3, C3, D, 1], 900)
+    grad = Grad("TransposeBackward0", ins(headT), [back])
+    return transpose_op(head, (1, 2), [B, n_head, T, D], [T * C3, D, C3, 1], 900, seq=TAKE, grad=grad)
 
 
 def _flash(head: Tn, headT: Tn, out: Tn) -> Op:
@@ -142,21 +131,7 @@ def _flash(head: Tn, headT: Tn, out: Tn) -> Op:
         "aten::_scaled_dot_product_flash_attention",
         ins(headT, headT, headT, 0.0, True, False, None),
         [
-            *[
-                Op(
-                    "aten::transpose",
-                    ins(headT, 1, 2),
-                    [
-                        Op(
-                            "aten::as_strided",
-                            ins(headT, [B, T, n_head, D], [T * C3, C3, D, 1], None),
-                            cost=300,
-                        )
-                    ],
-                    cost=800,
-                )
-                for _ in range(3)
-            ],
+            *[transpose_op(headT, (1, 2), [B, T, n_head, D], [T * C3, C3, D, 1], 800) for _ in range(3)],
             Op(
                 "aten::_flash_attention_forward",
                 ins(head, head, head, None, None, T, T, 0.0, True, False, None, None, None, None),
@@ -174,18 +149,7 @@ def _flash(head: Tn, headT: Tn, out: Tn) -> Op:
                 ],
                 cost=9000,
             ),
-            Op(
-                "aten::transpose",
-                ins(Tn(B, T, n_head, D), 1, 2),
-                [
-                    Op(
-                        "aten::as_strided",
-                        ins(Tn(B, T, n_head, D), [B, n_head, T, D], [T * C, D, C, 1], None),
-                        cost=300,
-                    )
-                ],
-                cost=800,
-            ),
+            transpose_op(Tn(B, T, n_head, D), (1, 2), [B, n_head, T, D], [T * C, D, C, 1], 800),
         ],
         seq=TAKE,
         cost=5000,
@@ -268,12 +232,13 @@ def _merge_heads(out: Tn) -> list[Node]:
     C = n_head * D
     ops: list[Node] = []
     ops.append(
-        Op(
-            "aten::transpose",
-            ins(out, 1, 2),
-            [Op("aten::as_strided", ins(out, [B, T, n_head, D], [T * C, D, C, 1], None), cost=300)],
+        transpose_op(
+            out,
+            (1, 2),
+            [B, T, n_head, D],
+            [T * C, D, C, 1],
+            900,
             seq=TAKE,
-            cost=900,
             grad=Grad(
                 "TransposeBackward0",
                 ins(Tn(B, T, n_head, D)),

@@ -61,6 +61,17 @@ _H100_SXM = {
     "fp8": 1979.0 * T,
     "int8": 1979.0 * T,
 }
+# The H100 and H200 datasheets, NVL columns (the same compute): FP64 30 TF, FP32 60 TF,
+# TF32 835 TF*, BF16/FP16 1671 TF*, FP8/INT8 3341* (* with sparsity; dense is half).
+_NVL = {
+    "fp64": 30.0 * T,
+    "fp32": 60.0 * T,
+    "tf32": 417.5 * T,
+    "bf16": 835.5 * T,
+    "fp16": 835.5 * T,
+    "fp8": 1670.5 * T,
+    "int8": 1670.5 * T,
+}
 
 # Order matters: the first entry whose pattern matches wins, so variants come before the
 # generic entry of their family.
@@ -127,15 +138,7 @@ PEAKS: tuple[DevicePeaks, ...] = (
     DevicePeaks(
         "H100 NVL",
         r"H100.*NVL",
-        {
-            "fp64": 30.0 * T,
-            "fp32": 60.0 * T,
-            "tf32": 417.5 * T,
-            "bf16": 835.5 * T,
-            "fp16": 835.5 * T,
-            "fp8": 1670.5 * T,
-            "int8": 1670.5 * T,
-        },
+        _NVL,
         3.9e12,
         "NVIDIA H100 datasheet (NVL)",
     ),
@@ -146,15 +149,7 @@ PEAKS: tuple[DevicePeaks, ...] = (
     DevicePeaks(
         "H200 NVL",
         r"H200.*NVL",
-        {
-            "fp64": 30.0 * T,
-            "fp32": 60.0 * T,
-            "tf32": 417.5 * T,
-            "bf16": 835.5 * T,
-            "fp16": 835.5 * T,
-            "fp8": 1670.5 * T,
-            "int8": 1670.5 * T,
-        },
+        _NVL,
         4.8e12,
         "NVIDIA H200 datasheet (NVL)",
     ),
