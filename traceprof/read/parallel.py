@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -128,6 +129,8 @@ class _Pool:
         self.executor: ProcessPoolExecutor | None = None
         self.pending: list[Future] = []  # in run order
         self.joined = Joiner()  # the runs decoded, joined as they come
+        #: the pool's worker processes, kept here: a broken pool forgets its own
+        self.workers: dict[int, Any] = {}
 
     def submit(self, fn, task) -> None:
         if self.jobs <= 1:
@@ -148,6 +151,7 @@ class _Pool:
             self.pending.append(self.executor.submit(fn, task))
         except BrokenProcessPool:
             raise self._lost() from None
+        self.workers.update(getattr(self.executor, "_processes", None) or {})
 
     def _collect(self, wait: bool) -> None:
         """Join the finished runs at the head of the queue (all when ``wait``)."""
@@ -165,7 +169,12 @@ class _Pool:
 
     def _lost(self) -> WorkerLostError:
         """The error of a pool whose worker died, with how it ended."""
-        processes = dict(getattr(self.executor, "_processes", None) or {})
+        processes = {**self.workers, **(getattr(self.executor, "_processes", None) or {})}
+        # a worker the pool's own thread is still reaping: its exit code, once that thread has it
+        deadline = time.monotonic() + 2
+        for p in processes.values():
+            while p.exitcode is None and time.monotonic() < deadline:
+                time.sleep(0.02)
         codes = [p.exitcode for p in processes.values() if p.exitcode not in (None, 0, -signal.SIGTERM)]
         how = how_ended(codes[0] if codes else None)
         return WorkerLostError(
