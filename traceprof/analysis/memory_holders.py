@@ -30,6 +30,7 @@ from __future__ import annotations
 import msgspec
 import numpy as np
 
+from traceprof import units
 from traceprof.analysis.classify import BACKWARD, FORWARD, Context
 from traceprof.analysis.hierarchy import Hierarchy
 from traceprof.analysis.lifetimes import Lifetimes
@@ -405,20 +406,18 @@ def lifetime_warnings(life: Lifetimes) -> list[str]:
     """The repairs made while pairing allocations with frees, counted."""
     out = []
     if life.free_missing:
-        n = life.free_missing
         out.append(
-            f"{n:,} allocation{'s' if n != 1 else ''} of a block allocated again without a free "
+            f"{units.counted(life.free_missing, 'allocation')} of a block allocated again without a free "
             "between them (a [memory] event lost): each taken as freed when its block was allocated again"
         )
     if life.size_mismatch:
         n = life.size_mismatch
         out.append(
-            f"{n:,} free{'s' if n != 1 else ''} of another size than {'their' if n != 1 else 'its'} "
+            f"{units.counted(n, 'free')} of another size than {'their' if n != 1 else 'its'} "
             "block's allocation: the allocation's size kept"
         )
     if life.without_address:
-        n = life.without_address
         out.append(
-            f"{n:,} [memory] event{'s' if n != 1 else ''} without an address left out of the lifetimes"
+            f"{units.counted(life.without_address, '[memory] event')} without an address left out of the lifetimes"
         )
     return out
