@@ -8,9 +8,10 @@ compilation). For each compiled trace, against the eager trace of the same model
 - the module tree holds the same qualified names;
 - matrix FLOPs (multiply-accumulates) per module and pass are equal within 1%;
 - all FLOPs per block (a transformer layer, a stage) and pass are equal within 5%;
-- the share of the root's time that lands in its submodules is at least 0.9 of eager's (T5's
-  training step: 0.7, its dropout masks are one kernel of the whole model, see
-  tests/zoo_models.py);
+- the share of the root's time that lands in its submodules (less the compiled code's own
+  time: Dynamo's guards and the graphs' wrappers, which a busy machine stretches) is at least
+  0.9 of eager's (T5's training step: 0.7, its dropout masks are one kernel of the whole model,
+  see tests/zoo_models.py);
 - the table view's totals (parameters, mult-adds, sizes) are eager's.
 
 The traces are captured once per test run, in two worker processes (Inductor's C++ kernels

@@ -59,6 +59,10 @@ def listener(request) -> Iterator[Listener]:
     server.close()
 
 
+#: --scheduler-timeout where the address answers (a server that is no scheduler, a real one)
+ANSWERED_TIMEOUT_S = 30
+
+
 def run_job(scheduler: str, timeout_s: int = 2) -> subprocess.CompletedProcess:
     """``traceprof analyze`` of two ranks on ``scheduler``; the subprocess's timeout only guards
     against a hang."""
@@ -90,7 +94,10 @@ def test_a_listener_that_never_answers_is_an_error_after_the_timeout(listener):
 
 @pytest.mark.parametrize("listener", ["http", "close"], indirect=True)
 def test_a_server_that_is_no_dask_scheduler_is_named_so(listener):
-    line = one_line(run_job(listener.address), 3)  # before: "out of memory while analyzing the job"
+    # the listener answers from a thread of this process: a long timeout, so that a busy
+    # machine (this process's other threads holding the GIL) cannot turn its answer into none
+    # (the command ends when it answers, not after the timeout)
+    line = one_line(run_job(listener.address, ANSWERED_TIMEOUT_S), 3)  # before: "out of memory ..."
     assert "what answered there is not a Dask scheduler" in line
     assert "give the scheduler's tcp://HOST:PORT, not its dashboard's or a worker's" in line
 
@@ -111,8 +118,8 @@ def test_dasks_own_dashboard_and_workers_are_not_its_scheduler():
         # its HTTP server waits for a request that the Dask handshake never completes
         assert "no Dask scheduler answered in 2 s" in one_line(run_job(dashboard), 3)  # before: 90 s and more
         (worker,) = cluster.scheduler_info["workers"]
-        assert "that is a Dask worker, not a scheduler" in one_line(run_job(worker), 3)
-        proc = run_job(cluster.scheduler_address, timeout_s=30)  # the scheduler itself
+        assert "that is a Dask worker, not a scheduler" in one_line(run_job(worker, ANSWERED_TIMEOUT_S), 3)
+        proc = run_job(cluster.scheduler_address, ANSWERED_TIMEOUT_S)  # the scheduler itself
         assert proc.returncode == 0, proc.stderr[-3000:]
         assert "Stragglers" in proc.stdout or "rank" in proc.stdout
     finally:
