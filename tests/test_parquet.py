@@ -67,3 +67,70 @@ def test_without_pyarrow_one_line_error(tmp_path):
         "traceprof: error: Parquet output needs pyarrow: pip install 'traceprof[parquet]'"
     )
     assert not (tmp_path / "x.parquet").exists()
+
+
+def test_parquet_is_written_without_pandas(tmp_path):
+    """Every Parquet output (a profile, its ops, a job, a diff) is written by pyarrow from the
+    rows: pandas, whose import took longer than a cached look, is not imported (and the files
+    still read back as to_dataframe's frames, above and in test_job, test_diff)."""
+    job = sorted((SHARED_TRACES / "multi_rank_t4").glob("*.json.gz"))[:2]
+    code = (
+        "import sys; from traceprof.cli import main\n"
+        "def run(*argv):\n"
+        "    try:\n        main(list(argv))\n    except SystemExit as e:\n        assert not e.code, argv\n"
+        f"run('analyze', {str(BERT)!r}, '-o', {str(tmp_path / 'p.parquet')!r})\n"
+        f"run('analyze', {str(BERT)!r}, '--ops', '', '-f', 'parquet', '-o', {str(tmp_path / 'o.parquet')!r})\n"
+        f"run('analyze', *{[str(p) for p in job]!r}, '-o', {str(tmp_path / 'j.parquet')!r})\n"
+        f"run('diff', {str(BERT)!r}, {str(BERT)!r}, '-o', {str(tmp_path / 'd.parquet')!r})\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'pandas'))"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.splitlines()[-1] == "[]"  # before: pandas and 300 of its modules
+    for name in ("p", "o", "j", "d"):
+        assert pq.read_metadata(tmp_path / f"{name}.parquet").num_rows > 0, name
+
+
+def test_rows_read_back_as_pandas_types_the_same_rows(tmp_path):
+    """The one writer of every Parquet output, on each kind of value: the file reads back as
+    pandas' frame of the same rows (missing values as nulls, the types given or the values')."""
+    import io
+
+    from traceprof.result.parquet import rows_parquet
+
+    rows = [
+        {"s": "a", "f": 1.5, "i": 3, "mixed": 1, "typed": 2, "b": True, "none": None, "opt": 1.0},
+        {
+            "s": "é\udcff",
+            "f": float("nan"),
+            "i": -(2**40),
+            "mixed": 2.5,
+            "typed": None,
+            "b": False,
+            "none": None,
+            "opt": None,
+        },
+        {"s": None, "f": float("inf"), "i": 0, "mixed": 0, "typed": 1, "b": None, "none": None, "opt": 2.0},
+    ]
+    columns = list(rows[0])
+    data = rows_parquet(rows, columns, {"typed": "float64"}, {"trace": "t.json", "raw": b"\xff"})
+    table = pq.read_table(io.BytesIO(data))
+    assert table.column_names == columns
+    assert [str(t) for t in table.schema.types] == [
+        "large_string",
+        "double",
+        "int64",
+        "double",
+        "double",
+        "bool",
+        "null",
+        "double",
+    ]
+    assert table.schema.metadata == {b"traceprof.trace": b"t.json", b"traceprof.raw": b"\xff"}
+    assert [table[c].null_count for c in columns] == [1, 1, 0, 0, 1, 1, 3, 1]
+    got = table.to_pandas()
+    assert got["s"].tolist()[:2] == ["a", "é?"]  # a name that is no text: replaced, not an error
+    want = pd.DataFrame([{k: v for k, v in r.items() if k != "s"} for r in rows]).astype({"typed": "float64"})
+    for c in ("f", "i", "mixed", "typed", "opt"):
+        pd.testing.assert_series_equal(got[c], want[c], check_names=True)
+    assert pq.read_table(io.BytesIO(rows_parquet([], ["x"], {}, {}))).num_rows == 0

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from msgspec.structs import asdict
 
-from traceprof.result.records import dataframe_parquet
+from traceprof.result.parquet import rows_parquet
 
 if TYPE_CHECKING:  # compare.model imports this module when asked for its rows
     from traceprof.compare.model import DiffProfile
@@ -164,6 +164,8 @@ _FLOAT_COLUMNS = (
     "base_activation_bytes",
     "new_activation_bytes",
 )
+#: the rows' column types (pandas' names: to_dataframe's and the Parquet file's)
+DIFF_TYPES = {**dict.fromkeys(_FLOAT_COLUMNS, "float64"), "depth": "int64", "noise": "bool"}
 
 
 def diff_dataframe(diff):
@@ -172,12 +174,15 @@ def diff_dataframe(diff):
 
     rows = diff_rows(diff)
     df = pd.DataFrame(rows, columns=list(rows[0]) if rows else None)
-    return df.astype({**dict.fromkeys(_FLOAT_COLUMNS, "float64"), "depth": "int64", "noise": "bool"})
+    return df.astype(DIFF_TYPES)
 
 
 def diff_parquet(diff) -> bytes:
-    return dataframe_parquet(
-        diff_dataframe(diff),
+    rows = diff_rows(diff)
+    return rows_parquet(
+        rows,
+        list(rows[0]) if rows else [],
+        DIFF_TYPES,
         {
             "schema": DIFF_JSON_SCHEMA,
             "base": diff.base.path.encode("utf-8", "surrogateescape"),

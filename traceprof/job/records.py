@@ -32,15 +32,11 @@ ROW_COLUMNS = (
     *ROW_FIELDS,
     *(f"own_{f}" for f in ROW_FIELDS),
 )
-_TYPES = {
-    "module": "string",
-    "qualified_name": "string",
-    "name": "string",
-    "class_name": "string",
-    "kind": "string",
+#: the rows' column types where their values do not give them (pandas' names: to_dataframe's
+#: and the Parquet file's; text columns take pandas' default text type)
+ROW_TYPES = {
     "depth": "int64",
     "rank": "int64",
-    "pass": "string",
     "calls": "float64",
     **dict.fromkeys(ROW_FIELDS, "float64"),
     **{f"own_{f}": "float64" for f in ROW_FIELDS},
@@ -101,7 +97,7 @@ def job_dataframe(job: Job):
 
     rows = job_rows(job)
     frame = pd.DataFrame(rows, columns=list(ROW_COLUMNS))
-    return frame.astype(_TYPES)
+    return frame.astype(ROW_TYPES)
 
 
 def _spread(s: Spread | None) -> dict | None:

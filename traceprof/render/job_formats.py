@@ -7,10 +7,10 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from traceprof.job.records import JOB_SCHEMA, ROW_COLUMNS, job_dataframe, job_document, job_rows
+from traceprof.job.records import JOB_SCHEMA, ROW_COLUMNS, ROW_TYPES, job_document, job_rows
 from traceprof.render.csv_format import write_csv
 from traceprof.render.registry import RenderOptions
-from traceprof.result.records import dataframe_parquet
+from traceprof.result.parquet import rows_parquet
 
 if TYPE_CHECKING:
     from traceprof.job.model import Job
@@ -27,8 +27,10 @@ def render_job_csv(job: Job, opts: RenderOptions) -> str:
 
 
 def render_job_parquet(job: Job, opts: RenderOptions) -> bytes:
-    return dataframe_parquet(
-        job_dataframe(job),
+    return rows_parquet(
+        job_rows(job),
+        ROW_COLUMNS,
+        ROW_TYPES,
         {
             "schema": JOB_SCHEMA,
             "traces": json.dumps([r.path for r in job.ranks]),

@@ -10,7 +10,6 @@ kernel x pass). The text shows ops and kernels in two sections and leaves out ro
 
 from __future__ import annotations
 
-import io
 import json
 from collections.abc import Callable
 from typing import Any
@@ -21,6 +20,7 @@ from traceprof.render.csv_format import write_csv
 from traceprof.result import shaping
 from traceprof.result.model import ModuleNode, ModuleProfile, OpKind, did_you_mean
 from traceprof.result.names import path_parts, short_name_map
+from traceprof.result.parquet import rows_parquet
 from traceprof.result.records import OP_FIELDS, OP_MODULES_FIELD, has_fused, op_records
 from traceprof.result.shaping import SortKey
 
@@ -141,29 +141,16 @@ def render_ops(
 
 
 def _parquet(profile: ModuleProfile, rows: list[dict], module: str) -> bytes:
-    from traceprof.errors import MissingDependencyError
-
-    try:
-        import pandas as pd
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-    except ImportError:
-        raise MissingDependencyError(
-            "Parquet output needs pyarrow: pip install 'traceprof[parquet]'"
-        ) from None
-    frame = pd.DataFrame(rows, columns=_fields(profile)).astype({"flop_per_s": "float64", "node": "int64"})
-    table = pa.Table.from_pandas(frame, preserve_index=False)
-    table = table.replace_schema_metadata(
+    return rows_parquet(
+        rows,
+        _fields(profile),
+        {"flop_per_s": "float64", "node": "int64"},
         {
-            **(table.schema.metadata or {}),
-            b"traceprof.schema": OPS_SCHEMA.encode(),
-            b"traceprof.module": module.encode("utf-8", "surrogateescape"),
-            b"traceprof.trace": profile.metadata.path.encode("utf-8", "surrogateescape"),
-        }
+            "schema": OPS_SCHEMA,
+            "module": module.encode("utf-8", "surrogateescape"),
+            "trace": profile.metadata.path.encode("utf-8", "surrogateescape"),
+        },
     )
-    buf = io.BytesIO()
-    pq.write_table(table, buf)
-    return buf.getvalue()
 
 
 def _fields(profile: ModuleProfile) -> list[str]:

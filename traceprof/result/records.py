@@ -7,7 +7,6 @@ that all of them agree. Depends on the profile only: the profile never imports t
 
 from __future__ import annotations
 
-import io
 import json
 from collections.abc import Callable
 from operator import attrgetter
@@ -15,9 +14,9 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from msgspec.structs import asdict, astuple
 
-from traceprof.errors import MissingDependencyError
 from traceprof.result.memory import MemoryUse
 from traceprof.result.params import CountedOnce, params_counted_once
+from traceprof.result.parquet import rows_parquet
 from traceprof.result.times import FUSED_FIELDS, PASSES, OpKind, OpStat, PhaseTimes, Times, bounded
 
 if TYPE_CHECKING:
@@ -140,18 +139,25 @@ def profile_dataframe(profile: ModuleProfile) -> pd.DataFrame:
     """:func:`profile_rows` as a pandas DataFrame with typed columns (needs pandas)."""
     import pandas as pd
 
-    rows = profile_rows(profile)
+    return pd.DataFrame(profile_rows(profile)).astype(profile_types())
+
+
+def profile_types() -> dict[str, str]:
+    """The columns of :func:`profile_rows` whose type is not the one its values give."""
     rates = {f"{phase.value}_{key}": "float64" for phase in PASSES for key in RATE_FIELDS}
     memory = {f"{phase.value}_{key}": "float64" for phase in PASSES for key in MEMORY_FIELDS}
     memory.update(dict.fromkeys(ACTIVATION_FIELDS, "float64"))
-    return pd.DataFrame(rows).astype({"calls": "float64", "depth": "int64", **rates, **memory})
+    return {"calls": "float64", "depth": "int64", **rates, **memory}
 
 
 def parquet_bytes(profile: ModuleProfile) -> bytes:
-    """:func:`profile_dataframe` as a Parquet file, with the trace, the schema, the hierarchy
-    source and the warnings in its metadata (needs pyarrow)."""
-    return dataframe_parquet(
-        profile_dataframe(profile),
+    """:func:`profile_rows` as a Parquet file, typed as :func:`profile_dataframe`, with the
+    trace, the schema, the hierarchy source and the warnings in its metadata (needs pyarrow)."""
+    rows = profile_rows(profile)
+    return rows_parquet(
+        rows,
+        list(rows[0]) if rows else [],
+        profile_types(),
         {
             "schema": JSON_SCHEMA,
             "trace": profile.metadata.path.encode("utf-8", "surrogateescape"),
@@ -159,32 +165,6 @@ def parquet_bytes(profile: ModuleProfile) -> bytes:
             "warnings": json.dumps(list(profile.warnings)),
         },
     )
-
-
-def dataframe_parquet(df: pd.DataFrame, metadata: dict[str, str | bytes]) -> bytes:
-    """A DataFrame as the bytes of a Parquet file, with ``metadata`` (key -> value) in the file's
-    metadata under ``traceprof.<key>``: the trace and the schema travel with the rows (needs
-    pyarrow)."""
-    try:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-    except ImportError:
-        raise MissingDependencyError(
-            "Parquet output needs pyarrow: pip install 'traceprof[parquet]'"
-        ) from None
-    table = pa.Table.from_pandas(df, preserve_index=False)
-    table = table.replace_schema_metadata(
-        {
-            **(table.schema.metadata or {}),
-            **{
-                f"traceprof.{key}".encode(): value if isinstance(value, bytes) else value.encode()
-                for key, value in metadata.items()
-            },
-        }
-    )
-    buf = io.BytesIO()
-    pq.write_table(table, buf)
-    return buf.getvalue()
 
 
 #: columns of the per-module ops table (``--ops``, the JSON ``ops`` section); profiles with
