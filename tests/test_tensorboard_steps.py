@@ -121,7 +121,7 @@ def test_the_run_index_has_the_scalars_per_step(logdir, tensorboard):
 def _open_tab(driver, url: str, run: str):
     from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
     from selenium.webdriver.common.by import By
-    from selenium.webdriver.support.ui import Select, WebDriverWait
+    from selenium.webdriver.support.ui import WebDriverWait
 
     wait = WebDriverWait(
         driver, 60, ignored_exceptions=(NoSuchElementException, StaleElementReferenceException)
@@ -129,9 +129,27 @@ def _open_tab(driver, url: str, run: str):
     driver.get(f"{url}/#traceprof")
     driver.switch_to.frame(wait.until(lambda d: d.find_element(By.CSS_SELECTOR, "iframe")))
     wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "tr.tp-row"))
-    Select(driver.find_element(By.ID, "tp-run")).select_by_value(run)
-    wait.until(lambda d: d.execute_script("return traceprofView.run.name") == run)
+    show_run(driver, wait, run)
     return wait
+
+
+def show_run(driver, wait, run: str) -> None:
+    """Choose ``run`` in the tab and wait until its profile is shown: the view names the run as
+    soon as it is chosen and draws it when its profile has loaded (a new document, drawn in the
+    same task), so waiting on the name alone read the previous run's tables on a busy machine."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    if driver.execute_script("return traceprofView.run.name") == run:
+        return
+    driver.execute_script("window.tpShownDoc = traceprofView.doc")
+    Select(driver.find_element(By.ID, "tp-run")).select_by_value(run)
+    wait.until(
+        lambda d: d.execute_script(
+            "return traceprofView.run.name === arguments[0] && traceprofView.doc !== window.tpShownDoc",
+            run,
+        )
+    )
 
 
 def per_step_table(driver) -> tuple[list[str], list[str], list[list[str]]]:
@@ -179,8 +197,7 @@ def test_chromium_tab_shows_the_values_of_a_two_and_a_one_step_run(tensorboard, 
         selected = driver.find_element(By.CSS_SELECTOR, "#tp-per-step tr.tp-selected")
         assert selected.get_attribute("data-step") == "3"
 
-        Select(driver.find_element(By.ID, "tp-run")).select_by_value(ONE_RUN)
-        wait.until(lambda d: d.execute_script("return traceprofView.run.name") == ONE_RUN)
+        show_run(driver, wait, ONE_RUN)
         heads, tags, rows = per_step_table(driver)
         assert rows[0][0] == "ProfilerStep#1" and len(rows) == 1
         cells = dict(zip(heads, rows[0]))
@@ -223,7 +240,6 @@ def test_chromium_styles_compiled_work_apart_from_modules(tensorboard, compiled_
     """Nodes of kind compiled (no module information) are italic in the tree and the icicle, with
     a dashed outline there, in the TensorBoard tab and in the HTML report; modules are not."""
     from selenium.webdriver.common.by import By
-    from selenium.webdriver.support.ui import Select
 
     driver = start_chromium()
     try:
@@ -232,8 +248,7 @@ def test_chromium_styles_compiled_work_apart_from_modules(tensorboard, compiled_
         _check_compiled_styles(compiled_styles(driver))
 
         # a trace without steps: its one row is the whole trace
-        Select(driver.find_element(By.ID, "tp-run")).select_by_value(NO_STEPS_RUN)
-        wait.until(lambda d: d.execute_script("return traceprofView.run.name") == NO_STEPS_RUN)
+        show_run(driver, wait, NO_STEPS_RUN)
         assert per_step_table(driver)[2] == [per_step_table(driver)[2][0]]
         assert per_step_table(driver)[2][0][0] == "whole trace"
 
