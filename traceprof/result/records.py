@@ -8,7 +8,6 @@ that all of them agree. Depends on the profile only: the profile never imports t
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -194,9 +193,7 @@ def op_records(profile: ModuleProfile, node: ModuleNode | None = None) -> list[d
     and kernels of its whole subtree, merged by name, shapes and pass. ``share_of_node``: the
     row's time (GPU busy time; CPU time on CPU-only traces) over the node's total, all passes;
     ``flop_per_s``: its FLOPs over that time."""
-    shown: Callable[[Times | OpStat], float] = (
-        (lambda t: t.gpu_busy_us) if profile.has_gpu else (lambda t: t.cpu_us)
-    )
+    field = "gpu_busy_us" if profile.has_gpu else "cpu_us"
     groups: list[tuple[ModuleNode, tuple[OpStat, ...]]]
     if node is None:
         groups = [(n, n.ops) for n in profile.walk()]
@@ -205,30 +202,32 @@ def op_records(profile: ModuleProfile, node: ModuleNode | None = None) -> list[d
         groups = [(node, bounded(rows, limit=len(rows) or 1))]
     fused = has_fused(profile)
     kinds = {k: k.value for k in OpKind}  # an enum's .value is a descriptor call: once per kind
+    shown = attrgetter(field)
     out = []
     for n, ops in groups:
         whole = shown(n.total)
+        node_id, qualified_name = n.id, n.qualified_name
         for o in ops:
             time = shown(o)
-            out.append(
-                {
-                    "node": n.id,
-                    "qualified_name": n.qualified_name,
-                    "pass": o.phase,
-                    "kind": kinds[o.kind],
-                    "name": o.name,
-                    "input_shapes": o.input_shapes,
-                    "calls": o.calls,
-                    "kernels": o.kernels,
-                    "gpu_busy_us": o.gpu_busy_us,
-                    "gpu_work_us": o.gpu_work_us,
-                    "cpu_us": o.cpu_us,
-                    "flops": o.flops,
-                    "share_of_node": time / whole if whole > 0 else 0.0,
-                    "flop_per_s": o.flops / (time * 1e-6) if o.flops and time > 0 else None,
-                    **({OP_MODULES_FIELD: o.modules} if fused else {}),
-                }
-            )
+            row = {
+                "node": node_id,
+                "qualified_name": qualified_name,
+                "pass": o.phase,
+                "kind": kinds[o.kind],
+                "name": o.name,
+                "input_shapes": o.input_shapes,
+                "calls": o.calls,
+                "kernels": o.kernels,
+                "gpu_busy_us": o.gpu_busy_us,
+                "gpu_work_us": o.gpu_work_us,
+                "cpu_us": o.cpu_us,
+                "flops": o.flops,
+                "share_of_node": time / whole if whole > 0 else 0.0,
+                "flop_per_s": o.flops / (time * 1e-6) if o.flops and time > 0 else None,
+            }
+            if fused:
+                row[OP_MODULES_FIELD] = o.modules
+            out.append(row)
     return out
 
 
