@@ -4,13 +4,15 @@ modules that changed most, whether the new run is slower than allowed)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import msgspec
 
 from traceprof.compare.nodes import DiffNode
 from traceprof.compare.shape import shape_diff
 from traceprof.errors import ModuleLookupError, OptionError
 from traceprof.result.metric import TimeMetric
-from traceprof.result.model import NodeKind, did_you_mean, find_named
+from traceprof.result.model import NodeKind, did_you_mean, find_named, pre_order
 
 
 class SideSummary(msgspec.Struct, frozen=True):
@@ -117,12 +119,10 @@ class DiffProfile(msgspec.Struct, frozen=True):
         )
         return tuple((k, v if abs(v) >= 0.001 else 0.0) for k, v in parts)  # float rounding
 
-    def walk(self, start: int | None = None):
-        stack = [start] if start is not None else list(reversed(self.roots))
-        while stack:
-            node = self.nodes[stack.pop()]
-            yield node
-            stack.extend(reversed(node.children))
+    def walk(self, start: int | None = None) -> Iterator[DiffNode]:
+        """Nodes in pre-order, as :meth:`ModuleProfile.walk
+        <traceprof.result.model.ModuleProfile.walk>` walks a profile's."""
+        return pre_order(self.nodes, self.roots, start)
 
     def find(self, name: str) -> DiffNode:
         """A node by qualified name (either side's) or key, else as
