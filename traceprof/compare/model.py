@@ -5,14 +5,18 @@ modules that changed most, whether the new run is slower than allowed)."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import msgspec
 
 from traceprof.compare.nodes import DiffNode
-from traceprof.compare.shape import shape_diff
+from traceprof.compare.shape import DEFAULT_SORT, shape_diff
 from traceprof.errors import ModuleLookupError, OptionError
 from traceprof.result.metric import TimeMetric
 from traceprof.result.model import NodeKind, did_you_mean, find_named, pre_order
+
+if TYPE_CHECKING:
+    from traceprof.result.shaping import SortKey
 
 
 class SideSummary(msgspec.Struct, frozen=True):
@@ -69,7 +73,7 @@ class DiffProfile(msgspec.Struct, frozen=True):
         *,
         depth: int | None = None,
         top: int | None = None,
-        sort: str = "gpu",
+        sort: SortKey | str = DEFAULT_SORT,
         ignore: tuple[str, ...] | list[str] = (),
     ) -> DiffProfile:
         """The diff shaped as ``traceprof analyze`` shapes a profile (docs/diff.md "Shaping"):
