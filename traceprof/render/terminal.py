@@ -37,6 +37,7 @@ def styled(text: str) -> Text:
 
 
 def _guided(line: str) -> Text:
+    """A line of a report: its indentation as tree guides, then its styles."""
     out = Text()
     indent = _INDENT.match(line)
     if indent:
