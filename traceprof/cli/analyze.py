@@ -4,7 +4,7 @@ ranks' traces (docs/jobs.md)."""
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import click
 
@@ -22,12 +22,15 @@ from traceprof.cli.common import (
     job_progress,
     max_memory_option,
     no_cache_option,
+    output_options,
     peak_tflops_option,
     print_warnings,
     progress_reporter,
+    raw_option,
     reported_errors,
     sort_option,
     step_option,
+    tensorboard_option,
     top_option,
     write_tensorboard,
 )
@@ -40,22 +43,44 @@ if TYPE_CHECKING:
 # end before (docs/performance.md "Start-up")
 
 
+class AnalyzeOptions(NamedTuple):
+    """The options of ``traceprof analyze``, as click parsed them: built once by the command and
+    handed to the report of one trace or of a job. The names are the click parameters' names;
+    :data:`SINGLE_TRACE_OPTIONS` and :data:`JOB_OPTIONS` name those that apply to one of the
+    two only (given to the other, they are refused before any work)."""
+
+    fmt: str | None
+    output: str | None
+    depth: int | None
+    top: int | None
+    ignore: tuple[str, ...]
+    sort: str
+    step: int | None
+    hierarchy: str
+    raw: bool
+    all_rows: bool
+    peak_tflops: float | None
+    max_memory: int | None
+    jobs: int | None
+    # one trace's
+    batch_size: int | None
+    unsupported_ops: bool
+    columns: str | None
+    ops_module: str | None
+    tensorboard_logdir: str | None
+    # a job's
+    engine: str
+    scheduler: str | None
+    scheduler_timeout: float | None
+    ranks_columns: str
+    straggler_threshold: float
+
+
 @click.command("analyze")
 @click.argument("trace", nargs=-1, required=True, type=click.Path(dir_okay=True, path_type=str))
-@click.option(
-    "-f",
-    "--format",
-    "fmt",
-    type=click.Choice(FORMATS),
-    default=None,
-    help="Output format [default: from -o's extension, else tree].",
-)
-@click.option(
-    "-o",
-    "--output",
-    metavar="FILE",  # checked by output.resolve_output
-    default=None,
-    help="Write to FILE (atomically; devices and pipes in place; '-' is standard "
+@output_options(
+    FORMATS,
+    "Write to FILE (atomically; devices and pipes in place; '-' is standard "
     "output) instead of standard output; the format follows its extension "
     "(.txt, .table, .json, .csv, .html, .parquet). Never the input trace.",
 )
@@ -79,7 +104,7 @@ if TYPE_CHECKING:
 )
 @step_option("Analyze this ProfilerStep alone [default: mean of the complete steps].")
 @hierarchy_option()
-@click.option("--raw", is_flag=True, help="Times as plain microseconds, FLOPs and bytes as plain numbers.")
+@raw_option("Times as plain microseconds, FLOPs and bytes as plain numbers.")
 @click.option(
     "--unsupported-ops",
     is_flag=True,
@@ -111,14 +136,7 @@ if TYPE_CHECKING:
     help="As text, also the rows without time: with --ops, the Python frames of with_stack "
     "traces; for a job, the modules without time on every rank.",
 )
-@click.option(
-    "--tensorboard",
-    "tensorboard_logdir",
-    metavar="LOGDIR",
-    default=None,
-    type=click.Path(file_okay=False, path_type=str),
-    help="Also write TRACE as a new run into this TensorBoard log directory.",
-)
+@tensorboard_option("Also write TRACE as a new run into this TensorBoard log directory.")
 @peak_tflops_option(
     "Peak TFLOP/s of one device, for MFU [default: the peaks table's; none for CPUs and devices not in it]."
 )
@@ -174,80 +192,17 @@ if TYPE_CHECKING:
     help="Job: a rank is a straggler when its step time is above the median (of two ranks: the "
     "faster one's) by more than this fraction.",
 )
-def analyze(
-    trace,
-    fmt,
-    output,
-    depth,
-    top,
-    ignore,
-    batch_size,
-    sort,
-    step,
-    hierarchy,
-    raw,
-    unsupported_ops,
-    tensorboard_logdir,
-    columns,
-    peak_tflops,
-    max_memory,
-    jobs,
-    engine,
-    scheduler,
-    ranks_columns,
-    straggler_threshold,
-    scheduler_timeout,
-    ops_module,
-    all_rows,
-):
+def analyze(trace: tuple[str, ...], **options: Any) -> None:
     """Per-module forward and backward GPU time of TRACE (.json or .json.gz).
 
     Several traces, a directory or a glob pattern ('runs/*.pt.trace.json.gz') are the ranks of
     one distributed job: one report of every module across the ranks (docs/jobs.md)."""
+    given = AnalyzeOptions(**options)
     single = _single_trace(trace)
     if single is None:
-        return _analyze_job(  # the single-trace options were refused in _single_trace
-            list(trace),
-            fmt=fmt,
-            output=output,
-            depth=depth,
-            top=top,
-            sort=sort,
-            ignore=ignore,
-            all_rows=all_rows,
-            step=step,
-            hierarchy=hierarchy,
-            raw=raw,
-            peak_tflops=peak_tflops,
-            max_memory=max_memory,
-            jobs=jobs,
-            engine=engine,
-            scheduler=scheduler,
-            ranks=ranks_columns,
-            straggler_threshold=straggler_threshold,
-            scheduler_timeout=scheduler_timeout,
-        )
-    _analyze_trace(  # the job options were refused in _single_trace
-        single,
-        fmt=fmt,
-        output=output,
-        depth=depth,
-        top=top,
-        ignore=ignore,
-        batch_size=batch_size,
-        sort=sort,
-        step=step,
-        hierarchy=hierarchy,
-        raw=raw,
-        unsupported_ops=unsupported_ops,
-        tensorboard_logdir=tensorboard_logdir,
-        columns=columns,
-        peak_tflops=peak_tflops,
-        max_memory=max_memory,
-        jobs=jobs,
-        ops_module=ops_module,
-        all_rows=all_rows,
-    )
+        _analyze_job(list(trace), given)  # the single-trace options were refused in _single_trace
+    else:
+        _analyze_trace(single, given)  # the job options were refused in _single_trace
 
 
 def _single_trace(trace: tuple[str, ...]) -> str | None:
@@ -266,78 +221,58 @@ def _single_trace(trace: tuple[str, ...]) -> str | None:
     return single
 
 
-def _analyze_trace(
-    trace,
-    *,
-    fmt,
-    output,
-    depth,
-    top,
-    ignore,
-    batch_size,
-    sort,
-    step,
-    hierarchy,
-    raw,
-    unsupported_ops,
-    tensorboard_logdir,
-    columns,
-    peak_tflops,
-    max_memory,
-    jobs,
-    ops_module,
-    all_rows,
-):
+def _analyze_trace(trace: str, o: AnalyzeOptions) -> None:
     """``analyze`` of one trace: its module profile (or with --ops its ops)."""
     from traceprof import render
     from traceprof.api import analyze as analyze_api
     from traceprof.result.transforms import ignore_modules
 
     with reported_errors(f"{trace}: out of memory while analyzing"):
-        renderer = chosen_renderer(render.REGISTRY, fmt, output, [trace])
+        renderer = chosen_renderer(render.REGISTRY, o.fmt, o.output, [trace])
         fmt = renderer.name
         reporter = progress_reporter(trace)
         try:
             profile = analyze_api(
                 trace,
-                step=step,
-                hierarchy=hierarchy,
-                depth=None if ops_module else depth,  # --ops: shaped in _ops_profile
-                top=None if ops_module else top,  # --ops: its rows' (render_ops)
-                sort="order" if ops_module else sort,
+                step=o.step,
+                hierarchy=o.hierarchy,
+                depth=None if o.ops_module else o.depth,  # --ops: shaped in _ops_profile
+                top=None if o.ops_module else o.top,  # --ops: its rows' (render_ops)
+                sort="order" if o.ops_module else o.sort,
                 progress=reporter,
-                peak_tflops=peak_tflops,
-                max_memory=max_memory,
-                jobs=jobs,
+                peak_tflops=o.peak_tflops,
+                max_memory=o.max_memory,
+                jobs=o.jobs,
             )
         finally:
             close(reporter)
-        if ignore and not ops_module:
-            profile = ignore_modules(profile, ignore)
-        if columns is not None and fmt != "table":
+        if o.ignore and not o.ops_module:
+            profile = ignore_modules(profile, o.ignore)
+        if o.columns is not None and fmt != "table":
             raise OptionError(f"--columns applies to --format table, not {fmt}")
+        top_modules: dict[str, Any] = {"top_modules": o.top} if o.top is not None else {}  # else its default
         options = render.RenderOptions(
-            raw_numbers=raw,
-            unsupported_ops=unsupported_ops,
-            batch_size=batch_size,
-            columns=_parsed_columns(columns),
-            **({"top_modules": top} if top is not None else {}),
+            raw_numbers=o.raw,
+            unsupported_ops=o.unsupported_ops,
+            batch_size=o.batch_size,
+            columns=_parsed_columns(o.columns),
+            **top_modules,
         )
-        if all_rows and not ops_module:
+        if o.all_rows and not o.ops_module:
             raise OptionError("--all applies to --ops and to a job (the rows without time of their text)")
-        if ops_module:
+        if o.ops_module:
             from traceprof.render.ops import render_ops
 
-            shown = _ops_profile(profile, ops_module, depth, ignore)
-            text = render_ops(shown, ops_module, fmt, raw, all_rows, top=top, sort=sort)
+            shown = _ops_profile(profile, o.ops_module, o.depth, o.ignore)
+            text = render_ops(shown, o.ops_module, fmt, o.raw, o.all_rows, top=o.top, sort=o.sort)
         else:
             text = render.render(profile, fmt, options)
         if not renderer.shows_warnings:  # rows only (CSV, Parquet): warnings on stderr
             print_warnings(profile.warnings)
-        emit(text, output, [trace], _styled if fmt in ("tree", "table") else None)
-        if tensorboard_logdir:
+        emit(text, o.output, [trace], _styled if fmt in ("tree", "table") else None)
+        if o.tensorboard_logdir:
             write_tensorboard(
-                [trace], tensorboard_logdir, hierarchy=hierarchy, err=True, max_memory=max_memory
+                [trace], o.tensorboard_logdir, hierarchy=o.hierarchy, err=True, max_memory=o.max_memory
             )
 
 
@@ -393,28 +328,7 @@ def _styled(text: str) -> object:
     return styled(text)
 
 
-def _analyze_job(
-    traces,
-    *,
-    fmt,
-    output,
-    depth,
-    top,
-    sort,
-    ignore,
-    all_rows,
-    step,
-    hierarchy,
-    raw,
-    peak_tflops,
-    max_memory,
-    jobs,
-    engine,
-    scheduler,
-    ranks,
-    straggler_threshold,
-    scheduler_timeout,
-):
+def _analyze_job(traces: list[str], o: AnalyzeOptions) -> None:
     """``analyze`` of several traces, a directory or a glob: the job report."""
     from traceprof import render
     from traceprof.job.analyze import analyze_job
@@ -423,31 +337,37 @@ def _analyze_job(
 
     with reported_errors("out of memory while analyzing the job"):
         paths = find_traces(traces)
-        renderer = chosen_renderer(render.JOB_REGISTRY, fmt, output, paths)
+        renderer = chosen_renderer(render.JOB_REGISTRY, o.fmt, o.output, paths)
         fmt = renderer.name
         reporter = job_progress(len(paths))
         try:
             job = analyze_job(
                 paths,
-                step=step,
-                hierarchy=hierarchy,
-                peak_tflops=peak_tflops,
-                max_memory=max_memory,
-                engine=engine,
-                jobs=jobs,
-                scheduler=scheduler,
-                straggler_threshold=straggler_threshold,
-                scheduler_timeout=scheduler_timeout,
-                progress=reporter,
+                step=o.step,
+                hierarchy=o.hierarchy,
+                peak_tflops=o.peak_tflops,
+                max_memory=o.max_memory,
+                engine=o.engine,
+                jobs=o.jobs,
+                scheduler=o.scheduler,
+                straggler_threshold=o.straggler_threshold,
+                scheduler_timeout=o.scheduler_timeout,
+                # a bar per trace: the per-item callback (done, total, item) analyze_job also
+                # takes, besides the one-line Progress it declares (progress.per_item)
+                progress=reporter,  # type: ignore[arg-type]
                 newest_run=len(traces) == 1 and os.path.isdir(traces[0]),
             )
         finally:
             close(reporter)
         # the rows' shape: every format; modules without time left out of the text only
         job = job.shaped(
-            depth=depth, top=top, sort=sort, ignore=ignore, all_rows=all_rows or fmt not in ("tree", "table")
+            depth=o.depth,
+            top=o.top,
+            sort=o.sort,
+            ignore=o.ignore,
+            all_rows=o.all_rows or fmt not in ("tree", "table"),
         )
-        options = render.RenderOptions(raw_numbers=raw, ranks=ranks)
+        options = render.RenderOptions(raw_numbers=o.raw, ranks=o.ranks_columns)
         text = render.render_job(job, fmt, options)
         # rows only (CSV, Parquet): every warning on stderr; else a partial job's and the runs
         # left out of a directory's there too, where a pipe reader sees them
@@ -456,4 +376,4 @@ def _analyze_job(
             for w in job.warnings
             if not renderer.shows_warnings or w.startswith("partial job") or RUNS_NOTE in w
         )
-        emit(text, output, paths)
+        emit(text, o.output, paths)

@@ -12,8 +12,7 @@ from __future__ import annotations
 FORMATS = ("csv", "html", "json", "parquet", "table", "tree")
 #: ``diff --format``: the names of ``traceprof.render.diff.DIFF_REGISTRY``, sorted
 DIFF_FORMATS = ("csv", "html", "json", "parquet", "tree")
-#: ``analyze --columns``: the columns of ``traceprof.render.table.COLUMNS``, in its order, and
-#: its ``DEFAULT_COLUMNS``
+#: ``analyze --columns``: the columns of ``traceprof.render.table.COLUMNS``, in its order
 TABLE_COLUMNS = (
     "input",
     "output",
@@ -36,21 +35,10 @@ TABLE_COLUMNS = (
     "trainable",
     "name",
 )
-DEFAULT_TABLE_COLUMNS = (
-    "input",
-    "output",
-    "params",
-    "params_percent",
-    "kernel",
-    "mult_adds",
-    "macs",
-    "mfu",
-    "fwd",
-    "bwd",
-    "other",
-    "activations",
-    "share",
-    "kernels",
+#: the table's columns without ``--columns`` (``traceprof.render.table.DEFAULT_COLUMNS``): all
+#: but those shown only when asked for (their ``Column.by_default`` is False)
+DEFAULT_TABLE_COLUMNS = tuple(
+    c for c in TABLE_COLUMNS if c not in ("weight_shape", "flops", "flop_rate", "calls", "trainable", "name")
 )
 #: ``--sort``: the values of ``traceprof.result.transforms.SortKey``, in its order
 SORT_KEYS = ("order", "gpu", "fwd", "bwd", "other", "cpu", "kernels", "calls", "flops", "name")

@@ -169,7 +169,7 @@ def color_terminal() -> bool:
     return sys.stdout.isatty() and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
 
 
-def close(reporter: ProgressBar | None) -> None:
+def close(reporter: ProgressBar | JobProgressBar | None) -> None:
     if reporter is not None:
         reporter.close()
 
@@ -299,6 +299,48 @@ def chosen_renderer(registry: Registry, fmt: str | None, output: str | None, inp
     if renderer.binary:
         check_binary_output(fmt, output)
     return renderer
+
+
+# --- the output options: what a command writes and where, the same in every command that writes a
+# result (analyze and diff); each command names its own formats and files
+
+
+def output_options(formats: tuple[str, ...], output_help: str) -> Callable[[Any], Any]:
+    """``-f/--format NAME`` (one of ``formats``; the default follows ``-o``, checked by
+    :func:`chosen_renderer`) and ``-o/--output FILE``, in that order."""
+    fmt = click.option(
+        "-f",
+        "--format",
+        "fmt",
+        type=click.Choice(formats),
+        default=None,
+        help="Output format [default: from -o's extension, else tree].",
+    )
+    output = click.option(
+        "-o",
+        "--output",
+        metavar="FILE",  # checked by output.resolve_output
+        default=None,
+        help=output_help,
+    )
+    return lambda command: fmt(output(command))
+
+
+def raw_option(help: str) -> Callable[[Any], Any]:
+    """``--raw``: numbers as plain numbers, not as text for people."""
+    return click.option("--raw", is_flag=True, help=help)
+
+
+def tensorboard_option(help: str) -> Callable[[Any], Any]:
+    """``--tensorboard LOGDIR``: also write the inputs as runs of a TensorBoard log directory."""
+    return click.option(
+        "--tensorboard",
+        "tensorboard_logdir",
+        metavar="LOGDIR",
+        default=None,
+        type=click.Path(file_okay=False, path_type=str),
+        help=help,
+    )
 
 
 # --- the shaping options: one declaration for analyze (a trace, a job, --ops) and diff, so that

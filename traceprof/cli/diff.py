@@ -19,11 +19,14 @@ from traceprof.cli.common import (
     ignore_option,
     max_memory_option,
     no_cache_option,
+    output_options,
     print_warnings,
     progress_reporter,
+    raw_option,
     reported_errors,
     sort_option,
     step_option,
+    tensorboard_option,
     top_option,
 )
 from traceprof.errors import OptionError
@@ -32,20 +35,9 @@ from traceprof.errors import OptionError
 @click.command("diff")
 @click.argument("base", type=click.Path(path_type=str))
 @click.argument("new", type=click.Path(path_type=str))
-@click.option(
-    "-f",
-    "--format",
-    "fmt",
-    type=click.Choice(DIFF_FORMATS),
-    default=None,
-    help="Output format [default: from -o's extension, else tree].",
-)
-@click.option(
-    "-o",
-    "--output",
-    metavar="FILE",  # checked by output.resolve_output
-    default=None,
-    help="Write to FILE (atomically; '-' is standard output); the format "
+@output_options(
+    DIFF_FORMATS,
+    "Write to FILE (atomically; '-' is standard output); the format "
     "follows its extension (.txt, .json, .csv, .parquet, .html). Never an input.",
 )
 @click.option(
@@ -83,15 +75,8 @@ from traceprof.errors import OptionError
     "Hide modules whose class or qualified name matches PATTERN (fnmatch, repeatable); their "
     "change stays in their parent's."
 )
-@click.option("--raw", is_flag=True, help="Times as plain microseconds.")
-@click.option(
-    "--tensorboard",
-    "tensorboard_logdir",
-    metavar="LOGDIR",
-    default=None,
-    type=click.Path(file_okay=False, path_type=str),
-    help="Also write BASE and NEW as a pair of TensorBoard runs (LOGDIR/base, LOGDIR/new).",
-)
+@raw_option("Times as plain microseconds.")
+@tensorboard_option("Also write BASE and NEW as a pair of TensorBoard runs (LOGDIR/base, LOGDIR/new).")
 @max_memory_option("Memory limit of loading each trace (e.g. 8G) [default: as analyze].")
 @no_cache_option
 def diff_command(

@@ -30,6 +30,7 @@ from msgspec.structs import replace
 from traceprof import options
 from traceprof.compare.match import compare
 from traceprof.compare.model import DiffProfile
+from traceprof.compare.shape import DEFAULT_SORT
 from traceprof.compare.side import Side, cached_sides, side_of
 from traceprof.errors import OptionError
 from traceprof.trace.model import Trace
@@ -70,9 +71,10 @@ def diff(
     ``step``: compare that ProfilerStep of each trace (the same number in both) instead of the
     mean of their complete steps. ``depth``, ``top``, ``sort``, ``ignore``: the result
     :meth:`DiffProfile.shaped <traceprof.compare.model.DiffProfile.shaped>` (``sort`` None: the
-    change of GPU time when shaped, as ``traceprof diff`` sorts; unshaped, the modules stay as they
-    first ran). ``progress``: called with what the diff is doing (the stages
-    of each trace analyzed in this process, as :func:`traceprof.analyze`'s)."""
+    diff's default, ``gpu``, the size of the change of the diff's time, largest first, as
+    ``traceprof diff`` sorts; an unshaped diff's siblings are in that order too). ``progress``:
+    called with what the diff is doing (the stages of each trace analyzed in this process, as
+    :func:`traceprof.analyze`'s)."""
     # checked and made plain int once, as the command line does (numpy.int64(2) is 2)
     step = options.argument("step", step, int, min=0)
     depth = options.argument("depth", depth, int, min=0)
@@ -86,7 +88,7 @@ def diff(
 def _shaped(result: DiffProfile, depth, top, sort, ignore) -> DiffProfile:
     if depth is None and top is None and sort is None and not ignore:
         return result
-    return result.shaped(depth=depth, top=top, sort=sort or "gpu", ignore=ignore)
+    return result.shaped(depth=depth, top=top, sort=sort or DEFAULT_SORT, ignore=ignore)
 
 
 def _sides(items, hierarchy, max_memory, parallel, cache=None, step=None, progress=None) -> list[Side]:

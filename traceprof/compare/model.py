@@ -4,13 +4,19 @@ modules that changed most, whether the new run is slower than allowed)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
 import msgspec
 
 from traceprof.compare.nodes import DiffNode
-from traceprof.compare.shape import shape_diff
+from traceprof.compare.shape import DEFAULT_SORT, shape_diff
 from traceprof.errors import ModuleLookupError, OptionError
 from traceprof.result.metric import TimeMetric
-from traceprof.result.model import NodeKind, did_you_mean, find_named
+from traceprof.result.model import NodeKind, did_you_mean, find_named, pre_order
+
+if TYPE_CHECKING:
+    from traceprof.result.shaping import SortKey
 
 
 class SideSummary(msgspec.Struct, frozen=True):
@@ -67,7 +73,7 @@ class DiffProfile(msgspec.Struct, frozen=True):
         *,
         depth: int | None = None,
         top: int | None = None,
-        sort: str = "gpu",
+        sort: SortKey | str = DEFAULT_SORT,
         ignore: tuple[str, ...] | list[str] = (),
     ) -> DiffProfile:
         """The diff shaped as ``traceprof analyze`` shapes a profile (docs/diff.md "Shaping"):
@@ -117,12 +123,10 @@ class DiffProfile(msgspec.Struct, frozen=True):
         )
         return tuple((k, v if abs(v) >= 0.001 else 0.0) for k, v in parts)  # float rounding
 
-    def walk(self, start: int | None = None):
-        stack = [start] if start is not None else list(reversed(self.roots))
-        while stack:
-            node = self.nodes[stack.pop()]
-            yield node
-            stack.extend(reversed(node.children))
+    def walk(self, start: int | None = None) -> Iterator[DiffNode]:
+        """Nodes in pre-order, as :meth:`ModuleProfile.walk
+        <traceprof.result.model.ModuleProfile.walk>` walks a profile's."""
+        return pre_order(self.nodes, self.roots, start)
 
     def find(self, name: str) -> DiffNode:
         """A node by qualified name (either side's) or key, else as

@@ -13,7 +13,6 @@ from traceprof.job.modules import JobModule, is_collective_group
 from traceprof.job.shaping import shape_job
 from traceprof.result.metric import TimeMetric
 from traceprof.result.model import ModuleProfile, find_named
-from traceprof.result.shaping import SortKey
 
 
 class StepMetric(str, enum.Enum):
@@ -120,22 +119,9 @@ class Job(msgspec.Struct, frozen=True):
     #: are no modules), however :meth:`shaped` shows them
     matched_modules: int = 0
 
-    def shaped(
-        self,
-        *,
-        depth: int | None = None,
-        top: int | None = None,
-        sort: SortKey | str = SortKey.ORDER,
-        ignore: tuple[str, ...] | list[str] = (),
-        all_rows: bool = True,
-    ) -> Job:
-        """The job with its modules shaped as ``traceprof analyze`` shapes a profile: siblings
-        ordered by ``sort`` (by the median across the ranks, largest first), the ``top``
-        largest children of each module kept and the rest folded into one ``(k more)`` module,
-        modules down to ``depth``, modules matching an ``ignore`` pattern hidden; with
-        ``all_rows=False`` also the modules without time on any rank, counted in
-        :attr:`hidden_modules`. The ranks, step times and stragglers stay as they are."""
-        return shape_job(self, depth=depth, top=top, sort=sort, ignore=ignore, all_rows=all_rows)
+    #: the job with its modules shaped as ``traceprof analyze`` shapes a profile
+    #: (:func:`~traceprof.job.shaping.shape_job`, which is this method)
+    shaped = shape_job
 
     @property
     def rank_numbers(self) -> tuple[int, ...]:

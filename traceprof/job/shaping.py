@@ -75,7 +75,13 @@ def shape_job(
     ignore: tuple[str, ...] | list[str] = (),
     all_rows: bool = True,
 ) -> Job:
-    """:meth:`Job.shaped`."""
+    """The job with its modules shaped as ``traceprof analyze`` shapes a profile: siblings
+    ordered by ``sort`` (by the median across the ranks, largest first), the ``top`` largest
+    children of each module kept and the rest folded into one ``(k more)`` module, modules down
+    to ``depth``, modules matching an ``ignore`` pattern hidden; with ``all_rows=False`` also the
+    modules without time on any rank, counted in :attr:`~traceprof.job.model.Job.hidden_modules`.
+    The ranks, step times and stragglers stay as they are. :meth:`Job.shaped
+    <traceprof.job.model.Job.shaped>` is this function."""
     key = shaping.check_shape(depth, top, sort)
     hidden_by = shaping.ignore_matcher(ignore)
     order_fn = job_sort_value(job, key)

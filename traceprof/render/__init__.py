@@ -6,7 +6,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from traceprof.render.registry import Registry, Renderer, RenderOptions, imported
+from traceprof.render.registry import (
+    Registry,
+    Renderer,
+    RenderOptions,
+    csv_renderer,
+    imported,
+    parquet_renderer,
+)
 
 if TYPE_CHECKING:
     from traceprof.result.model import ModuleProfile
@@ -19,13 +26,7 @@ if TYPE_CHECKING:
 REGISTRY = Registry(
     "unknown format {name!r} (known: {known})",
     (
-        Renderer(
-            "csv",
-            (".csv",),
-            "one row per node, numbers in microseconds",
-            imported("csv_format", "render_csv"),
-            shows_warnings=False,
-        ),
+        csv_renderer("one row per node, numbers in microseconds", imported("csv_format", "render_csv")),
         Renderer(
             "json",
             (".json",),
@@ -38,13 +39,8 @@ REGISTRY = Registry(
             "self-contained HTML report: icicle chart (forward | backward | other) and module table",
             imported("html", "render_html"),
         ),
-        Renderer(
-            "parquet",
-            (".parquet", ".pq"),
-            "one row per node, typed columns (needs pyarrow)",
-            imported("parquet_format", "render_parquet"),
-            binary=True,
-            shows_warnings=False,
+        parquet_renderer(
+            "one row per node, typed columns (needs pyarrow)", imported("parquet_format", "render_parquet")
         ),
         Renderer(
             "table", (".table",), "one row per module (torchinfo style)", imported("table", "render_table")
@@ -75,20 +71,9 @@ JOB_REGISTRY = Registry(
             "JSON document (schema traceprof.job)",
             imported("job_formats", "render_job_json"),
         ),
-        Renderer(
-            "csv",
-            (".csv",),
-            "one row per module x rank x pass",
-            imported("job_formats", "render_job_csv"),
-            shows_warnings=False,
-        ),
-        Renderer(
-            "parquet",
-            (".parquet", ".pq"),
-            "one row per module x rank x pass, typed columns",
-            imported("job_formats", "render_job_parquet"),
-            binary=True,
-            shows_warnings=False,
+        csv_renderer("one row per module x rank x pass", imported("job_formats", "render_job_csv")),
+        parquet_renderer(
+            "one row per module x rank x pass, typed columns", imported("job_formats", "render_job_parquet")
         ),
         Renderer(
             "html",

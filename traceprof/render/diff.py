@@ -7,7 +7,7 @@ from traceprof import units
 from traceprof.compare.records import diff_json, diff_parquet, diff_rows
 from traceprof.render import diff_html
 from traceprof.render.csv_format import write_csv
-from traceprof.render.registry import Registry, Renderer, RenderOptions
+from traceprof.render.registry import Registry, Renderer, RenderOptions, csv_renderer, parquet_renderer
 from traceprof.result.metric import TimeMetric
 
 # --- text tree
@@ -219,17 +219,8 @@ DIFF_REGISTRY = Registry(
             render_tree,
         ),
         Renderer("json", (".json",), "JSON document, schema traceprof.diff/1", render_json),
-        Renderer(
-            "csv", (".csv",), "one row per node x pass, largest |Δ| first", render_csv, shows_warnings=False
-        ),
-        Renderer(
-            "parquet",
-            (".parquet", ".pq"),
-            "one row per node x pass, typed (needs pyarrow)",
-            render_parquet,
-            binary=True,
-            shows_warnings=False,
-        ),
+        csv_renderer("one row per node x pass, largest |Δ| first", render_csv),
+        parquet_renderer("one row per node x pass, typed (needs pyarrow)", render_parquet),
         Renderer(
             "html",
             (".html", ".htm"),

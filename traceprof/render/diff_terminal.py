@@ -8,9 +8,16 @@ import re
 
 from rich.text import Text
 
-_SLOWER = re.compile(r"\(\+[^)]*\)|\[added\]")
-_FASTER = re.compile(r"\(-[^)]*\)|\[removed\]")
-_STYLES = (
+from traceprof.render.terminal import Styles, highlighted, styled_lines
+
+#: a changed line's marks: slower red, faster green
+_CHANGE: Styles = (
+    (re.compile(r"\(\+[^)]*\)|\[added\]"), "red"),
+    (re.compile(r"\(-[^)]*\)|\[removed\]"), "green"),
+)
+#: a line whose change is within the step-to-step spread: dimmed whole
+_NOISE: Styles = ((re.compile(r".+", re.DOTALL), "dim"),)
+_STYLES: Styles = (
     (re.compile(r"^traceprof diff$|^[a-z ]+:(?=\s)"), "bold"),
     (re.compile(r"^warning:.*$"), "yellow"),
     (re.compile(r"^\s*[\w.()\[\]: -]+?(?= \(|:)"), "bold cyan"),
@@ -18,15 +25,6 @@ _STYLES = (
 
 
 def styled(text: str) -> Text:
-    out = Text()
-    for line in text.splitlines(keepends=True):
-        piece = Text(line)
-        if "(noise)" in line:
-            piece.stylize("dim")
-        else:
-            piece.highlight_regex(_SLOWER, "red")
-            piece.highlight_regex(_FASTER, "green")
-        for pattern, style in _STYLES:
-            piece.highlight_regex(pattern, style)
-        out.append_text(piece)
-    return out
+    return styled_lines(
+        text, lambda line: highlighted(line, (_NOISE if "(noise)" in line else _CHANGE) + _STYLES)
+    )

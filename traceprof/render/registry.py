@@ -40,6 +40,18 @@ class Renderer(msgspec.Struct, frozen=True):
     shows_warnings: bool = True
 
 
+def csv_renderer(description: str, render: Callable[[Any, RenderOptions], str | bytes]) -> Renderer:
+    """The CSV renderer of a kind of result: chosen by ``.csv``; rows only, with no place for
+    the result's warnings (the command line prints them on stderr)."""
+    return Renderer("csv", (".csv",), description, render, shows_warnings=False)
+
+
+def parquet_renderer(description: str, render: Callable[[Any, RenderOptions], str | bytes]) -> Renderer:
+    """The Parquet renderer of a kind of result: chosen by ``.parquet`` or ``.pq``; typed rows
+    as bytes (written to a file only), with no place for the result's warnings."""
+    return Renderer("parquet", (".parquet", ".pq"), description, render, binary=True, shows_warnings=False)
+
+
 class Registry(dict):
     """Renderers of one kind of result (a profile, a job, a diff) by format name, in the order
     given (the order of help texts and error messages); -o FILE chooses one by the file's

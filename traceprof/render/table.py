@@ -102,6 +102,8 @@ class Column(msgspec.Struct, frozen=True):
     header: Callable[[ModuleProfile], str]
     cell: Callable[[_Context, ModuleNode], str]
     available: Callable[[ModuleProfile], bool] = lambda p: True
+    #: one of :data:`DEFAULT_COLUMNS`, the table's columns without ``--columns``
+    by_default: bool = True
 
 
 class _Context(msgspec.Struct):
@@ -270,6 +272,7 @@ COLUMNS: dict[str, Column] = {
             lambda p: "Weight Shape",
             _info(lambda i: units.dims(i.weight_shape)),
             _has_table,
+            by_default=False,
         ),
         Column(
             "mult_adds",
@@ -291,6 +294,7 @@ COLUMNS: dict[str, Column] = {
             lambda p: "FLOPs",
             lambda ctx, n: units.flops(n.total.flops, ctx.opts.raw_numbers),
             lambda p: p.flops.has_shapes,
+            by_default=False,
         ),
         Column(
             "flop_rate",
@@ -300,6 +304,7 @@ COLUMNS: dict[str, Column] = {
                 units.flop_rate(ctx.profile.throughput(n.total).flop_per_s) if n.total.flops else "--"
             ),
             lambda p: p.flops.has_shapes,
+            by_default=False,
         ),
         Column(
             "mfu",
@@ -335,6 +340,7 @@ COLUMNS: dict[str, Column] = {
             "calls per step (titled Mean calls for a mean of several steps)",
             lambda p: "Mean calls" if averaged(p) else "Calls",
             lambda ctx, n: units.count(n.calls) if n.kind is NodeKind.MODULE else "",
+            by_default=False,
         ),
         Column(
             "trainable",
@@ -342,8 +348,15 @@ COLUMNS: dict[str, Column] = {
             lambda p: "Trainable",
             _trainable_cell,
             _has_table,
+            by_default=False,
         ),
-        Column("name", "qualified module name", lambda p: "Name", lambda ctx, n: n.qualified_name or n.name),
+        Column(
+            "name",
+            "qualified module name",
+            lambda p: "Name",
+            lambda ctx, n: n.qualified_name or n.name,
+            by_default=False,
+        ),
     )
 }
 
@@ -359,22 +372,7 @@ FUSED_COLUMN = Column(
     lambda p: p.compiled is not None,
 )
 
-DEFAULT_COLUMNS = (
-    "input",
-    "output",
-    "params",
-    "params_percent",
-    "kernel",
-    "mult_adds",
-    "macs",
-    "mfu",
-    "fwd",
-    "bwd",
-    "other",
-    "activations",
-    "share",
-    "kernels",
-)
+DEFAULT_COLUMNS = tuple(name for name, column in COLUMNS.items() if column.by_default)
 
 
 def parse_columns(text: str) -> tuple[str, ...]:

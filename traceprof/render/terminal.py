@@ -9,12 +9,17 @@ turning the guides back into spaces.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 from rich.text import Text
 
+#: a line's styles: each pattern's matches get its style, later ones over earlier ones
+Styles = tuple[tuple[re.Pattern, str], ...]
+
+
 GUIDE = "│ "
 _INDENT = re.compile(r"^((?:  )+)(?=[()\d])")  # module lines, their continuations and ")"
-_STYLES: tuple[tuple[re.Pattern, str], ...] = (
+_STYLES: Styles = (
     (re.compile(r"^-{5,}.*-{5,}$|^={5,}$|^traceprof module profile$|^Layer \(type.*$"), "bold"),
     (re.compile(r"^(warning|unsupported):.*$"), "red"),
     (re.compile(r"^\w[\w /+()*=-]*:(?=\s)"), "bold"),  # "fwd latency:", "trace:"
@@ -28,18 +33,35 @@ _STYLES: tuple[tuple[re.Pattern, str], ...] = (
 
 def styled(text: str) -> Text:
     """``text`` with tree guides and colors, for a terminal."""
+    return styled_lines(text, _guided)
+
+
+def _guided(line: str) -> Text:
+    """A line of a report: its indentation as tree guides, then its styles."""
+    out = Text()
+    indent = _INDENT.match(line)
+    if indent:
+        depth = len(indent.group(1)) // 2
+        out.append(GUIDE * depth, style="dim")
+        line = line[indent.end() :]
+    out.append_text(highlighted(line, _STYLES))
+    return out
+
+
+def styled_lines(text: str, style_line: Callable[[str], Text]) -> Text:
+    """``text`` styled line by line (each line with its end) by ``style_line``."""
     out = Text()
     for line in text.splitlines(keepends=True):
-        indent = _INDENT.match(line)
-        if indent:
-            depth = len(indent.group(1)) // 2
-            out.append(GUIDE * depth, style="dim")
-            line = line[indent.end() :]
-        piece = Text(line)
-        for pattern, style in _STYLES:
-            piece.highlight_regex(pattern, style)
-        out.append_text(piece)
+        out.append_text(style_line(line))
     return out
+
+
+def highlighted(line: str, styles: Styles) -> Text:
+    """``line`` with the styles of the patterns it matches."""
+    piece = Text(line)
+    for pattern, style in styles:
+        piece.highlight_regex(pattern, style)
+    return piece
 
 
 def plain(styled_text: str) -> str:

@@ -261,6 +261,27 @@ def module_node_count(nodes: Iterable[Kinded]) -> int:
     return sum(1 for n in nodes if n.kind is NodeKind.MODULE)
 
 
+class Parent(Protocol):
+    """A node of a tree kept as a list, its children by index (a profile's, a diff's): what
+    :func:`pre_order` reads of it."""
+
+    @property
+    def children(self) -> tuple[int, ...]: ...
+
+
+_P = TypeVar("_P", bound=Parent)
+
+
+def pre_order(nodes: Sequence[_P], roots: Sequence[int], start: int | None = None) -> Iterator[_P]:
+    """``nodes`` in pre-order (parents before children, siblings in stored order): the subtree
+    of the node at ``start``, else the trees of every root."""
+    stack = [start] if start is not None else list(reversed(roots))
+    while stack:
+        node = nodes[stack.pop()]
+        yield node
+        stack.extend(reversed(node.children))
+
+
 #: relative margin above the step's wall time within which the roots' time is not explained
 WALL_MARGIN = 1e-3
 
@@ -361,11 +382,7 @@ class ModuleProfile(msgspec.Struct, frozen=True):
 
     def walk(self, start: int | None = None) -> Iterator[ModuleNode]:
         """Nodes in pre-order (parents before children, siblings in stored order)."""
-        stack = [start] if start is not None else list(reversed(self.roots))
-        while stack:
-            node = self.nodes[stack.pop()]
-            yield node
-            stack.extend(reversed(node.children))
+        return pre_order(self.nodes, self.roots, start)
 
     def find(self, name: str) -> ModuleNode:
         """The node ``name`` names: a qualified name (``""`` is the root of a traceprof
