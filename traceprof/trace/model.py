@@ -65,6 +65,46 @@ class ModuleTable(msgspec.Struct, frozen=True):
     world_size: int | None = None
 
 
+# The module table as the capture writes it (docs/trace-conventions.md "Module table"): the
+# records the reader decodes its JSON into, each key spelled here once. Only its skeleton is
+# typed (an object with a list of rows, each with a name and a class): a value of any other
+# type than the capture writes reads as unknown, never makes the table unreadable, so those
+# fields are ``Any`` here and the reader (``read/build.py``) makes each a ``ModuleInfo`` field.
+
+
+class RawModuleRow(msgspec.Struct, frozen=True, gc=False):
+    """One row of the module table as written: the keys of ``ModuleInfo``, the class as ``class``."""
+
+    name: Any
+    class_name: Any = msgspec.field(name="class")
+    params: Any = None
+    params_total: Any = None
+    trainable_total: Any = None
+    frozen_total: Any = None
+    buffers_total: Any = None
+    extra_repr: Any = None
+    inputs: Any = None
+    outputs: Any = None
+    param_bytes: Any = None
+    param_bytes_total: Any = None
+    param_counts: Any = None
+    leaf: Any = None
+    weight_shape: Any = None
+    kernel_size: Any = None
+    tied: Any = None
+
+
+class RawModuleTable(msgspec.Struct, frozen=True):
+    """The module table's document as written (``schema.MODULE_TABLE_FORMAT``)."""
+
+    modules: list[RawModuleRow]
+    format: Any = None
+    version: Any = 1
+    torch_version: Any = None
+    rank: Any = None
+    world_size: Any = None
+
+
 # The compiled-kernel table (docs/trace-conventions.md): traceprof.capture builds these records
 # and encodes them (msgspec.to_builtins); the reader decodes the same records. A field whose
 # default is UNSET is a key the capture writes only where it applies: UNSET when absent.
