@@ -511,7 +511,7 @@ def _int(v: Any, default):
         return v
     try:
         return int(v)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: an infinite float
         return default
 
 
@@ -571,6 +571,7 @@ _UNREADABLE = (
     KeyError,
     TypeError,
     AttributeError,
+    OverflowError,
     binascii.Error,
     RecursionError,
     msgspec.ValidationError,
