@@ -652,8 +652,8 @@ def _module_info(name: str, row: RawModuleRow) -> ModuleInfo:
         frozen_total=_int(row.frozen_total, None),
         buffers_total=_int(row.buffers_total, None),
         extra_repr=str(row.extra_repr or ""),
-        inputs=_spec(row.inputs),
-        outputs=_spec(row.outputs),
+        inputs=None if row.inputs is msgspec.UNSET else _spec(row.inputs),  # UNSET: never called
+        outputs=None if row.outputs is msgspec.UNSET else _spec(row.outputs),
         param_bytes=_int(row.param_bytes, None),
         param_bytes_total=_int(row.param_bytes_total, None),
         param_counts=_param_counts(row.param_counts),

@@ -65,14 +65,15 @@ class ModuleTable(msgspec.Struct, frozen=True):
     world_size: int | None = None
 
 
-# The module table as the capture writes it (docs/trace-conventions.md "Module table"): the
-# records the reader decodes its JSON into, each key spelled here once. Only its skeleton is
-# typed (an object with a list of rows, each with a name and a class): a value of any other
-# type than the capture writes reads as unknown, never makes the table unreadable, so those
-# fields are ``Any`` here and the reader (``read/build.py``) makes each a ``ModuleInfo`` field.
+# The module table (docs/trace-conventions.md "Module table"): traceprof.capture builds these
+# records and encodes them (msgspec.to_builtins), the reader decodes the same records, each key
+# spelled here once. Only the skeleton is typed (an object with a list of rows, each with a name
+# and a class): a value of another type than the capture writes reads as unknown and never makes
+# the table unreadable, so the values are ``Any`` here and the reader (``read/build.py``) makes
+# each a ``ModuleInfo`` field. A row's field left None (UNSET: inputs and outputs) is not written.
 
 
-class RawModuleRow(msgspec.Struct, frozen=True, gc=False):
+class RawModuleRow(msgspec.Struct, frozen=True, gc=False, omit_defaults=True):
     """One row of the module table as written: the keys of ``ModuleInfo``, the class as ``class``."""
 
     name: Any
@@ -83,26 +84,27 @@ class RawModuleRow(msgspec.Struct, frozen=True, gc=False):
     frozen_total: Any = None
     buffers_total: Any = None
     extra_repr: Any = None
-    inputs: Any = None
-    outputs: Any = None
     param_bytes: Any = None
     param_bytes_total: Any = None
     param_counts: Any = None
     leaf: Any = None
+    tied: Any = None
     weight_shape: Any = None
     kernel_size: Any = None
-    tied: Any = None
+    #: the first call's arguments and returned value described; UNSET: the module was never called
+    inputs: Any = UNSET
+    outputs: Any = UNSET
 
 
-class RawModuleTable(msgspec.Struct, frozen=True):
+class RawModuleTable(msgspec.Struct, frozen=True, kw_only=True):
     """The module table's document as written (``schema.MODULE_TABLE_FORMAT``)."""
 
-    modules: list[RawModuleRow]
-    format: Any = None
+    format: str
     version: Any = 1
     torch_version: Any = None
     rank: Any = None
     world_size: Any = None
+    modules: list[RawModuleRow]
 
 
 # The compiled-kernel table (docs/trace-conventions.md): traceprof.capture builds these records
