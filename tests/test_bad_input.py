@@ -362,6 +362,9 @@ def test_cli_top_level_values_of_odd_types(tmp_path, small_doc):
         12,
         "eyJmb3JtYXQiOiA1fQ==",  # base64 of {"format": 5}
         "//79",  # base64 of invalid UTF-8
+        # Python's JSON reads Infinity: a count, a rank or the version that is infinite
+        "eyJmb3JtYXQiOiJ0cmFjZXByb2YubW9kdWxlcyIsIm1vZHVsZXMiOlt7Im5hbWUiOiIiLCJjbGFzcyI6Ik4iLCJwYXJhbXMiOkluZmluaXR5fV0sInJhbmsiOi1JbmZpbml0eX0=",
+        "eyJmb3JtYXQiOiJ0cmFjZXByb2YubW9kdWxlcyIsIm1vZHVsZXMiOltdLCJ2ZXJzaW9uIjpJbmZpbml0eX0=",
     ],
 )
 def test_cli_module_table_of_odd_shapes(tmp_path, small_doc, table):

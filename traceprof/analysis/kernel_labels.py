@@ -33,7 +33,7 @@ per-item work is numpy over columns.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import msgspec
@@ -118,6 +118,10 @@ class _Placement:
         self.tree_names = set(self.by_name)
         #: the distinct module labels, each part's path and whether it is Inductor's
         self.parsed: list[tuple[tuple[str, bool], ...]] = []
+        #: the spans of work placed on the common module of several ("a, b") -> its code
+        self.spans: dict[str, int] = {}
+        #: the arg names of the labels that placed work
+        self.kinds: set[str] = set()
 
     def result(self) -> tuple[Hierarchy, LabelWork | None]:
         ev, links, labels, tree = self.trace.events, self.links, self.labels, self.tree
@@ -140,15 +144,13 @@ class _Placement:
         fqn, kind_of = self._module_labels(rows, texts)
         node = np.full(len(rows), -1, np.int64)
         span = np.full(len(rows), -1, np.int64)
-        kinds: set[str] = set()
-        spans: dict[str, int] = {}
         first_ts = ev.ts[links.gpu_work[item]]
         if (fqn >= 0).any():
-            self._place_modules(fqn, kind_of, base, first_ts, (node, span), spans, kinds)
+            self._place_modules(fqn, kind_of, base, first_ts, (node, span))
         stack = labels.stack[rows].astype(np.int64)
         todo = (node < 0) & (stack >= 0)
         if todo.any():
-            self._place_stacks(stack, base, todo, (node, span), spans, kinds)
+            self._place_stacks(stack, base, todo, (node, span))
         placed = node >= 0
         if not placed.any():
             return self._tree(None), None
@@ -173,12 +175,12 @@ class _Placement:
             run=self._runs(p_anchor),
             backward=p_backward,
             span=p_span,
-            spans=tuple(spans),
+            spans=tuple(self.spans),
             placed=placed_event,
             fused=fused_event,
             created=created,
             container=container,
-            kinds=tuple(k for k in _DESCRIBED if k in kinds),
+            kinds=tuple(k for k in _DESCRIBED if k in self.kinds),
         )
         return self._tree(work_node), work
 
@@ -227,8 +229,6 @@ class _Placement:
         base: np.ndarray,
         first_ts: np.ndarray,
         out: tuple[np.ndarray, np.ndarray],
-        spans: dict[str, int],
-        kinds: set[str],
     ) -> None:
         """Each row's module label placed: its node (and span when fused) in ``out``."""
         node, span = out
@@ -241,10 +241,7 @@ class _Placement:
             return
         with_op = self._with_op_names()
         rows = np.flatnonzero(fqn >= 0)
-        pairs, first, inverse = np.unique(
-            np.stack([fqn[rows], base[rows]], axis=1), axis=0, return_index=True, return_inverse=True
-        )
-        inverse = inverse.ravel()
+        pairs, first, inverse = _distinct_pairs(fqn[rows], base[rows])
         counts = np.bincount(inverse, minlength=len(pairs))
         pair_node = np.full(len(pairs), -1, np.int64)
         pair_span = np.full(len(pairs), -1, np.int64)
@@ -259,11 +256,11 @@ class _Placement:
             module = common_module(resolved)
             pair_node[k] = self._node(module, float(first_ts[rows[first[k]]]))
             if len(set(resolved)) > 1:
-                pair_span[k] = spans.setdefault(", ".join(sorted(set(resolved))), len(spans))
+                pair_span[k] = self._span(set(resolved))
         node[rows] = pair_node[inverse]
         span[rows] = pair_span[inverse]
         arg_names = (schema.KERNEL_LABEL_MODULE_FQN, schema.KERNEL_LABEL_STR, schema.KERNEL_LABEL_ANNOTATION)
-        kinds.update(arg_names[k] for k in np.unique(kind_of[rows][node[rows] >= 0]).tolist())
+        self.kinds.update(arg_names[k] for k in np.unique(kind_of[rows][node[rows] >= 0]).tolist())
         if unknown:
             names = sorted(unknown, key=lambda t: -unknown[t])
             shown = ", ".join(n if len(n) <= 80 else n[:77] + "..." for n in names[:3])
@@ -279,6 +276,10 @@ class _Placement:
                 f"{len(names)} module{'s' if len(names) != 1 else ''} {where} ({shown}): they stay "
                 "where the rest of the trace puts them"
             )
+
+    def _span(self, modules: Iterable[str]) -> int:
+        """The code of the span of work fused across ``modules``, named ``"a, b"`` (sorted)."""
+        return self.spans.setdefault(", ".join(sorted(modules)), len(self.spans))
 
     def _with_op_names(self) -> bool:
         """Whether the trace's Inductor labels end with the FX node's op name (a revision of
@@ -319,15 +320,13 @@ class _Placement:
         base: np.ndarray,
         todo: np.ndarray,
         out: tuple[np.ndarray, np.ndarray],
-        spans: dict[str, int],
-        kinds: set[str],
     ) -> None:
         """Each row of ``todo``'s source stacks placed where they name a module's forward: its
         node (and span when fused) in ``out``."""
         node, span = out
         rows = np.flatnonzero(todo)
         known = self._known_forwards() if self.tree.source in _NAMED + (Source.NN_MODULE,) else {}
-        pairs, inverse = np.unique(np.stack([stack[rows], base[rows]], axis=1), axis=0, return_inverse=True)
+        pairs, _, inverse = _distinct_pairs(stack[rows], base[rows])
         pair_node = np.full(len(pairs), -1, np.int64)
         pair_span = np.full(len(pairs), -1, np.int64)
         parents = [n.parent for n in self.nodes]
@@ -341,13 +340,12 @@ class _Placement:
             distinct = sorted(set(ends))
             pair_node[k] = _common_node(distinct, parents)
             if len(distinct) > 1:
-                text = ", ".join(sorted(self.nodes[d].qualified_name or self.nodes[d].key for d in distinct))
-                pair_span[k] = spans.setdefault(text, len(spans))
-        node[rows] = pair_node[inverse.ravel()]
-        span[rows] = pair_span[inverse.ravel()]
+                pair_span[k] = self._span(self.nodes[d].qualified_name or self.nodes[d].key for d in distinct)
+        node[rows] = pair_node[inverse]
+        span[rows] = pair_span[inverse]
         missed = int((node[rows] < 0).sum())
         if missed < len(rows):
-            kinds.add(schema.KERNEL_LABEL_STACK)
+            self.kinds.add(schema.KERNEL_LABEL_STACK)
         if missed:
             self.warnings.append(
                 f"{missed} GPU work item{'s' if missed != 1 else ''} with source stacks "
@@ -448,6 +446,15 @@ class _Placement:
 
 
 # -- reading labels ------------------------------------------------------------------------------
+
+
+def _distinct_pairs(labels: np.ndarray, base: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The distinct (label, base node) pairs of the rows, each placed once: the pairs, the
+    first row of each and each row's pair."""
+    pairs, first, inverse = np.unique(
+        np.stack([labels, base], axis=1), axis=0, return_index=True, return_inverse=True
+    )
+    return pairs, first, inverse.ravel()
 
 
 def _decoded(text: bytes) -> Any:

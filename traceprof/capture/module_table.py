@@ -19,6 +19,9 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
+import msgspec
+
+from traceprof.trace.model import RawModuleRow, RawModuleTable
 from traceprof.trace.schema import MODULE_TABLE_FORMAT as TABLE_FORMAT
 from traceprof.trace.schema import MODULE_TABLE_VERSION as TABLE_VERSION
 
@@ -67,7 +70,7 @@ def _numel(tensors: Iterable[Any]) -> int:
     return sum(int(t.numel()) for t in tensors)
 
 
-def describe_modules(named_modules: Iterable[tuple[str, Any]]) -> list[dict[str, Any]]:
+def describe_modules(named_modules: Iterable[tuple[str, Any]]) -> list[RawModuleRow]:
     """Static rows of the table: everything except inputs/outputs.
 
     ``named_modules`` is ``model.named_modules()`` of the profiled model (shared modules appear
@@ -92,22 +95,6 @@ def describe_modules(named_modules: Iterable[tuple[str, Any]]) -> list[dict[str,
             extra = str(module.extra_repr())
         except Exception:  # a user extra_repr that fails must not break profiling
             extra = ""
-        rows.append(
-            {
-                "name": name,
-                "class": type(module).__name__,
-                "params": _numel(module.parameters(recurse=False)),
-                "params_total": total,
-                "trainable_total": trainable,
-                "frozen_total": total - trainable,
-                "buffers_total": _numel(module.buffers()),
-                "extra_repr": extra,
-                "param_bytes": _nbytes(module.parameters(recurse=False)),
-                "param_bytes_total": _nbytes(params),
-                "param_counts": {str(n): int(p.numel()) for n, p in module.named_parameters(recurse=False)},
-                "leaf": not any(True for _ in module.children()),
-            }
-        )
         tied = {}
         for pname, p in module.named_parameters(recurse=False):
             qualified = f"{name}.{pname}" if name else str(pname)
@@ -115,14 +102,30 @@ def describe_modules(named_modules: Iterable[tuple[str, Any]]) -> list[dict[str,
                 tied[str(pname)] = owner[id(p)]
             else:
                 owner[id(p)] = qualified
-        if tied:  # own parameters that are another module's (tied weights)
-            rows[-1]["tied"] = tied
         weight = getattr(module, "_parameters", {}).get("weight")
-        if weight is not None and hasattr(weight, "shape"):
-            rows[-1]["weight_shape"] = [int(d) for d in weight.shape]
-        kernel = _kernel_size(module)
-        if kernel is not None:
-            rows[-1]["kernel_size"] = kernel
+        rows.append(
+            RawModuleRow(
+                name=name,
+                class_name=type(module).__name__,
+                params=_numel(module.parameters(recurse=False)),
+                params_total=total,
+                trainable_total=trainable,
+                frozen_total=total - trainable,
+                buffers_total=_numel(module.buffers()),
+                extra_repr=extra,
+                param_bytes=_nbytes(module.parameters(recurse=False)),
+                param_bytes_total=_nbytes(params),
+                param_counts={str(n): int(p.numel()) for n, p in module.named_parameters(recurse=False)},
+                leaf=not any(True for _ in module.children()),
+                tied=tied or None,  # own parameters that are another module's (tied weights)
+                weight_shape=(
+                    [int(d) for d in weight.shape]
+                    if weight is not None and hasattr(weight, "shape")
+                    else None
+                ),
+                kernel_size=_kernel_size(module),
+            )
+        )
     return rows
 
 
@@ -143,7 +146,7 @@ def _kernel_size(module: Any) -> int | list[int] | None:
 
 
 def build_table(
-    rows: list[dict[str, Any]],
+    rows: list[RawModuleRow],
     calls: dict[str, tuple[list, Any]],
     *,
     torch_version: str,
@@ -153,19 +156,19 @@ def build_table(
     """The table document: static ``rows`` plus ``calls`` (qualified name -> (inputs, outputs))."""
     modules = []
     for row in rows:
-        entry = dict(row)
-        call = calls.get(row["name"])
+        call = calls.get(row.name)
         if call is not None:
-            entry["inputs"], entry["outputs"] = call
-        modules.append(entry)
-    return {
-        "format": TABLE_FORMAT,
-        "version": TABLE_VERSION,
-        "torch_version": torch_version,
-        "rank": rank,
-        "world_size": world_size,
-        "modules": modules,
-    }
+            row = msgspec.structs.replace(row, inputs=call[0], outputs=call[1])
+        modules.append(row)
+    table = RawModuleTable(
+        format=TABLE_FORMAT,
+        version=TABLE_VERSION,
+        torch_version=torch_version,
+        rank=rank,
+        world_size=world_size,
+        modules=modules,
+    )
+    return msgspec.to_builtins(table)
 
 
 def encode_table(table: dict[str, Any]) -> str:

@@ -302,15 +302,23 @@ class BertSelfAttention(nn.Module):
         return y.transpose(1, 2).reshape(batch, seq, dim)
 
 
-class BertSelfOutput(nn.Module):
-    def __init__(self, c: BertConfig) -> None:
+class _DenseAddNorm(nn.Module):
+    """A projection back to the hidden size, dropout, the residual added, LayerNorm: how BERT
+    ends its attention (``BertSelfOutput``) and its feed-forward block (``BertOutput``)."""
+
+    def __init__(self, c: BertConfig, in_features: int) -> None:
         super().__init__()
-        self.dense = nn.Linear(c.hidden_size, c.hidden_size)
+        self.dense = nn.Linear(in_features, c.hidden_size)
         self.LayerNorm = nn.LayerNorm(c.hidden_size, eps=c.layer_norm_eps)
         self.dropout = nn.Dropout(c.dropout)
 
     def forward(self, hidden: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
         return self.LayerNorm(self.dropout(self.dense(hidden)) + residual)
+
+
+class BertSelfOutput(_DenseAddNorm):
+    def __init__(self, c: BertConfig) -> None:
+        super().__init__(c, c.hidden_size)
 
 
 class BertAttention(nn.Module):
@@ -333,15 +341,9 @@ class BertIntermediate(nn.Module):
         return self.intermediate_act_fn(self.dense(x))
 
 
-class BertOutput(nn.Module):
+class BertOutput(_DenseAddNorm):
     def __init__(self, c: BertConfig) -> None:
-        super().__init__()
-        self.dense = nn.Linear(c.intermediate_size, c.hidden_size)
-        self.LayerNorm = nn.LayerNorm(c.hidden_size, eps=c.layer_norm_eps)
-        self.dropout = nn.Dropout(c.dropout)
-
-    def forward(self, hidden: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
-        return self.LayerNorm(self.dropout(self.dense(hidden)) + residual)
+        super().__init__(c, c.intermediate_size)
 
 
 class BertLayer(nn.Module):

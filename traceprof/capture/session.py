@@ -22,6 +22,7 @@ from traceprof.errors import OptionError
 from traceprof.render.registry import RenderOptions
 from traceprof.render.tree import render_tree
 from traceprof.result.model import ModuleProfile
+from traceprof.trace.model import RawModuleRow
 from traceprof.trace.schema import COMPILED_TABLE_KEY
 from traceprof.trace.schema import MODULE_TABLE_KEY as TABLE_KEY
 from traceprof.units import printable
@@ -185,7 +186,7 @@ class profile:
         self._steps = 0  # step() calls while profiling
         self._hooks: Any = None
         self._state: Any = None
-        self._rows: list[dict[str, Any]] = []
+        self._rows: list[RawModuleRow] = []
         self._embedded = False
         self._torch_version = ""
         self._recorder: Any = None  # the CompiledGraphRecorder while active

@@ -9,7 +9,7 @@ import binascii
 import json
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 import numpy as np
@@ -40,6 +40,8 @@ from traceprof.trace.model import (
     ModuleInfo,
     ModuleTable,
     PythonFrames,
+    RawModuleRow,
+    RawModuleTable,
     ThreadInfo,
     Trace,
     TraceMetadata,
@@ -509,7 +511,7 @@ def _int(v: Any, default):
         return v
     try:
         return int(v)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: an infinite float
         return default
 
 
@@ -561,89 +563,122 @@ def _table_budget(doc: RawDocument | StreamedDocument) -> Callable[[bytes, str],
     return check
 
 
-def _module_table(
-    payload: Any, warnings: list[str], check: Callable[[bytes, str], bytes] | None = None
-) -> ModuleTable | None:
+_Table = TypeVar("_Table", RawModuleTable, CompiledTable)
+
+#: what an embedded table that cannot be read raises while it is decoded
+_UNREADABLE = (
+    ValueError,
+    KeyError,
+    TypeError,
+    AttributeError,
+    OverflowError,
+    binascii.Error,
+    RecursionError,
+    msgspec.ValidationError,
+)
+
+
+def _embedded_table(
+    payload: Any,
+    what: str,
+    table_format: str,
+    table_type: type[_Table],
+    warnings: list[str],
+    check: Callable[[bytes, str], bytes] | None,
+    *,
+    strict_base64: bool,
+) -> _Table | None:
+    """An embedded table (base64 of UTF-8 JSON, or the JSON object itself) decoded as
+    ``table_type``, or None with a warning when it cannot be read: a load never fails on it
+    (but for the memory limit, ``check``). ``strict_base64``: characters outside the base64
+    alphabet make it unreadable (else they are skipped)."""
     if payload is None:
         return None
     try:
         if isinstance(payload, dict):
             doc = payload
         else:
-            raw = base64.b64decode(payload)
-            doc = json.loads(check(raw, "module table") if check else raw)
-        if doc.get("format") != schema.MODULE_TABLE_FORMAT:
+            raw = base64.b64decode(payload, validate=strict_base64)
+            doc = json.loads(check(raw, what) if check else raw)
+        if not isinstance(doc, dict) or doc.get(schema.TABLE_FORMAT_KEY) != table_format:
             raise ValueError("unknown format")
+        return msgspec.convert(doc, table_type)
+    except _UNREADABLE as e:
+        warnings.append(f"{what} unreadable ({e.__class__.__name__}); ignored")
+        return None
+
+
+def _module_table(
+    payload: Any, warnings: list[str], check: Callable[[bytes, str], bytes] | None = None
+) -> ModuleTable | None:
+    """The module table (docs/trace-conventions.md "Module table"), its rows read leniently
+    (a value of an unexpected type is unknown), or None with a warning when it cannot be read."""
+    what = "module table"
+    raw = _embedded_table(
+        payload, what, schema.MODULE_TABLE_FORMAT, RawModuleTable, warnings, check, strict_base64=False
+    )
+    if raw is None:
+        return None
+    try:
         modules = {}
-        for m in doc["modules"]:
-            if str(m["name"]).count(".") >= MAX_TREE_DEPTH:
+        for row in raw.modules:
+            name = str(row.name)
+            if name.count(".") >= MAX_TREE_DEPTH:
                 warnings.append(
-                    f"module table unreadable (a module name of more than {MAX_TREE_DEPTH} parts); ignored"
+                    f"{what} unreadable (a module name of more than {MAX_TREE_DEPTH} parts); ignored"
                 )
                 return None
-            info = ModuleInfo(
-                name=str(m["name"]),
-                class_name=str(m["class"]),
-                params=_int(m.get("params"), None),
-                params_total=_int(m.get("params_total"), None),
-                trainable_total=_int(m.get("trainable_total"), None),
-                frozen_total=_int(m.get("frozen_total"), None),
-                buffers_total=_int(m.get("buffers_total"), None),
-                extra_repr=str(m.get("extra_repr") or ""),
-                inputs=_spec(m.get("inputs")),
-                outputs=_spec(m.get("outputs")),
-                param_bytes=_int(m.get("param_bytes"), None),
-                param_bytes_total=_int(m.get("param_bytes_total"), None),
-                param_counts=_param_counts(m.get("param_counts")),
-                leaf=m["leaf"] if isinstance(m.get("leaf"), bool) else None,
-                weight_shape=_shape(m.get("weight_shape")),
-                kernel_size=_spec(m.get("kernel_size")),
-                tied=(
-                    {str(k): str(v) for k, v in m["tied"].items()}
-                    if isinstance(m.get("tied"), dict)
-                    else None
-                ),
-            )
-            modules[info.name] = info
+            modules[name] = _module_info(name, row)
         return ModuleTable(
-            version=int(doc.get("version", 1)),
+            version=int(raw.version),
             modules=modules,
-            torch_version=doc.get("torch_version"),
-            rank=_int(doc.get("rank"), None),
-            world_size=_int(doc.get("world_size"), None),
+            torch_version=raw.torch_version,
+            rank=_int(raw.rank, None),
+            world_size=_int(raw.world_size, None),
         )
-    except (ValueError, KeyError, TypeError, AttributeError, binascii.Error, RecursionError) as e:
-        warnings.append(f"module table unreadable ({e.__class__.__name__}); ignored")
+    except _UNREADABLE as e:
+        warnings.append(f"{what} unreadable ({e.__class__.__name__}); ignored")
         return None
+
+
+def _module_info(name: str, row: RawModuleRow) -> ModuleInfo:
+    """A row of the module table read: a value of an unexpected type is unknown (None)."""
+    return ModuleInfo(
+        name=name,
+        class_name=str(row.class_name),
+        params=_int(row.params, None),
+        params_total=_int(row.params_total, None),
+        trainable_total=_int(row.trainable_total, None),
+        frozen_total=_int(row.frozen_total, None),
+        buffers_total=_int(row.buffers_total, None),
+        extra_repr=str(row.extra_repr or ""),
+        inputs=None if row.inputs is msgspec.UNSET else _spec(row.inputs),  # UNSET: never called
+        outputs=None if row.outputs is msgspec.UNSET else _spec(row.outputs),
+        param_bytes=_int(row.param_bytes, None),
+        param_bytes_total=_int(row.param_bytes_total, None),
+        param_counts=_param_counts(row.param_counts),
+        leaf=row.leaf if isinstance(row.leaf, bool) else None,
+        weight_shape=_shape(row.weight_shape),
+        kernel_size=_spec(row.kernel_size),
+        tied={str(k): str(v) for k, v in row.tied.items()} if isinstance(row.tied, dict) else None,
+    )
 
 
 def _compiled_table(
     payload: Any, warnings: list[str], check: Callable[[bytes, str], bytes] | None = None
 ) -> CompiledTable | None:
     """The compiled-kernel table (base64 JSON, as the module table; docs/attribution.md
-    "Compiled models"), or None with a warning when it cannot be read: a load never fails on it
-    (but for the memory limit, ``check``)."""
-    if payload is None:
-        return None
-    try:
-        if isinstance(payload, dict):
-            doc = payload
-        else:
-            raw = base64.b64decode(payload, validate=True)
-            doc = json.loads(check(raw, "compiled-kernel table") if check else raw)
-        if not isinstance(doc, dict) or doc.get("format") != schema.COMPILED_TABLE_FORMAT:
-            raise ValueError("unknown format")
-        table = msgspec.convert(doc, CompiledTable)
-    except (
-        ValueError,
-        KeyError,
-        TypeError,
-        AttributeError,
-        binascii.Error,
-        RecursionError,
-        msgspec.ValidationError,
-    ) as e:
-        warnings.append(f"compiled-kernel table unreadable ({e.__class__.__name__}); ignored")
+    "Compiled models"), or None with a warning when it cannot be read."""
+    table = _embedded_table(
+        payload,
+        "compiled-kernel table",
+        schema.COMPILED_TABLE_FORMAT,
+        CompiledTable,
+        warnings,
+        check,
+        strict_base64=True,
+    )
+    if table is None:
         return None
     if table.version > schema.COMPILED_TABLE_VERSION:
         warnings.append(

@@ -13,6 +13,7 @@ streamed path (:mod:`traceprof.read.load`) reads its blocks with the same checks
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import stat
@@ -107,21 +108,23 @@ def read_trace_bytes(
     (a caller that keeps two copies of the trace: 2). ``content``: hashes the bytes read."""
     p = Path(path)
     budget = MemoryBudget(p, max_memory, memory_scale)
-    try:
+    with _file_errors(p):
         f = open_trace(p, content)
+    with _file_errors(p), f:
+        return _read(p, f, budget)
+
+
+@contextlib.contextmanager
+def _file_errors(p: Path) -> Iterator[None]:
+    """What opening or reading the trace file ``p`` fails with, as a :class:`TraceReadError`."""
+    try:
+        yield
     except FileNotFoundError:
         raise TraceReadError(p, "no such file") from None
     except IsADirectoryError:
         raise TraceReadError(p, "is a directory, not a trace file") from None
     except PermissionError:
         raise TraceReadError(p, "permission denied") from None
-    except OSError as e:
-        raise TraceReadError(p, f"cannot read: {e.strerror or e}") from None
-    try:
-        with f:
-            return _read(p, f, budget)
-    except IsADirectoryError:
-        raise TraceReadError(p, "is a directory, not a trace file") from None
     except MemoryError:
         raise TraceReadError(p, "too large to load into memory") from None
     except OSError as e:

@@ -65,6 +65,48 @@ class ModuleTable(msgspec.Struct, frozen=True):
     world_size: int | None = None
 
 
+# The module table (docs/trace-conventions.md "Module table"): traceprof.capture builds these
+# records and encodes them (msgspec.to_builtins), the reader decodes the same records, each key
+# spelled here once. Only the skeleton is typed (an object with a list of rows, each with a name
+# and a class): a value of another type than the capture writes reads as unknown and never makes
+# the table unreadable, so the values are ``Any`` here and the reader (``read/build.py``) makes
+# each a ``ModuleInfo`` field. A row's field left None (UNSET: inputs and outputs) is not written.
+
+
+class RawModuleRow(msgspec.Struct, frozen=True, gc=False, omit_defaults=True):
+    """One row of the module table as written: the keys of ``ModuleInfo``, the class as ``class``."""
+
+    name: Any
+    class_name: Any = msgspec.field(name="class")
+    params: Any = None
+    params_total: Any = None
+    trainable_total: Any = None
+    frozen_total: Any = None
+    buffers_total: Any = None
+    extra_repr: Any = None
+    param_bytes: Any = None
+    param_bytes_total: Any = None
+    param_counts: Any = None
+    leaf: Any = None
+    tied: Any = None
+    weight_shape: Any = None
+    kernel_size: Any = None
+    #: the first call's arguments and returned value described; UNSET: the module was never called
+    inputs: Any = UNSET
+    outputs: Any = UNSET
+
+
+class RawModuleTable(msgspec.Struct, frozen=True, kw_only=True):
+    """The module table's document as written (``schema.MODULE_TABLE_FORMAT``)."""
+
+    format: str
+    version: Any = 1
+    torch_version: Any = None
+    rank: Any = None
+    world_size: Any = None
+    modules: list[RawModuleRow]
+
+
 # The compiled-kernel table (docs/trace-conventions.md): traceprof.capture builds these records
 # and encodes them (msgspec.to_builtins); the reader decodes the same records. A field whose
 # default is UNSET is a key the capture writes only where it applies: UNSET when absent.

@@ -189,6 +189,8 @@ DISTRIBUTED_INFO_KEY = "distributedInfo"
 BASE_TIME_NS_KEY = "baseTimeNanoseconds"
 SCHEMA_VERSION_KEY = "schemaVersion"
 MODULE_TABLE_KEY = "traceprof"  # written by traceprof.capture (docs/trace-conventions.md)
+#: the key of an embedded table's format (the module table's and the compiled-kernel table's)
+TABLE_FORMAT_KEY = "format"
 #: the module table's format and version, as the capture writes them (the reader checks the format)
 MODULE_TABLE_FORMAT = "traceprof.modules"
 MODULE_TABLE_VERSION = 1
