@@ -249,7 +249,11 @@ def print_table(results, ref_gc="on"):
 IMPORT_ONLY = "import orjson"
 #: children may write bytecode caches, as an installed package has them (the warm-up run writes
 #: them): PYTHONDONTWRITEBYTECODE would have every run compile traceprof's sources again
-CHILD_ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+#: the children's environment: the cache off unless a figure gives it a directory of its own
+#: (the ingest figures are of a first look; served by the user's cache they timed its hits)
+CHILD_ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"} | {
+    "TRACEPROF_CACHE": "off"
+}
 
 
 def _tree_pss_kb(pid):
