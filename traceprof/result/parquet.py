@@ -37,6 +37,9 @@ def rows_parquet(
         raise MissingDependencyError(
             "Parquet output needs pyarrow: pip install 'traceprof[parquet]'"
         ) from None
+    unknown = set(types.values()) - set(COLUMN_TYPES)
+    if unknown:  # a caller's mistake: a typo must not become a float column
+        raise ValueError(f"column types {sorted(unknown)} are none of {COLUMN_TYPES}")
     arrays = [_column(pa, [r[c] for r in rows], types.get(c)) for c in columns]
     table = pa.Table.from_arrays(
         arrays,

@@ -33,6 +33,17 @@ MEMORY_FIELDS = ("allocated_bytes", "freed_bytes", "peak_bytes")
 ACTIVATION_FIELDS = ("activation_bytes", "own_activation_bytes")
 
 
+#: the columns of :func:`profile_rows` whose type is not the one their values give (pandas'
+#: names: to_dataframe's and the Parquet file's)
+PROFILE_TYPES = {
+    "calls": "float64",
+    "depth": "int64",
+    **{f"{phase.value}_{key}": "float64" for phase in PASSES for key in RATE_FIELDS},
+    **{f"{phase.value}_{key}": "float64" for phase in PASSES for key in MEMORY_FIELDS},
+    **dict.fromkeys(ACTIVATION_FIELDS, "float64"),
+}
+
+
 class _PassKeys(NamedTuple):
     """The keys of a node's record in one pass, spelled once (an enum's value and an f-string
     per field and node took most of the time of the records of a large tree)."""
@@ -138,15 +149,7 @@ def profile_dataframe(profile: ModuleProfile) -> pd.DataFrame:
     """:func:`profile_rows` as a pandas DataFrame with typed columns (needs pandas)."""
     import pandas as pd
 
-    return pd.DataFrame(profile_rows(profile)).astype(profile_types())
-
-
-def profile_types() -> dict[str, str]:
-    """The columns of :func:`profile_rows` whose type is not the one its values give."""
-    rates = {f"{phase.value}_{key}": "float64" for phase in PASSES for key in RATE_FIELDS}
-    memory = {f"{phase.value}_{key}": "float64" for phase in PASSES for key in MEMORY_FIELDS}
-    memory.update(dict.fromkeys(ACTIVATION_FIELDS, "float64"))
-    return {"calls": "float64", "depth": "int64", **rates, **memory}
+    return pd.DataFrame(profile_rows(profile)).astype(PROFILE_TYPES)
 
 
 def parquet_bytes(profile: ModuleProfile) -> bytes:
@@ -156,7 +159,7 @@ def parquet_bytes(profile: ModuleProfile) -> bytes:
     return rows_parquet(
         rows,
         list(rows[0]) if rows else [],
-        profile_types(),
+        PROFILE_TYPES,
         {
             "schema": JSON_SCHEMA,
             "trace": profile.metadata.path.encode("utf-8", "surrogateescape"),
