@@ -422,6 +422,24 @@ def test_a_look_served_by_the_cache_imports_no_analysis_stage(cache_dir):
     assert second.stdout.strip() == "[]"
 
 
+@pytest.mark.parametrize("fmt", ["tree", "table", "json", "csv", "html"])
+def test_a_cached_look_needs_no_numpy(cache_dir, tmp_path, fmt):
+    """A look served by the cache, in every format but Parquet (pyarrow's), runs with numpy out
+    of reach (its import is most of a bare start-up) and writes what the first look wrote: the
+    profile holds no arrays (its timeline's columns are tuples), and the modules it reads import
+    numpy only where an array is made. The trace has a memory curve with blocks."""
+    trace = str(SAMPLE_TRACES / "gpt_train_memory_cpu.pt.trace.json.gz")
+    first, second = tmp_path / f"first.{fmt}", tmp_path / f"second.{fmt}"
+    env = {**os.environ, cache.DIR_ENV: str(cache_dir)}
+    run = _cli("analyze", trace, "-f", fmt, "-o", str(first), env=env)
+    assert run.returncode == 0, run.stderr
+    no_numpy = "import sys; sys.modules['numpy'] = None; from traceprof.cli import run; run()"
+    args = ["analyze", trace, "-f", fmt, "-o", str(second)]
+    run = subprocess.run([sys.executable, "-c", no_numpy, *args], env=env, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert second.read_bytes() == first.read_bytes()
+
+
 def test_decoded_results_are_not_tracked_by_the_cycle_collector(cache_dir):
     """A profile's nodes, times and op rows hold no cycles: they are left out of the cyclic
     garbage collector, whose passes over the many objects a job's ranks decode to cost more

@@ -788,9 +788,8 @@ def test_the_timeline_draws_compiled_kernels_on_the_module_lanes(analyze_built):
     t = p.timeline
     lanes = {str(lane.kind): i for i, lane in enumerate(t.lanes)}
 
-    def modules_on(kind: str) -> set[str]:
-        on = t.lane == lanes[kind]
-        return {t.modules[c][-1] for c in t.module[on].tolist() if c >= 0}  # paths end in the name
+    def modules_on(kind: str) -> set[str]:  # paths end in the name
+        return {t.modules[c][-1] for c, lane in zip(t.module, t.lane) if c >= 0 and lane == lanes[kind]}
 
     forward, backward = modules_on("modules_forward"), modules_on("modules_backward")
     assert {"a", "a.act", "a.lin", "b"} <= forward
@@ -798,7 +797,7 @@ def test_the_timeline_draws_compiled_kernels_on_the_module_lanes(analyze_built):
     # a kernel of a.act is drawn at a.act's depth and at a's (made from the table)
     rows = {
         t.modules[c]: r
-        for c, r, lane in zip(t.module.tolist(), t.row.tolist(), t.lane.tolist())
+        for c, r, lane in zip(t.module, t.row, t.lane)
         if c >= 0 and lane == lanes["modules_forward"]
     }
     assert rows[("", "a", "a.act")] == rows[("", "a")] + 1

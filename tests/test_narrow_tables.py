@@ -14,7 +14,7 @@ import pytest
 
 from traceprof.analysis import attribution, hierarchy, link, module_ops
 from traceprof.read.build import load_trace
-from traceprof.trace.model import PythonFrames, Trace, index_dtype, narrowed, release_freed_memory
+from traceprof.trace.columns import PythonFrames, Trace, index_dtype, narrowed, release_freed_memory
 
 from .conftest import SAMPLE_TRACES, SHARED_TRACES
 from .tracebuilder import TraceBuilder

@@ -67,9 +67,10 @@ def test_the_step_timeline_draws_the_gpu_work_launched_in_the_step_when_the_gpu_
     on_gpu = np.isin(tl.lane, gpu_lanes)
     before_trace = [i for i, m in enumerate(tl.modules) if m[-1] == "(launched before the trace)"]
     of_step = on_gpu & ~np.isin(tl.module, before_trace)
-    assert abs(int(tl.count[of_step].sum()) - len(work)) <= 5
+    assert abs(int(np.asarray(tl.count)[of_step].sum()) - len(work)) <= 5
     # every item launched in the step lies inside a drawn GPU event (merged runs included)
-    starts, ends = tl.start[on_gpu], tl.start[on_gpu] + tl.dur[on_gpu]
+    start, dur = np.asarray(tl.start), np.asarray(tl.dur)
+    starts, ends = start[on_gpu], start[on_gpu] + dur[on_gpu]
     for s, e in work:
         s, e = s - tl.start_us, e - tl.start_us
         assert ((starts <= s + 1e-3) & (ends >= e - 1e-3)).any(), (s, e)

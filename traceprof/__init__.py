@@ -52,7 +52,7 @@ if TYPE_CHECKING:  # what the names below are, for type checkers and editors
         sort_children,
         top_children,
     )
-    from traceprof.trace.model import Trace
+    from traceprof.trace.columns import Trace
 
 #: the public API, imported on first use (module ``__getattr__``): importing traceprof costs
 #: nothing beyond its errors and version, so the command line parses its arguments before it

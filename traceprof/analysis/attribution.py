@@ -85,7 +85,7 @@ from traceprof.result.model import (
     StepSelection,
     module_node_count,
 )
-from traceprof.trace.model import Trace, release_freed_memory
+from traceprof.trace.columns import Trace, release_freed_memory
 
 #: for traces without module events (the hierarchy fell back to annotations or nothing)
 NO_MODULES_WARNING = (

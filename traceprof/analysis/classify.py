@@ -35,7 +35,7 @@ from traceprof.analysis.stage import gives_memory_back
 from traceprof.analysis.steps import Steps
 from traceprof.result.model import PASSES, Pass
 from traceprof.trace import schema
-from traceprof.trace.model import BLOCK_EVENTS, Trace
+from traceprof.trace.columns import BLOCK_EVENTS, Trace
 from traceprof.trace.schema import Kind
 
 FORWARD, BACKWARD, OTHER = range(3)  # pass codes, the order of profile.PASSES

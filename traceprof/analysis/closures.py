@@ -32,7 +32,7 @@ import numpy as np
 
 from traceprof.analysis.link import Links
 from traceprof.trace import schema
-from traceprof.trace.model import Trace
+from traceprof.trace.columns import Trace
 from traceprof.trace.schema import Kind
 
 FORWARD_EVIDENCE, BACKWARD_EVIDENCE = 0, 1

@@ -68,7 +68,8 @@ from traceprof.flops import REGISTRY, Registry
 from traceprof.flops.shapes import OpCost
 from traceprof.result.model import CompiledSummary
 from traceprof.trace import schema
-from traceprof.trace.model import CompiledTable, Trace, index_dtype
+from traceprof.trace.columns import Trace, index_dtype
+from traceprof.trace.model import CompiledTable
 from traceprof.trace.module_names import joined_name
 
 #: description of the module tree's source when the compiled-kernel table is joined

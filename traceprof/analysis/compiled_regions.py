@@ -39,7 +39,8 @@ from traceprof.analysis.hierarchy import Hierarchy, HierarchyNode
 from traceprof.analysis.link import Links
 from traceprof.result.model import StepSelection
 from traceprof.trace import schema
-from traceprof.trace.model import CompiledTable, EventTable, Trace, index_dtype
+from traceprof.trace.columns import EventTable, Trace, index_dtype
+from traceprof.trace.model import CompiledTable
 from traceprof.trace.schema import Kind
 
 #: the smallest share of the step worth a warning

@@ -13,7 +13,8 @@ import numpy as np
 
 from traceprof.analysis.link import Links
 from traceprof.trace import schema
-from traceprof.trace.model import CompiledTable, Trace
+from traceprof.trace.columns import Trace
+from traceprof.trace.model import CompiledTable
 
 #: site codes: a site whose event the table does not know, one whose event is not in the trace
 _ANY, _ABSENT = -1, -2

@@ -25,7 +25,7 @@ from traceprof.analysis.stage import gives_memory_back
 from traceprof.flops import FAMILIES, Family
 from traceprof.result.model import FlopSummary, ModuleProfile, Peak, UnsupportedOp
 from traceprof.trace import hardware
-from traceprof.trace.model import Trace
+from traceprof.trace.columns import Trace
 
 
 class Ops(msgspec.Struct):

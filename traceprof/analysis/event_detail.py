@@ -28,7 +28,7 @@ from traceprof.analysis.tree_levels import node_depths
 from traceprof.analysis.unattributed import Groups
 from traceprof.result.model import PASSES, OpKind, OpStat
 from traceprof.result.timeline import Timeline
-from traceprof.trace.model import EventTable
+from traceprof.trace.columns import EventTable
 
 PASS_VALUES = tuple(p.value for p in PASSES)
 

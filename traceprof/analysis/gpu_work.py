@@ -15,7 +15,7 @@ import numpy as np
 
 from traceprof.analysis.classify import Context
 from traceprof.analysis.stage import gives_memory_back
-from traceprof.trace.model import EventTable, unique
+from traceprof.trace.columns import EventTable, unique
 from traceprof.trace.schema import Kind
 
 

@@ -22,7 +22,8 @@ from traceprof.errors import TraceReadError
 from traceprof.read.limits import MAX_TREE_DEPTH
 from traceprof.result.sources import Source as Source  # where the analysis has imported it from
 from traceprof.trace import schema
-from traceprof.trace.model import ModuleTable, Trace, index_dtype, unique
+from traceprof.trace.columns import Trace, index_dtype, unique
+from traceprof.trace.model import ModuleTable
 from traceprof.trace.schema import Kind
 
 

@@ -18,7 +18,7 @@ import msgspec
 import numpy as np
 
 from traceprof.trace import schema
-from traceprof.trace.model import Trace, unique
+from traceprof.trace.columns import Trace, unique
 from traceprof.trace.schema import Kind
 
 

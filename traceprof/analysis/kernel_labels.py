@@ -48,7 +48,7 @@ from traceprof.read.limits import MAX_TREE_DEPTH
 from traceprof.result.model import PASSES, OpKind
 from traceprof.result.sources import NAMED_SOURCES
 from traceprof.trace import schema
-from traceprof.trace.model import KernelLabels, Trace, index_dtype
+from traceprof.trace.columns import KernelLabels, Trace, index_dtype
 from traceprof.trace.module_names import common_module, joined_name
 from traceprof.trace.schema import Kind
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import msgspec
 import numpy as np
 
-from traceprof.trace.model import Trace
+from traceprof.trace.columns import Trace
 
 NEVER = np.iinfo(np.int64).max  # the order position of a free that is not in the trace
 

@@ -21,7 +21,7 @@ import msgspec
 import numpy as np
 
 from traceprof.trace import schema
-from traceprof.trace.model import Trace, index_dtype
+from traceprof.trace.columns import Trace, index_dtype
 from traceprof.trace.schema import Kind
 
 

@@ -19,7 +19,7 @@ import numpy as np
 
 from traceprof.analysis.tree_levels import bottom_up_levels, parents_first
 from traceprof.result.memory import MemoryPhase, MemoryUse
-from traceprof.trace.model import Trace, unique
+from traceprof.trace.columns import Trace, unique
 
 N_PASSES = 3  # forward, backward, other: the order of profile.PASSES
 

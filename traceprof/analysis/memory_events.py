@@ -21,7 +21,7 @@ from traceprof.analysis.stage import gives_memory_back
 from traceprof.analysis.unattributed import Groups
 from traceprof.result.memory import MemoryUse
 from traceprof.trace import schema
-from traceprof.trace.model import Trace
+from traceprof.trace.columns import Trace
 
 
 class SelectedMemory(msgspec.Struct):

@@ -47,7 +47,7 @@ from traceprof.result.memory import (
     MemoryMoment,
     MemorySummary,
 )
-from traceprof.trace.model import Trace
+from traceprof.trace.columns import Trace
 
 PHASES = ("forward", "backward", "other")
 

@@ -33,7 +33,7 @@ from traceprof.analysis.unattributed import LAUNCH_NOT_IN_TRACE, LAUNCHED_BEFORE
 from traceprof.result.model import OpKind, OpStat, bounded
 from traceprof.result.times import OP_SUMMED as _SUMMED
 from traceprof.trace import schema
-from traceprof.trace.model import BLOCK_EVENTS, EventTable, Trace, unique
+from traceprof.trace.columns import BLOCK_EVENTS, EventTable, Trace, unique
 from traceprof.trace.schema import Kind
 
 #: label of GPU work whose launch is not in the trace

@@ -41,7 +41,7 @@ from traceprof.analysis.link import Links
 from traceprof.flops import REGISTRY, conv
 from traceprof.flops.registry import FAMILIES, MATRIX_FAMILIES, Entry, Registry
 from traceprof.flops.shapes import FLOATING, UNKNOWN_DTYPE, ArgumentError, OpArgs, OpCost
-from traceprof.trace.model import EventTable, Trace
+from traceprof.trace.columns import EventTable, Trace
 from traceprof.trace.schema import Kind
 
 #: dispatcher op names (``aten::mm``, ``c10d::allreduce_``), not autograd's own events

@@ -18,7 +18,7 @@ from traceprof.analysis.link import Links
 from traceprof.analysis.op_costs import OpCosts
 from traceprof.analysis.stage import gives_memory_back
 from traceprof.result.model import LinkStats, StepSelection
-from traceprof.trace.model import Trace
+from traceprof.trace.columns import Trace
 from traceprof.trace.schema import Kind
 
 

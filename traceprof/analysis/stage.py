@@ -9,7 +9,7 @@ import functools
 from collections.abc import Callable
 from typing import ParamSpec, TypeVar
 
-from traceprof.trace.model import release_freed_memory
+from traceprof.trace.columns import release_freed_memory
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")

@@ -43,7 +43,8 @@ from traceprof.result.timeline import (
     MemoryCurve,
     Timeline,
 )
-from traceprof.trace.model import ThreadInfo, Trace, unique
+from traceprof.trace.columns import Trace, unique
+from traceprof.trace.model import ThreadInfo
 
 MAX_MEMORY_POINTS = 4_000
 MERGE_FRACTION = 4_000
@@ -164,14 +165,14 @@ def build_timeline(
         modules=tuple(tuple(path_of[c]) for c in mod_codes),
         names=tuple((tree.scope_labels or {}).get(c, ev.names[c]) for c in name_codes),
         lanes=tuple(lanes),
-        lane=shown.lane,
-        row=shown.row,
-        start=shown.start,
-        dur=shown.dur,
-        name=name,
-        module=module,
-        phase=shown.phase,
-        count=shown.counts,
+        lane=_ints(shown.lane),
+        row=_ints(shown.row),
+        start=_to_ns(shown.start),
+        dur=_to_ns(shown.dur),
+        name=_ints(name),
+        module=_ints(module),
+        phase=_ints(shown.phase),
+        count=_ints(shown.counts),
         events_in_step=len(idx),
         merged_below_us=float(tiny_us),
         dropped=dropped,
@@ -396,13 +397,23 @@ def _blocks(blocks: StepBlocks, t0: float, span: float, n_paths: int, mod_codes:
             np.searchsorted(codes[order], node[named])
         ]
     return MemoryBlocks(
-        start=start.astype(np.float64),
-        end=end.astype(np.float64),
-        nbytes=nbytes.astype(np.float64),
-        category=category.astype(np.int8),
-        module=module,
+        start=_to_ns(start),
+        end=_to_ns(end),
+        nbytes=tuple(nbytes.astype(np.float64).tolist()),
+        category=_ints(category),
+        module=_ints(module),
         dropped=dropped,
     )
+
+
+def _ints(values: np.ndarray) -> tuple[int, ...]:
+    """A column of the timeline: Python ints."""
+    return tuple(values.astype(np.int64, copy=False).tolist())
+
+
+def _to_ns(values: np.ndarray) -> tuple[float, ...]:
+    """A column of times of the timeline (µs), to the ns."""
+    return tuple(np.round(values.astype(np.float64, copy=False), 3).tolist())
 
 
 def _with_peak_module(curve: MemoryCurve, module: int) -> MemoryCurve:

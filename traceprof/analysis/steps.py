@@ -14,7 +14,7 @@ import numpy as np
 from traceprof.analysis.link import Links
 from traceprof.errors import OptionError
 from traceprof.trace import schema
-from traceprof.trace.model import Trace, unique
+from traceprof.trace.columns import Trace, unique
 from traceprof.trace.schema import Kind
 
 

@@ -33,7 +33,7 @@ from traceprof.compare.model import DiffProfile
 from traceprof.compare.shape import DEFAULT_SORT
 from traceprof.compare.side import Side, cached_sides, side_of
 from traceprof.errors import OptionError
-from traceprof.trace.model import Trace
+from traceprof.trace.columns import Trace
 
 if TYPE_CHECKING:
     from traceprof.progress import Progress

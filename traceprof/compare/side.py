@@ -29,7 +29,7 @@ from traceprof.read.cache import cache_store
 from traceprof.result.metric import TimeMetric
 from traceprof.result.model import PASSES, UNATTRIBUTED_NAME, ModuleProfile
 from traceprof.trace import schema
-from traceprof.trace.model import Trace
+from traceprof.trace.columns import Trace
 
 if TYPE_CHECKING:
     from traceprof.analysis.classify import Context

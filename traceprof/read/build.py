@@ -1,4 +1,4 @@
-"""Build the columnar :class:`~traceprof.trace.model.Trace` from decoded events: timestamps checked
+"""Build the columnar :class:`~traceprof.trace.columns.Trace` from decoded events: timestamps checked
 and repaired, strings coded, threads named, the trace's metadata and module table parsed.
 :func:`load_trace` reads a file and builds its Trace in one call."""
 
@@ -31,24 +31,26 @@ from traceprof.read.limits import (
 from traceprof.read.load import Progress, StreamedDocument, load_raw
 from traceprof.read.source import ContentHash
 from traceprof.trace import schema
-from traceprof.trace.model import (
-    CompiledTable,
-    DeviceInfo,
+from traceprof.trace.columns import (
     EventTable,
     KernelLabels,
     MemoryEvents,
-    ModuleInfo,
-    ModuleTable,
     PythonFrames,
-    RawModuleRow,
-    RawModuleTable,
-    ThreadInfo,
     Trace,
-    TraceMetadata,
     check_column,
     narrowed,
     release_freed_memory,
     unique,
+)
+from traceprof.trace.model import (
+    CompiledTable,
+    DeviceInfo,
+    ModuleInfo,
+    ModuleTable,
+    RawModuleRow,
+    RawModuleTable,
+    ThreadInfo,
+    TraceMetadata,
 )
 from traceprof.trace.schema import Kind
 

@@ -51,10 +51,9 @@ import time
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
-import numpy as np
 import xxhash
 
 try:
@@ -65,6 +64,9 @@ except ImportError:  # pragma: no cover - not POSIX: a dead writer's temporary f
 from traceprof import units
 from traceprof.errors import OptionError
 from traceprof.read.limits import parse_size
+
+if TYPE_CHECKING:
+    import numpy as np
 
 DIR_ENV = "TRACEPROF_CACHE"
 SIZE_ENV = "TRACEPROF_CACHE_SIZE"
@@ -513,6 +515,8 @@ class _Unusable(Exception):
 
 
 def _encode(value: Any, name: str, kind: str) -> list[Any]:
+    import numpy as np  # what is written was just computed with it
+
     arrays: list[np.ndarray] = []
 
     def hook(obj: Any) -> Any:
@@ -568,11 +572,14 @@ def _decode(data: mmap.mmap, name: str, kind: str, type_: type[T]) -> T:
     if not 0 <= header.payload <= len(body) - header_len:
         raise _Unusable("is corrupt (its payload lies outside it)")
     base = -(-(_PREFIX.size + start) // _ALIGN) * _ALIGN - _PREFIX.size
-    arrays = _arrays(body, base, header.arrays)
+    # numpy only for an entry with arrays (a decoded trace): a profile has none, and a look at
+    # one imports no numpy
+    arrays = _arrays(body, base, header.arrays) if header.arrays else []
+    ndarray = type(arrays[0]) if arrays else None
     used = [False] * len(arrays)
 
     def hook(t: type, obj: Any) -> Any:
-        if t is np.ndarray and type(obj) is int and 0 <= obj < len(arrays) and not used[obj]:
+        if t is ndarray and type(obj) is int and 0 <= obj < len(arrays) and not used[obj]:
             used[obj] = True
             return arrays[obj]
         raise NotImplementedError(f"an array that is not one of its own, or one of them twice ({obj!r})")
@@ -586,12 +593,19 @@ def _decode(data: mmap.mmap, name: str, kind: str, type_: type[T]) -> T:
     return value
 
 
-#: the types of the arrays traceprof caches: bools, integers and floats, in this machine's order
-_ARRAY_TYPES = frozenset(
-    np.dtype(t).str
-    for t in (np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64)
-    + (np.float32, np.float64)
-)
+@functools.cache
+def _array_types() -> frozenset[str]:
+    """The types of the arrays traceprof caches: bools, integers and floats, in this machine's
+    order."""
+    import numpy as np
+
+    return frozenset(
+        np.dtype(t).str
+        for t in (np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64)
+        + (np.float32, np.float64)
+    )
+
+
 #: dimensions of a cached array (the columns are vectors)
 _MAX_DIMENSIONS = 2
 
@@ -602,10 +616,12 @@ def _arrays(
     """The arrays of an entry, mapped, after checking what its header says of them as untrusted
     input: a type traceprof caches, a shape whose size is the bytes given, each one aligned,
     inside the data and apart from the others."""
+    import numpy as np
+
     arrays = []
     end = base
     for dt, shape, offset, nbytes in table:
-        if dt not in _ARRAY_TYPES:
+        if dt not in _array_types():
             raise _Unusable(f"holds an array of a type traceprof does not cache ({dt!r})")
         if not 1 <= len(shape) <= _MAX_DIMENSIONS or min(shape) < 0:
             raise _Unusable(f"holds an array of an impossible shape {tuple(shape)}")

@@ -12,8 +12,6 @@ import io
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import numpy as np
-
 from traceprof.errors import MissingDependencyError
 
 #: a column's type where its values do not give it (pandas' names, as to_dataframe's frames)
@@ -56,6 +54,8 @@ def rows_parquet(
 
 def _column(pa: Any, values: list[Any], kind: str | None) -> Any:
     """One column's Arrow array, from its buffers."""
+    import numpy as np  # here: the flat records import this module, and most looks need no numpy
+
     n = len(values)
     kind = kind or _kind_of(values)
     if kind == "null":

@@ -3,14 +3,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
-import numpy as np
 
 from traceprof.result.memory import CATEGORIES
-from traceprof.trace.model import check_column
 
 #: events a timeline keeps at most (the rest merged or left out, and counted)
 MAX_EVENTS = 40_000
@@ -36,11 +34,11 @@ class MemoryBlocks(msgspec.Struct, frozen=True):
     the curve's total less the blocks alive at a time is what was allocated before the trace
     (the parameters, ...) and the blocks left out."""
 
-    start: np.ndarray  # µs from the step's start, 0 for a block allocated before it
-    end: np.ndarray  # µs from the step's start, the step's span for a block alive after it
-    nbytes: np.ndarray
-    category: np.ndarray  # int8 code: result.memory.CATEGORIES
-    module: np.ndarray  # index into Timeline.modules of the node that allocated it, -1: none
+    start: tuple[float, ...]  # µs from the step's start, 0 for a block allocated before it (to the ns)
+    end: tuple[float, ...]  # µs from the step's start, the step's span for a block alive after it
+    nbytes: tuple[float, ...]
+    category: tuple[int, ...]  # code: result.memory.CATEGORIES
+    module: tuple[int, ...]  # index into Timeline.modules of the node that allocated it, -1: none
     dropped: int = 0  # blocks left out past MAX_MEMORY_BLOCKS (the smallest: bytes x time)
 
 
@@ -67,15 +65,16 @@ class Timeline(msgspec.Struct, frozen=True):
     modules: tuple[tuple[str, ...], ...]  # module paths events refer to
     names: tuple[str, ...]
     lanes: tuple[Lane, ...]
-    # one entry per event (columns)
-    lane: np.ndarray
-    row: np.ndarray
-    start: np.ndarray  # µs from start_us
-    dur: np.ndarray
-    name: np.ndarray  # index into names
-    module: np.ndarray  # index into modules, -1: none
-    phase: np.ndarray  # 0 forward, 1 backward, 2 other
-    count: np.ndarray  # events merged into this one (1: a single event)
+    # one entry per event (columns: tuples, not arrays, so that a profile read from the cache
+    # needs no numpy; at most MAX_EVENTS of them)
+    lane: tuple[int, ...]
+    row: tuple[int, ...]
+    start: tuple[float, ...]  # µs from start_us, to the ns
+    dur: tuple[float, ...]  # µs, to the ns
+    name: tuple[int, ...]  # index into names
+    module: tuple[int, ...]  # index into modules, -1: none
+    phase: tuple[int, ...]  # 0 forward, 1 backward, 2 other
+    count: tuple[int, ...]  # events merged into this one (1: a single event)
     events_in_step: int  # before merging and leaving out
     merged_below_us: float
     dropped: int
@@ -83,31 +82,30 @@ class Timeline(msgspec.Struct, frozen=True):
 
     def check(self) -> None:
         """Its columns as the analysis builds them, checked on a timeline read from elsewhere (a
-        cache entry, mapped as untrusted input): a ValueError naming the first that is not."""
-        n = len(self.lane) if isinstance(self.lane, np.ndarray) else -1
-        check_column(self.lane, "timeline.lane", n, "i", (0, len(self.lanes)))
-        check_column(self.row, "timeline.row", n, "i", (0, max((ln.rows for ln in self.lanes), default=0)))
-        check_column(self.name, "timeline.name", n, "i", (0, len(self.names)))
-        check_column(self.module, "timeline.module", n, "i", (-1, len(self.modules)))
-        check_column(self.phase, "timeline.phase", n, "i", (0, 3))
-        check_column(self.count, "timeline.count", n, "i")
-        check_column(self.start, "timeline.start", n, "f")
-        check_column(self.dur, "timeline.dur", n, "f")
+        cache entry, read as untrusted input; the decoder has checked their types): a ValueError
+        naming the first that is not."""
+        n = len(self.lane)
+        _check(self.lane, "timeline.lane", n, (0, len(self.lanes)))
+        _check(self.row, "timeline.row", n, (0, max((ln.rows for ln in self.lanes), default=0)))
+        _check(self.name, "timeline.name", n, (0, len(self.names)))
+        _check(self.module, "timeline.module", n, (-1, len(self.modules)))
+        _check(self.phase, "timeline.phase", n, (0, 3))
+        _check(self.count, "timeline.count", n)
+        _check(self.start, "timeline.start", n)
+        _check(self.dur, "timeline.dur", n)
         if self.memory is not None and not -1 <= self.memory.peak_module < len(self.modules):
             raise ValueError("the memory peak's module is not one of the timeline's")
         blocks = self.memory.blocks if self.memory is not None else None
         if blocks is not None:
-            m = len(blocks.start) if isinstance(blocks.start, np.ndarray) else -1
-            check_column(blocks.start, "timeline.memory.blocks.start", m, "f")
-            check_column(blocks.end, "timeline.memory.blocks.end", m, "f")
-            check_column(blocks.nbytes, "timeline.memory.blocks.nbytes", m, "f")
-            check_column(blocks.category, "timeline.memory.blocks.category", m, "i", (0, len(CATEGORIES)))
-            check_column(blocks.module, "timeline.memory.blocks.module", m, "i", (-1, len(self.modules)))
+            m = len(blocks.start)
+            _check(blocks.start, "timeline.memory.blocks.start", m)
+            _check(blocks.end, "timeline.memory.blocks.end", m)
+            _check(blocks.nbytes, "timeline.memory.blocks.nbytes", m)
+            _check(blocks.category, "timeline.memory.blocks.category", m, (0, len(CATEGORIES)))
+            _check(blocks.module, "timeline.memory.blocks.module", m, (-1, len(self.modules)))
 
     def document(self) -> dict[str, Any]:
         """The timeline as JSON-ready columns (the HTML report and TensorBoard tab read it)."""
-        # ns precision
-        r: Callable[[np.ndarray], list[float]] = lambda a: np.round(a, 3).tolist()  # noqa: E731
         mem = self.memory
         return {
             "schema": TIMELINE_SCHEMA,
@@ -118,14 +116,14 @@ class Timeline(msgspec.Struct, frozen=True):
             "names": list(self.names),
             "lanes": [{"kind": ln.kind, "name": ln.name, "rows": ln.rows} for ln in self.lanes],
             "events": {
-                "lane": self.lane.tolist(),
-                "row": self.row.tolist(),
-                "start": r(self.start),
-                "dur": r(self.dur),
-                "name": self.name.tolist(),
-                "module": self.module.tolist(),
-                "phase": self.phase.tolist(),
-                "count": self.count.tolist(),
+                "lane": list(self.lane),
+                "row": list(self.row),
+                "start": list(self.start),
+                "dur": list(self.dur),
+                "name": list(self.name),
+                "module": list(self.module),
+                "phase": list(self.phase),
+                "count": list(self.count),
             },
             "bounds": {
                 "events_in_step": self.events_in_step,
@@ -150,14 +148,23 @@ class Timeline(msgspec.Struct, frozen=True):
                 "blocks": None
                 if mem.blocks is None
                 else {
-                    "start": r(mem.blocks.start),
-                    "end": r(mem.blocks.end),
-                    "bytes": mem.blocks.nbytes.tolist(),
-                    "category": mem.blocks.category.tolist(),
-                    "module": mem.blocks.module.tolist(),
+                    "start": list(mem.blocks.start),
+                    "end": list(mem.blocks.end),
+                    "bytes": list(mem.blocks.nbytes),
+                    "category": list(mem.blocks.category),
+                    "module": list(mem.blocks.module),
                     "categories": list(CATEGORIES),
                     "dropped": mem.blocks.dropped,
                     "max_blocks": MAX_MEMORY_BLOCKS,
                 },
             },
         }
+
+
+def _check(values: Sequence[float], name: str, length: int, within: tuple[int, int] | None = None) -> None:
+    """A column of ``length`` values, each in ``within`` (lowest, end) when given; a ValueError
+    naming it otherwise."""
+    if len(values) != length:
+        raise ValueError(f"column {name} has {len(values)} values, not {length}")
+    if within is not None and values and (min(values) < within[0] or max(values) >= within[1]):
+        raise ValueError(f"column {name} holds values outside {within[0]}..{within[1] - 1}")

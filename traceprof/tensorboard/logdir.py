@@ -40,7 +40,7 @@ from traceprof.trace import schema
 
 if TYPE_CHECKING:
     from traceprof.result.model import ModuleProfile
-    from traceprof.trace.model import Trace
+    from traceprof.trace.columns import Trace
 
 #: per-step profiles written per run (the first complete steps); the mean covers all of them
 MAX_STEP_PROFILES = 32
