@@ -27,6 +27,7 @@ _STATIC = ("tensorboard", "static")
 _FORBIDDEN_IN_SCRIPT = ("</script", "<!--", "<script")
 _JSON_ESCAPES = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
 _JSON_BYTE_ESCAPES = tuple((char.encode(), escape.encode()) for char, escape in _JSON_ESCAPES.items())
+_ASCII_BYTE_ESCAPES = tuple((char, escape) for char, escape in _JSON_BYTE_ESCAPES if char.isascii())
 
 
 def static_text(name: str) -> str:
@@ -52,7 +53,10 @@ def script_json(value) -> str:
     the JavaScript line separators) as ``\\uXXXX`` escapes, which JSON.parse reads back as they
     were. ``</script>`` or ``<!--`` in a module name cannot end the element."""
     data = msgspec.json.encode(value)
-    for char, escape in _JSON_BYTE_ESCAPES:  # on the bytes: a third faster than on the text
+    # the line separators are not ASCII: all-ASCII text (most) has none to look for, and a
+    # search for them took longer than the encoding
+    escapes = _ASCII_BYTE_ESCAPES if data.isascii() else _JSON_BYTE_ESCAPES
+    for char, escape in escapes:  # on the bytes: a third faster than on the text
         if char in data:
             data = data.replace(char, escape)
     return data.decode("utf-8")

@@ -69,9 +69,15 @@ _PASS_KEYS = tuple(
     )
     for p in PASSES
 )
+#: a record's keys of the times (each pass's totals and own), then of the rates (each pass's)
+_TIME_KEYS = tuple(key for k in _PASS_KEYS for key in (*k.total, *k.own)) + tuple(
+    key for k in _PASS_KEYS for key in k.rates
+)
+#: a record's keys of the memory of each pass, and those keys' values where there is none
+_MEMORY_KEYS = tuple(key for k in _PASS_KEYS for key in k.memory)
+_NO_MEMORY_RECORD = dict.fromkeys((*_MEMORY_KEYS, *ACTIVATION_FIELDS))
 _RATES = attrgetter(*RATE_FIELDS)
 _MEMORY = attrgetter(*MEMORY_FIELDS)
-_NO_MEMORY = (None,) * len(MEMORY_FIELDS)
 _FUSED = attrgetter(*FUSED_FIELDS)
 
 
@@ -101,17 +107,24 @@ def node_record(
         "share_of_step": profile.share_of_step(node),
     }
     phases = [getattr(node, k.attr) for k in _PASS_KEYS]
-    for k, p in zip(_PASS_KEYS, phases):
-        rec.update(zip(k.total, astuple(p.total)))
-        rec.update(zip(k.own, astuple(p.own)))
-    for k, p in zip(_PASS_KEYS, phases):
-        rec.update(zip(k.rates, _RATES(profile.throughput(p.total))))
+    values: list[Any] = []  # in the order of _TIME_KEYS: one update of the record, not twelve
+    for p in phases:
+        values += astuple(p.total)
+        values += astuple(p.own)
+    for p in phases:
+        values += _RATES(profile.throughput(p.total))
+    rec.update(zip(_TIME_KEYS, values))
     rec["memory_device"] = profile.memory_device
     use = profile.memory_of(node)
-    for k in _PASS_KEYS:
-        rec.update(zip(k.memory, _MEMORY(getattr(use, k.attr)) if use else _NO_MEMORY))
-    rec["activation_bytes"] = use.activation_bytes if use else None
-    rec["own_activation_bytes"] = use.own_activation_bytes if use else None
+    if use is None:
+        rec.update(_NO_MEMORY_RECORD)
+    else:
+        values = []
+        for k in _PASS_KEYS:
+            values += _MEMORY(getattr(use, k.attr))
+        rec.update(zip(_MEMORY_KEYS, values))
+        rec["activation_bytes"] = use.activation_bytes
+        rec["own_activation_bytes"] = use.own_activation_bytes
     if has_fused(profile):  # kernels fused across modules (traces with compiled work, or labels)
         for k in _PASS_KEYS:
             fused = getattr(node.fused, k.attr) if node.fused is not None else PhaseTimes()
