@@ -195,7 +195,7 @@ def test_analyzing_one_trace_imports_only_what_it_uses(cache, tmp_path):
     """Start-up is part of every command: the tree of one trace does not import the job, diff,
     DataFrame, Parquet or TensorBoard code, the progress bar (no terminal here), torch, what
     only writing a file, capturing a trace or the HTML report use (tempfile, shutil, hashlib),
-    nor numpy.ma (which np.unique and np.isin import: traceprof.trace.model.unique instead);
+    nor numpy.ma (which np.unique and np.isin import: traceprof.trace.columns.unique instead);
     without the cache, or reading the analysis from it."""
     unused = (
         "traceprof.job.analyze",

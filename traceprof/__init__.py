@@ -77,7 +77,7 @@ _LAZY = {
     "shaped": "result.transforms",
     "sort_children": "result.transforms",
     "top_children": "result.transforms",
-    "Trace": "trace.model",
+    "Trace": "trace.columns",
     "profile": "capture",
     "profile_once": "capture",
     "Job": "job.model",

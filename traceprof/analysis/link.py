@@ -27,7 +27,7 @@ from traceprof.trace.schema import Kind
 
 class Links(msgspec.Struct, frozen=True):
     """Per-event link arrays (length = number of events; -1 = none). Event indices are of
-    :func:`~traceprof.trace.model.index_dtype` (int32 below 2**31 events), depths int32."""
+    :func:`~traceprof.trace.columns.index_dtype` (int32 below 2**31 events), depths int32."""
 
     parent: np.ndarray  # enclosing CPU slice on the same thread
     depth: np.ndarray  # nesting depth of CPU slices (0 = top level); -1 for other events

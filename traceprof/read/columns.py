@@ -126,7 +126,7 @@ _INT32 = np.iinfo(np.int32)
 def int32_if_fits(a: np.ndarray) -> np.ndarray:
     """An integer column of a run as int32 when its values fit (an empty one too), else int64:
     joined with np.concatenate, the runs' columns are int64 as soon as one run needs it (the
-    Trace narrows each joined column further, see :func:`traceprof.trace.model.narrowed`)."""
+    Trace narrows each joined column further, see :func:`traceprof.trace.columns.narrowed`)."""
     if not len(a) or (_INT32.min <= a.min() and a.max() <= _INT32.max):
         return a.astype(np.int32, copy=False)
     return a
