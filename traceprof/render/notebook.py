@@ -179,7 +179,7 @@ def job_repr(job: Job) -> str:
 
 def profile_html(profile: ModuleProfile) -> str:
     """Summary cards, the modules with the most own time, and the icicle of the module tree."""
-    what = _time_words(_metric(profile))
+    what = "GPU busy time" if profile.has_gpu else "CPU time"
     top = _table(
         f"Largest modules by own {what} per step",
         ("module", "class", "own", "of the step", "total"),
@@ -333,7 +333,7 @@ def _profile_title(node: ModuleNode, metric: str, step: float) -> str:
 def diff_html(diff: DiffProfile) -> str:
     """The two steps and their change, where it went, the largest changes, and an icicle of
     both runs' tree coloured by the change (red slower, green faster)."""
-    what = _time_words(diff.metric)
+    what = "GPU busy time" if diff.metric is TimeMetric.GPU_BUSY else "CPU time"
     rows = [
         (
             n.qualified_name or n.class_name or n.name,
@@ -432,7 +432,7 @@ def _change_colour(node: DiffNode) -> str:
 def job_html(job: Job) -> str:
     """The ranks and their step times, the stragglers, and an icicle of the module tree sized
     by the median over the ranks and coloured by the imbalance (max / median)."""
-    what = _time_words(job.metric)
+    what = "GPU busy time" if job.metric is TimeMetric.GPU_BUSY else "CPU time"
     rows = [
         (
             str(s.rank),
@@ -629,14 +629,9 @@ def _page(
     cells: Sequence[Cell],
     caption: str,
 ) -> str:
-    """The one layout of a profile's, a diff's and a job's page: the title, the summary cards,
-    the first warnings, the tables, and the icicle of ``cells`` with what its widths and colours
-    mean (``caption``)."""
+    """The one layout of a profile's, a diff's and a job's page: title, summary cards, first
+    warnings, tables, and the icicle of ``cells`` with what it shows (``caption``)."""
     return _frame(title, _cards(cards), _warnings(warnings), *tables, icicle_svg(cells), _caption(caption))
-
-
-def _time_words(metric: TimeMetric) -> str:
-    return "GPU busy time" if metric is TimeMetric.GPU_BUSY else "CPU time"
 
 
 def _frame(title: str, *parts: str) -> str:
