@@ -127,26 +127,20 @@ def module_nodes(
                 _uncalled_node(uncalled[old - groups.n_nodes], new_id, old, p, depth, kids, fused_of)
             )
             continue
-        named = _named(ctx, groups, names_of_groups, old)
         nodes.append(
             ModuleNode(
                 id=new_id[old],
                 parent=new_id[p] if p >= 0 else -1,
                 children=tuple(new_id[c] for c in children[old]),
                 depth=depth,
-                kind=named.kind,
-                name=named.name,
-                class_name=named.class_name,
-                qualified_name=named.qualified_name,
-                path=named.path,
                 calls=float(calls[old]) if old < n_mod else 0.0,
                 forward=times[old][FORWARD],
                 backward=times[old][BACKWARD],
                 other=times[old][OTHER],
-                info=named.info,
                 memory=memory_use[old],
                 ops=ops_of[old],
                 fused=_fused_times(fused_of, n_mod, old),
+                **_named(ctx, groups, names_of_groups, old)._asdict(),
             )
         )
     return nodes, new_id
@@ -178,7 +172,8 @@ def _preorder(roots: list[int], children: dict[int, list[int]]) -> list[int]:
 
 
 class _Named(NamedTuple):
-    """What a node of the attribution is called: its kind, names, path and module table row."""
+    """What a node of the attribution is called: its kind, names, path and module table row
+    (the :class:`ModuleNode` fields of those names, which it is given whole)."""
 
     info: ModuleInfo | None
     kind: NodeKind

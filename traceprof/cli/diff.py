@@ -8,34 +8,15 @@ import sys
 import click
 
 from traceprof import units
+from traceprof.cli import common
 from traceprof.cli.choices import DIFF_FORMATS
-from traceprof.cli.common import (
-    Number,
-    chosen_renderer,
-    close,
-    depth_option,
-    emit,
-    hierarchy_option,
-    ignore_option,
-    max_memory_option,
-    no_cache_option,
-    output_options,
-    print_warnings,
-    progress_reporter,
-    raw_option,
-    reported_errors,
-    sort_option,
-    step_option,
-    tensorboard_option,
-    top_option,
-)
 from traceprof.errors import OptionError
 
 
 @click.command("diff")
 @click.argument("base", type=click.Path(path_type=str))
 @click.argument("new", type=click.Path(path_type=str))
-@output_options(
+@common.output_options(
     DIFF_FORMATS,
     "Write to FILE (atomically; '-' is standard output); the format "
     "follows its extension (.txt, .json, .csv, .parquet, .html). Never an input.",
@@ -43,7 +24,7 @@ from traceprof.errors import OptionError
 @click.option(
     "--fail-if-slower",
     "fail_pct",
-    type=Number(float, min=0),
+    type=common.Number(float, min=0),
     default=None,
     metavar="PCT",
     help="Exit 10 when NEW is slower than BASE by more than PCT percent "
@@ -56,29 +37,29 @@ from traceprof.errors import OptionError
     metavar="NAME",
     help="With --fail-if-slower: compare this module (qualified name) instead of the step.",
 )
-@hierarchy_option("Where the module trees come from.")
-@depth_option()
-@top_option(
+@common.hierarchy_option("Where the module trees come from.")
+@common.depth_option()
+@common.top_option(
     "Keep the N children of each node that changed most (by --sort's key); fold the rest into one '(k more)' node."
 )
-@sort_option(
+@common.sort_option(
     "Order of siblings: the size of the change (|Δ|, largest first) of the key's quantity "
     "(gpu: the diff's time, GPU busy or CPU; fwd, bwd, other: that pass's; kernels, calls, "
     "flops), or name, or order (as the modules first ran).",
     default="gpu",
 )
-@step_option(
+@common.step_option(
     "Compare this ProfilerStep of each trace (the same number in both; of every rank for job "
     "directories) [default: the mean of each trace's complete steps]."
 )
-@ignore_option(
+@common.ignore_option(
     "Hide modules whose class or qualified name matches PATTERN (fnmatch, repeatable); their "
     "change stays in their parent's."
 )
-@raw_option("Times as plain microseconds.")
-@tensorboard_option("Also write BASE and NEW as a pair of TensorBoard runs (LOGDIR/base, LOGDIR/new).")
-@max_memory_option("Memory limit of loading each trace (e.g. 8G) [default: as analyze].")
-@no_cache_option
+@common.raw_option("Times as plain microseconds.")
+@common.tensorboard_option("Also write BASE and NEW as a pair of TensorBoard runs (LOGDIR/base, LOGDIR/new).")
+@common.max_memory_option("Memory limit of loading each trace (e.g. 8G) [default: as analyze].")
+@common.no_cache_option
 def diff_command(
     base,
     new,
@@ -102,22 +83,22 @@ def diff_command(
     from traceprof.render.registry import RenderOptions
 
     inputs = [base, new]
-    with reported_errors("out of memory while comparing"):
+    with common.reported_errors("out of memory while comparing"):
         if module is not None and fail_pct is None:
             raise OptionError("--module applies to --fail-if-slower")
-        renderer = chosen_renderer(DIFF_REGISTRY, fmt, output, inputs)
-        reporter = progress_reporter(_files(inputs), traces=None)
+        renderer = common.chosen_renderer(DIFF_REGISTRY, fmt, output, inputs)
+        reporter = common.progress_reporter(_files(inputs), traces=None)
         try:
             result = _diff(base, new, hierarchy, max_memory, step, reporter)
         finally:
-            close(reporter)
+            common.close(reporter)
         if module is not None:
             result.slower(fail_pct, module)  # an unknown module: the error before any output
         shown = result.shaped(depth=depth, top=top, sort=sort, ignore=ignore)
         text = renderer.render(shown, RenderOptions(raw_numbers=raw))
         if not renderer.shows_warnings:
-            print_warnings(shown.warnings)
-        emit(text, output, inputs, _styled if renderer.name == "tree" else None)
+            common.print_warnings(shown.warnings)
+        common.emit(text, output, inputs, _styled if renderer.name == "tree" else None)
         if tensorboard_logdir:
             from traceprof.tensorboard import write_logdir
 
@@ -136,7 +117,7 @@ def diff_command(
                         f"to {tensorboard_logdir}",
                         err=True,
                     )
-            print_warnings(said)
+            common.print_warnings(said)
         if fail_pct is not None:
             reason = result.slower(fail_pct, module)
             if reason:

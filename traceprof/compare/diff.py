@@ -154,21 +154,16 @@ def diff_jobs(
     hierarchy: Source | str | None = None,
     max_memory: int | str | None = None,
     step: int | None = None,
-    depth: int | None = None,
-    top: int | None = None,
-    sort: SortKey | str | None = None,
-    ignore: tuple[str, ...] | list[str] = (),
     progress: Progress | None = None,
 ) -> DiffProfile:
     """Compare two jobs (directories of one trace per rank, found as ``traceprof analyze`` finds
     them: :func:`traceprof.read.discovery.find_traces`): rank by rank; the result is the diff of the rank
-    whose step changed most, with every rank's step change in its warnings. ``step``, ``depth``,
-    ``top``, ``sort``, ``ignore``, ``progress``: as :func:`diff`'s."""
+    whose step changed most, with every rank's step change in its warnings, unshaped
+    (:meth:`DiffProfile.shaped <traceprof.compare.model.DiffProfile.shaped>` shapes it).
+    ``step``, ``progress``: as :func:`diff`'s."""
     from traceprof.read.discovery import find_traces
 
     step = options.argument("step", step, int, min=0)
-    depth = options.argument("depth", depth, int, min=0)
-    top = options.argument("top", top, int, min=1)
     hierarchy = None if hierarchy == "auto" else hierarchy
     sides = []
     for d in (base_dir, new_dir):
@@ -200,4 +195,4 @@ def diff_jobs(
         notes.append("ranks in one job only: " + ", ".join(map(str, only)))
     shown = diffs[worst]
 
-    return _shaped(replace(shown, warnings=tuple(notes) + shown.warnings), depth, top, sort, ignore)
+    return replace(shown, warnings=tuple(notes) + shown.warnings)

@@ -239,22 +239,23 @@ WEIGHT_GRADIENTS = frozenset(
 def conv_given_gradient(forward: OpArgs, grad_output: Shape) -> OpCost:
     """A forward convolution (not transposed) whose output has ``grad_output``'s shape."""
     x, w = forward.shape(0), forward.shape(1)
-    if len(x) != len(w) or len(grad_output) != len(w) or grad_output[1] != w[0] or grad_output[0] != x[0]:
-        raise ArgumentError(f"{forward.name}: input {x}, weight {w} and gradient {grad_output} do not fit")
-    macs = conv_macs(x, w, grad_output[2:], False)
-    dtype = forward.dtype(0)
-    return forward.cost(flops=2 * macs, macs=macs, writes=[(grad_output, dtype)], dtype=dtype)
+    return _given_shapes(forward, x, w, grad_output, written=grad_output, dtype=forward.dtype(0))
 
 
 def weight_gradient_given_weight(backward: OpArgs, weight: Shape) -> OpCost:
     """``*_convolution_backward_weight(weight_size, grad_output, self, ...)`` of a convolution
     whose weight has the shape ``weight``: as many MACs as the forward."""
     g, x = backward.shape(1), backward.shape(2)
-    if len(g) != len(weight) or len(x) != len(weight) or g[1] != weight[0] or g[0] != x[0]:
-        raise ArgumentError(f"{backward.name}: gradient {g}, input {x} and weight {weight} do not fit")
-    macs = conv_macs(x, weight, g[2:], False)
-    dtype = backward.dtype(1)
-    return backward.cost(flops=2 * macs, macs=macs, writes=[(weight, dtype)], dtype=dtype)
+    return _given_shapes(backward, x, weight, g, written=weight, dtype=backward.dtype(1))
+
+
+def _given_shapes(a: OpArgs, x: Shape, w: Shape, g: Shape, *, written: Shape, dtype: str) -> OpCost:
+    """An op as costly as the forward convolution of input ``x``, weight ``w`` and output
+    gradient ``g`` (one of them from the op paired with ``a``), writing ``written``."""
+    if len(x) != len(w) or len(g) != len(w) or g[1] != w[0] or g[0] != x[0]:
+        raise ArgumentError(f"{a.name}: input {x}, weight {w} and gradient {g} do not fit")
+    macs = conv_macs(x, w, g[2:], False)
+    return a.cost(flops=2 * macs, macs=macs, writes=[(written, dtype)], dtype=dtype)
 
 
 @_R.formula(*WEIGHT_GRADIENTS, family=Family.CONV)

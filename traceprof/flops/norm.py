@@ -10,6 +10,7 @@ statistics are left out).
 from __future__ import annotations
 
 from math import prod
+from typing import NamedTuple
 
 from traceprof.flops.registry import Family, Registry
 from traceprof.flops.shapes import OpArgs, OpCost
@@ -26,8 +27,28 @@ def _norm_cost(a: OpArgs, x_pos: int, per_element: int, writes_pos: tuple[int, .
     return a.cost(flops=prod(x) * per_element, writes=writes, dtype=dtype)
 
 
-def _affine(a: OpArgs, weight_pos: int) -> bool:
-    return a.is_tensor(weight_pos)
+class _PerElement(NamedTuple):
+    """A normalization's forward FLOPs per element of its input (argument 0): ``affine`` with
+    a weight (the argument at ``weight_pos`` is a tensor), ``plain`` without."""
+
+    affine: int
+    plain: int
+
+    def forward(self, a: OpArgs, weight_pos: int) -> OpCost:
+        return _norm_cost(a, 0, self.affine if a.is_tensor(weight_pos) else self.plain)
+
+    def backward(self, a: OpArgs, weight_pos: int, grads: tuple[int, ...]) -> OpCost:
+        """Twice the forward; with a weight, also the weight's and bias's gradients written
+        (``grads``: the positions of the arguments of their shapes)."""
+        if a.is_tensor(weight_pos):
+            return _norm_cost(a, 0, 2 * self.affine, grads)
+        return _norm_cost(a, 0, 2 * self.plain)
+
+
+#: layer norm, group norm and batch norm in training
+_NORM = _PerElement(affine=5, plain=4)
+_RMS_NORM = _PerElement(affine=4, plain=3)
+_EVAL_BATCH_NORM = _PerElement(affine=2, plain=1)
 
 
 # --- layer norm: layer_norm(input, normalized_shape, weight, bias, eps, ...), native_layer_norm
@@ -35,14 +56,13 @@ def _affine(a: OpArgs, weight_pos: int) -> bool:
 
 @_R.formula("aten::layer_norm", "aten::native_layer_norm", family=Family.NORM)
 def layer_norm(a: OpArgs) -> OpCost:
-    return _norm_cost(a, 0, 5 if _affine(a, 2) else 4)
+    return _NORM.forward(a, weight_pos=2)
 
 
 @_R.formula("aten::native_layer_norm_backward", family=Family.NORM)
 def layer_norm_backward(a: OpArgs) -> OpCost:
     """(grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask)"""
-    affine = _affine(a, 5)
-    return _norm_cost(a, 0, 2 * (5 if affine else 4), (5, 6) if affine else ())
+    return _NORM.backward(a, weight_pos=5, grads=(5, 6))
 
 
 # --- RMS norm: rms_norm(input, normalized_shape, weight, eps), _fused_rms_norm
@@ -50,14 +70,13 @@ def layer_norm_backward(a: OpArgs) -> OpCost:
 
 @_R.formula("aten::rms_norm", "aten::_fused_rms_norm", family=Family.NORM)
 def rms_norm(a: OpArgs) -> OpCost:
-    return _norm_cost(a, 0, 4 if _affine(a, 2) else 3)
+    return _RMS_NORM.forward(a, weight_pos=2)
 
 
 @_R.formula("aten::_fused_rms_norm_backward", family=Family.NORM)
 def rms_norm_backward(a: OpArgs) -> OpCost:
     """(grad_out, input, normalized_shape, rstd, weight, output_mask)"""
-    affine = _affine(a, 4)
-    return _norm_cost(a, 0, 2 * (4 if affine else 3), (4,) if affine else ())
+    return _RMS_NORM.backward(a, weight_pos=4, grads=(4,))
 
 
 # --- group norm: group_norm(input, num_groups, weight, bias, ...),
@@ -66,28 +85,25 @@ def rms_norm_backward(a: OpArgs) -> OpCost:
 
 @_R.formula("aten::group_norm", family=Family.NORM)
 def group_norm(a: OpArgs) -> OpCost:
-    return _norm_cost(a, 0, 5 if _affine(a, 2) else 4)
+    return _NORM.forward(a, weight_pos=2)
 
 
 @_R.formula("aten::native_group_norm", family=Family.NORM)
 def native_group_norm(a: OpArgs) -> OpCost:
-    return _norm_cost(a, 0, 5 if _affine(a, 1) else 4)
+    return _NORM.forward(a, weight_pos=1)
 
 
 @_R.formula("aten::native_group_norm_backward", family=Family.NORM)
 def group_norm_backward(a: OpArgs) -> OpCost:
     """(grad_out, input, mean, rstd, weight, N, C, HxW, group, output_mask)"""
-    affine = _affine(a, 4)
-    return _norm_cost(a, 0, 2 * (5 if affine else 4), (4, 4) if affine else ())
+    return _NORM.backward(a, weight_pos=4, grads=(4, 4))
 
 
 # --- batch norm: (input, weight, bias, running_mean, running_var, training, momentum, eps, ...)
 
 
-def _batch_norm_per_element(affine: bool, training: bool) -> int:
-    if training:
-        return 5 if affine else 4
-    return 2 if affine else 1
+def _batch_norm(training: bool) -> _PerElement:
+    return _NORM if training else _EVAL_BATCH_NORM
 
 
 @_R.formula(
@@ -98,32 +114,31 @@ def _batch_norm_per_element(affine: bool, training: bool) -> int:
     family=Family.NORM,
 )
 def batch_norm(a: OpArgs) -> OpCost:
-    return _norm_cost(a, 0, _batch_norm_per_element(_affine(a, 1), a.flag(5)))
+    return _batch_norm(a.flag(5)).forward(a, weight_pos=1)
 
 
 @_R.formula("aten::_native_batch_norm_legit", family=Family.NORM)
 def batch_norm_legit(a: OpArgs) -> OpCost:
     # two overloads under one name: with running stats (training at 5) or without (at 3)
     training = a.flag(5) if a.is_tensor(3) else a.flag(3)
-    return _norm_cost(a, 0, _batch_norm_per_element(_affine(a, 1), training))
+    return _batch_norm(training).forward(a, weight_pos=1)
 
 
 @_R.formula("aten::_native_batch_norm_legit_no_training", family=Family.NORM)
 def batch_norm_eval(a: OpArgs) -> OpCost:
-    return _norm_cost(a, 0, _batch_norm_per_element(_affine(a, 1), False))
+    return _EVAL_BATCH_NORM.forward(a, weight_pos=1)
 
 
 @_R.formula("aten::native_batch_norm_backward", family=Family.NORM)
 def batch_norm_backward(a: OpArgs) -> OpCost:
     """(grad_out, input, weight, running_mean, running_var, save_mean, save_invstd, train, ...)"""
-    affine = _affine(a, 2)
-    return _norm_cost(a, 0, 2 * _batch_norm_per_element(affine, True), (2, 2) if affine else ())
+    return _NORM.backward(a, weight_pos=2, grads=(2, 2))
 
 
 @_R.formula("aten::cudnn_batch_norm_backward", "aten::miopen_batch_norm_backward", family=Family.NORM)
 def backend_batch_norm_backward(a: OpArgs) -> OpCost:
-    """(input, grad_output, weight, ...)"""
-    return _norm_cost(a, 1, 2 * _batch_norm_per_element(True, True), (2, 2))
+    """(input, grad_output, weight, ...): the weight is always given"""
+    return _norm_cost(a, 1, 2 * _NORM.affine, (2, 2))
 
 
 _R.no_cost("aten::_batch_norm_impl_index", "aten::instance_norm")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
+from typing import TypeVar
 
 import msgspec
 
@@ -17,6 +18,7 @@ from traceprof.trace import schema
 from traceprof.trace.tensors import ITEMSIZE as ITEMSIZE
 
 Shape = tuple[int, ...]
+_N = TypeVar("_N", int, float)
 
 #: floating-point dtypes: outside matrix products, arithmetic on other dtypes (integer
 #: counters, boolean masks) is not counted as FLOPs
@@ -174,24 +176,21 @@ class OpArgs:
         raise ArgumentError(f"{self.name}: argument {i} is not a boolean ({v!r})")
 
     def integer(self, i: int, default: int | None = None) -> int:
-        v = self._given(i, default)
-        if v is None:  # only when a default is given
-            assert default is not None
-            return int(default)
-        try:
-            return int(v)
-        except ValueError:
-            raise ArgumentError(f"{self.name}: argument {i} is not an integer ({v!r})") from None
+        return self._scalar(i, default, int, "an integer")
 
     def number(self, i: int, default: float | None = None) -> float:
+        return self._scalar(i, default, float, "a number")
+
+    def _scalar(self, i: int, default: _N | None, kind: type[_N], what: str) -> _N:
+        """Argument ``i`` as a ``kind`` (``what`` names it in the error), or ``default``."""
         v = self._given(i, default)
         if v is None:  # only when a default is given
             assert default is not None
-            return float(default)
+            return kind(default)
         try:
-            return float(v)
+            return kind(v)
         except ValueError:
-            raise ArgumentError(f"{self.name}: argument {i} is not a number ({v!r})") from None
+            raise ArgumentError(f"{self.name}: argument {i} is not {what} ({v!r})") from None
 
     def ints(self, i: int, n: int | None = None, default: Sequence[int] | None = None) -> tuple[int, ...]:
         """An int-list argument (``"[1, 1]"``); a single int is repeated ``n`` times; an empty

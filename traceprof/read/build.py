@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import base64
 import binascii
+import inspect
 import json
 import os
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 import msgspec
 import numpy as np
@@ -54,39 +55,8 @@ from traceprof.trace.model import (
 )
 from traceprof.trace.schema import Kind
 
-
-def load_trace(
-    path: str | os.PathLike,
-    progress: Progress | None = None,
-    max_memory: int | str | None = None,
-    *,
-    memory_scale: float = 1.0,
-    jobs: int | None = None,
-    chunk_bytes: int | None = None,
-    cache: bool | None = None,
-    content: str | None = None,
-) -> Trace:
-    """Read a trace file (.json or .json.gz) into a :class:`Trace`. ``max_memory``: the memory
-    the load may take (bytes or a size such as ``"8G"``; default: the ``TRACEPROF_MAX_MEMORY``
-    environment variable, else 80% of the available memory, see :mod:`traceprof.read.limits`);
-    ``memory_scale``: times the memory a load usually needs that the caller will use (2 when it
-    keeps a second copy of the trace). ``jobs``: processes decoding a large trace (default: one
-    per CPU); ``chunk_bytes``: the JSON each of them decodes at a time (see
-    :mod:`traceprof.read.parallel`). The Trace is the same whatever ``jobs`` and ``chunk_bytes``.
-
-    ``cache``: read the decoded trace from the cache, or write it there after decoding (default:
-    unless ``$TRACEPROF_CACHE`` is ``off``; see :mod:`traceprof.read.cache`); a cached trace's
-    columns are memory-mapped. ``content``: the file's content hash, when the caller has it."""
-    return load_keyed(
-        path,
-        progress,
-        max_memory,
-        memory_scale=memory_scale,
-        jobs=jobs,
-        chunk_bytes=chunk_bytes,
-        cache=cache,
-        content=content,
-    )[0]
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
 
 def load_keyed(
@@ -121,6 +91,34 @@ def load_keyed(
         lambda trace: trace.with_path(str(path)),
         check_trace,
     )
+
+
+def _arguments_of(model: Callable[_P, object]) -> Callable[[Callable[..., _R]], Callable[_P, _R]]:
+    """Decorator: the function takes ``model``'s arguments, for type checkers and as
+    ``inspect.signature`` and ``help()`` show it (its own return type kept)."""
+
+    def typed(fn: Callable[..., _R]) -> Callable[_P, _R]:
+        returns = inspect.signature(fn).return_annotation
+        fn.__signature__ = inspect.signature(model).replace(return_annotation=returns)  # type: ignore[attr-defined]
+        return fn
+
+    return typed
+
+
+@_arguments_of(load_keyed)
+def load_trace(*args: Any, **kwargs: Any) -> Trace:
+    """Read a trace file (.json or .json.gz) into a :class:`Trace`. ``max_memory``: the memory
+    the load may take (bytes or a size such as ``"8G"``; default: the ``TRACEPROF_MAX_MEMORY``
+    environment variable, else 80% of the available memory, see :mod:`traceprof.read.limits`);
+    ``memory_scale``: times the memory a load usually needs that the caller will use (2 when it
+    keeps a second copy of the trace). ``jobs``: processes decoding a large trace (default: one
+    per CPU); ``chunk_bytes``: the JSON each of them decodes at a time (see
+    :mod:`traceprof.read.parallel`). The Trace is the same whatever ``jobs`` and ``chunk_bytes``.
+
+    ``cache``: read the decoded trace from the cache, or write it there after decoding (default:
+    unless ``$TRACEPROF_CACHE`` is ``off``; see :mod:`traceprof.read.cache`); a cached trace's
+    columns are memory-mapped. ``content``: the file's content hash, when the caller has it."""
+    return load_keyed(*args, **kwargs)[0]
 
 
 def _decoded(

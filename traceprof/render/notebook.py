@@ -180,18 +180,18 @@ def job_repr(job: Job) -> str:
 def profile_html(profile: ModuleProfile) -> str:
     """Summary cards, the modules with the most own time, and the icicle of the module tree."""
     what = "GPU busy time" if profile.has_gpu else "CPU time"
-    return _frame(
+    top = _table(
+        f"Largest modules by own {what} per step",
+        ("module", "class", "own", "of the step", "total"),
+        _top_module_rows(profile),
+    )
+    return _page(
         f"traceprof · {_base(profile.metadata.path)}",
-        _cards(profile_cards(profile)),
-        _warnings(profile.warnings),
-        _table(
-            f"Largest modules by own {what} per step",
-            ("module", "class", "own", "of the step", "total"),
-            _top_module_rows(profile),
-        ),
-        _memory_table(profile),
-        icicle_svg(_profile_cells(profile)),
-        _caption(f"Width: {what} per step, all passes (forward, backward, other)."),
+        profile_cards(profile),
+        profile.warnings,
+        [top, _memory_table(profile)],
+        _profile_cells(profile),
+        f"Width: {what} per step, all passes (forward, backward, other).",
     )
 
 
@@ -345,21 +345,20 @@ def diff_html(diff: DiffProfile) -> str:
         )
         for n in diff.ranked()[:TOP]
     ]
-    return _frame(
+    top = _table(
+        f"Largest changes of a module's own {what} per step",
+        ("module", "", "base", "new", "Δ own", "Δ total"),
+        rows,
+    )
+    return _page(
         f"traceprof diff · {_base(diff.base.path)} → {_base(diff.new.path)}",
-        _cards(diff_cards(diff)),
-        _warnings(diff.warnings),
-        _table(
-            f"Largest changes of a module's own {what} per step",
-            ("module", "", "base", "new", "Δ own", "Δ total"),
-            rows,
-        ),
-        icicle_svg(_diff_cells(diff)),
-        _caption(
-            f"Width: the larger of the two runs' {what} per step. Red: slower, green: faster, "
-            "grey: within the step-to-step spread or unchanged; orange: new run only, blue: base "
-            "run only."
-        ),
+        diff_cards(diff),
+        diff.warnings,
+        [top],
+        _diff_cells(diff),
+        f"Width: the larger of the two runs' {what} per step. Red: slower, green: faster, "
+        "grey: within the step-to-step spread or unchanged; orange: new run only, blue: base "
+        "run only.",
     )
 
 
@@ -444,16 +443,14 @@ def job_html(job: Job) -> str:
         )
         for s in job.stragglers[:TOP]
     ]
-    return _frame(
+    return _page(
         f"traceprof job · {len(job.ranks)} ranks · {_job_place(job)}",
-        _cards(job_cards(job)),
-        _warnings(job.warnings),
-        _table("Stragglers", ("rank", "step", "over", "modules over it"), rows),
-        icicle_svg(_job_cells(job)),
-        _caption(
-            f"Width: the median over the ranks of each module's {what} per step. Redder: a larger "
-            "imbalance (the slowest rank's time over the median, 1.5x or more the reddest)."
-        ),
+        job_cards(job),
+        job.warnings,
+        [_table("Stragglers", ("rank", "step", "over", "modules over it"), rows)],
+        _job_cells(job),
+        f"Width: the median over the ranks of each module's {what} per step. Redder: a larger "
+        "imbalance (the slowest rank's time over the median, 1.5x or more the reddest).",
     )
 
 
@@ -622,6 +619,19 @@ def _esc(text: str) -> str:
     """Text from a trace, safe in HTML and SVG: escaped, control characters replaced."""
     clean = "".join(c if c.isprintable() or c in "\n\t" else "\ufffd" for c in text)
     return html.escape(clean, quote=True)
+
+
+def _page(
+    title: str,
+    cards: Iterable[tuple[str, str]],
+    warnings: Sequence[str],
+    tables: Sequence[str],
+    cells: Sequence[Cell],
+    caption: str,
+) -> str:
+    """The one layout of a profile's, a diff's and a job's page: title, summary cards, first
+    warnings, tables, and the icicle of ``cells`` with what it shows (``caption``)."""
+    return _frame(title, _cards(cards), _warnings(warnings), *tables, icicle_svg(cells), _caption(caption))
 
 
 def _frame(title: str, *parts: str) -> str:

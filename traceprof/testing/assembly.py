@@ -26,9 +26,7 @@ from traceprof.testing.program import (
     DEVICE,
     MAIN_TID,
     PID,
-    S_COMPUTE,
-    S_COPY,
-    S_NCCL,
+    STREAMS,
     Event,
 )
 
@@ -99,7 +97,7 @@ def _trailer_events(em: Emitter, t_start: int, t_end: int) -> list[Event]:
     meta("process_name", DEVICE, 0, {"name": "python3"})
     meta("process_labels", DEVICE, 0, {"labels": f"GPU {DEVICE}"})
     meta("process_sort_index", DEVICE, 0, {"sort_index": 5000000 + DEVICE})
-    for s in (S_COMPUTE, S_NCCL, S_COPY):
+    for s in STREAMS:
         meta("thread_name", DEVICE, s, {"name": f"stream {s} "})
         meta("thread_sort_index", DEVICE, s, {"sort_index": s})
     for tid, name in cpu_threads.items():
@@ -226,7 +224,7 @@ def _counts(em: Emitter, model: Model, n_steps: int) -> dict[str, Any]:
         "memory_events": c["memory"],
         "ac2g_flow_pairs": c["ac2g_pairs"],
         "fwdbwd_flow_pairs": c["fwdbwd_pairs"],
-        "streams": [S_COMPUTE, S_NCCL, S_COPY],
+        "streams": list(STREAMS),
         "threads": {"main": MAIN_TID, "backward": BWD_TID},
         "module_kernel_us": _module_kernel_us(em, model),
         "module_kernel_us_note": "summed over all steps; self time of the innermost module scope "

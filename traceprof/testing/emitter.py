@@ -24,6 +24,7 @@ from traceprof.testing.program import (
     S_COMPUTE,
     S_COPY,
     S_NCCL,
+    STREAMS,
     TAKE,
     Alloc,
     Api,
@@ -135,7 +136,7 @@ class Emitter:
         self.seq = 17 + rng.randrange(1000)
         self.evidx = 0
         self.fwdbwd = 0
-        self.sfree = {S_COMPUTE: t0, S_NCCL: t0, S_COPY: t0}
+        self.sfree = dict.fromkeys(STREAMS, t0)
         self.allocated = 2_400_000_000
         self.reserved = 4_000_000_000
         self.live: list[tuple[int, int]] = []  # (addr, bytes) of this step's allocations

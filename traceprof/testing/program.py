@@ -21,6 +21,7 @@ MAIN_TID = 48213  # forward / optimizer thread
 BWD_TID = 48377  # autograd engine thread
 DEVICE = 0  # GPU events: pid = device index
 S_COMPUTE, S_NCCL, S_COPY = 7, 20, 24
+STREAMS = (S_COMPUTE, S_NCCL, S_COPY)  # every GPU stream of the trace, in this order
 BASE_TIME_NS = 1767225600000000000
 PREFIX = "[traceprof:1]"
 
