@@ -240,7 +240,7 @@ def test_names_that_would_end_a_script_element_are_escaped(reports):
     names = {n["qualified_name"] for n in doc["nodes"]} | {n["name"] for n in doc["nodes"]}
     assert {EVIL_SCOPE, EVIL_ANNOTATION} <= names
 
-    escaped = html_report.script_json({"s": "</script><!--&\u2028"})
+    escaped = html_report.script_json({"s": "</script><!--&\u2028"}).decode()
     assert not set("<>&\u2028") & set(escaped)
     assert json.loads(escaped) == {"s": "</script><!--&\u2028"}
 

@@ -266,7 +266,7 @@ def _analyze_trace(trace: str, o: AnalyzeOptions) -> None:
             shown = _ops_profile(profile, o.ops_module, o.depth, o.ignore)
             text = render_ops(shown, o.ops_module, fmt, o.raw, o.all_rows, top=o.top, sort=o.sort)
         else:
-            text = render.render(profile, fmt, options)
+            text = render.REGISTRY.render(profile, fmt, options, encoded=True)
         if not renderer.shows_warnings:  # rows only (CSV, Parquet): warnings on stderr
             print_warnings(profile.warnings)
         emit(text, o.output, [trace], _styled if fmt in ("tree", "table") else None)
@@ -368,7 +368,7 @@ def _analyze_job(traces: list[str], o: AnalyzeOptions) -> None:
             all_rows=o.all_rows or fmt not in ("tree", "table"),
         )
         options = render.RenderOptions(raw_numbers=o.raw, ranks=o.ranks_columns)
-        text = render.render_job(job, fmt, options)
+        text = render.JOB_REGISTRY.render(job, fmt, options, encoded=True)
         # rows only (CSV, Parquet): every warning on stderr; else a partial job's and the runs
         # left out of a directory's there too, where a pipe reader sees them
         print_warnings(

@@ -56,7 +56,7 @@ def diff_short_names(diff) -> dict[str, str]:
     return short_name_map(paths)
 
 
-def diff_html(diff) -> str:
+def diff_html(diff) -> bytes:
     from traceprof.version import __version__
 
     doc = _clean(diff_document(diff))
@@ -80,5 +80,5 @@ def diff_html(diff) -> str:
     )
 
 
-def render_html(diff, opts) -> str:
+def render_html(diff, opts) -> bytes:
     return diff_html(diff)

@@ -27,7 +27,7 @@ def job_script() -> str:
     )
 
 
-def job_html(job: Job) -> str:
+def job_html(job: Job) -> bytes:
     from traceprof.version import __version__
 
     doc = job_document(job, with_profiles=True)
@@ -52,5 +52,5 @@ def job_html(job: Job) -> str:
     return html_page(name, noscript, job_script(), {"traceprof-job": doc, "traceprof-report": page})
 
 
-def render_job_html(job: Job, opts: RenderOptions) -> str:
+def render_job_html(job: Job, opts: RenderOptions) -> bytes:
     return job_html(job)

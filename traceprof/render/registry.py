@@ -34,8 +34,10 @@ class Renderer(msgspec.Struct, frozen=True):
     name: str
     extensions: tuple[str, ...]
     description: str
-    render: Callable[[Any, RenderOptions], str | bytes]  # (a profile, a job or a diff, options)
-    binary: bool = False  # returns bytes, written to a file only
+    #: (a profile, a job or a diff, options) -> the output: text as a str, or as UTF-8 bytes
+    #: where it is made as bytes (the HTML pages), or a binary format's bytes
+    render: Callable[[Any, RenderOptions], str | bytes]
+    binary: bool = False  # returns bytes that are no text, written to a file only
     #: the output has a place for the profile's warnings; else the command line prints them
     shows_warnings: bool = True
 
@@ -93,8 +95,17 @@ class Registry(dict):
             )
         return chosen
 
-    def render(self, result, fmt: str, options: RenderOptions | None = None) -> str | bytes:
-        return self.renderer(fmt).render(result, options or RenderOptions())
+    def render(
+        self, result, fmt: str, options: RenderOptions | None = None, *, encoded: bool = False
+    ) -> str | bytes:
+        """``result`` in format ``fmt``: a text format as a str, or with ``encoded`` as the UTF-8
+        bytes a renderer may make it in (what the command line writes: a page of several MB
+        does not go through a str and back); a binary format as bytes."""
+        renderer = self.renderer(fmt)
+        out = renderer.render(result, options or RenderOptions())
+        if isinstance(out, bytes) and not renderer.binary and not encoded:
+            return out.decode("utf-8")
+        return out
 
 
 def _for_people(renderer: Renderer) -> Renderer:
