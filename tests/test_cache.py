@@ -422,13 +422,19 @@ def test_a_look_served_by_the_cache_imports_no_analysis_stage(cache_dir):
     assert second.stdout.strip() == "[]"
 
 
-@pytest.mark.parametrize("fmt", ["tree", "table", "json", "csv", "html"])
-def test_a_cached_look_needs_no_numpy(cache_dir, tmp_path, fmt):
-    """A look served by the cache, in every format but Parquet (pyarrow's), runs with numpy out
-    of reach (its import is most of a bare start-up) and writes what the first look wrote: the
-    profile holds no arrays (its timeline's columns are tuples), and the modules it reads import
-    numpy only where an array is made. The trace has a memory curve with blocks."""
-    trace = str(SAMPLE_TRACES / "gpt_train_memory_cpu.pt.trace.json.gz")
+@pytest.mark.parametrize(
+    "fmt, job",
+    [("tree", False), ("table", False), ("json", False), ("csv", False), ("html", False), ("html", True)],
+)
+def test_a_cached_look_needs_no_numpy(cache_dir, tmp_path, fmt, job):
+    """A look served by the cache, in every format but Parquet (pyarrow's), at a trace or at a
+    job, runs with numpy out of reach (its import is most of a bare start-up) and writes what
+    the first look wrote: the profile holds no arrays (its timeline's columns are tuples), and
+    the modules it reads import numpy only where an array is made. The trace has a memory curve
+    with blocks."""
+    trace = str(
+        SHARED_TRACES / "multi_rank" if job else SAMPLE_TRACES / "gpt_train_memory_cpu.pt.trace.json.gz"
+    )
     first, second = tmp_path / f"first.{fmt}", tmp_path / f"second.{fmt}"
     env = {**os.environ, cache.DIR_ENV: str(cache_dir)}
     run = _cli("analyze", trace, "-f", fmt, "-o", str(first), env=env)

@@ -8,11 +8,11 @@ import enum
 
 import msgspec
 
-from traceprof.analysis.job_timeline import StepTimeline
 from traceprof.job.modules import JobModule, is_collective_group
 from traceprof.job.shaping import shape_job
 from traceprof.result.metric import TimeMetric
 from traceprof.result.model import ModuleProfile, find_named
+from traceprof.result.step_times import StepTimeline
 
 
 class StepMetric(str, enum.Enum):

@@ -7,10 +7,10 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from traceprof.analysis.job_timeline import StepTimeline, step_timelines
 from traceprof.errors import MemoryLimitError
 from traceprof.read.limits import shared_limit_error
 from traceprof.result.model import ModuleProfile
+from traceprof.result.step_times import StepTimeline
 
 if TYPE_CHECKING:
     from traceprof.read.cache import Store
@@ -97,6 +97,7 @@ def _rank_entry(content: str, options: RankOptions) -> str:
 def _analyzed_rank(path: str, options: RankOptions, content: str | None) -> tuple[RankResult, str | None]:
     """The rank's result, and the content hash of the bytes it was computed from (the cache's
     key: :func:`traceprof.read.build.load_keyed`)."""
+    from traceprof.analysis.job_timeline import step_timelines
     from traceprof.api import analyze
     from traceprof.read.build import load_keyed
 

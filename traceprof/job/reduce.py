@@ -8,7 +8,6 @@ from typing import Any
 
 from msgspec.structs import replace
 
-from traceprof.analysis.job_timeline import StepTimeline
 from traceprof.errors import JobError
 from traceprof.job.model import (
     FASTER_RANK,
@@ -24,6 +23,7 @@ from traceprof.job.rank import RankResult
 from traceprof.job.runs import check_one_job, missing_ranks, numbers_text, one_run
 from traceprof.result.metric import TimeMetric
 from traceprof.result.model import ModuleNode, NodeKind, module_node_count
+from traceprof.result.step_times import StepTimeline
 
 #: a rank is a straggler when its step time is above the median by more than this fraction
 DEFAULT_STRAGGLER_THRESHOLD = 0.05
