@@ -446,6 +446,22 @@ def test_a_cached_look_needs_no_numpy(cache_dir, tmp_path, fmt, job):
     assert second.read_bytes() == first.read_bytes()
 
 
+@pytest.mark.parametrize("fmt", ["tree", "html"])
+def test_a_cached_diff_needs_no_numpy(cache_dir, tmp_path, fmt):
+    """A diff whose sides are in the cache runs with numpy out of reach too (computing a side
+    needs it, reading one does not) and writes what the first diff wrote."""
+    base, new = (str(SAMPLE_TRACES / f"gpt_diff_{n}_cpu.pt.trace.json.gz") for n in ("base", "wide_mlp"))
+    first, second = tmp_path / f"first.{fmt}", tmp_path / f"second.{fmt}"
+    env = {**os.environ, cache.DIR_ENV: str(cache_dir)}
+    run = _cli("diff", base, new, "-f", fmt, "-o", str(first), env=env)
+    assert run.returncode == 0, run.stderr
+    no_numpy = "import sys; sys.modules['numpy'] = None; from traceprof.cli import run; run()"
+    args = ["diff", base, new, "-f", fmt, "-o", str(second)]
+    run = subprocess.run([sys.executable, "-c", no_numpy, *args], env=env, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert second.read_bytes() == first.read_bytes()
+
+
 def test_decoded_results_are_not_tracked_by_the_cycle_collector(cache_dir):
     """A profile's nodes, times and op rows hold no cycles: they are left out of the cyclic
     garbage collector, whose passes over the many objects a job's ranks decode to cost more

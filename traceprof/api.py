@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import sys
 from typing import TYPE_CHECKING, Any
 
 from traceprof import options
@@ -11,10 +10,9 @@ from traceprof.read import cache as trace_cache
 from traceprof.read.cache import cache_store
 from traceprof.result import transforms
 from traceprof.result.model import ModuleProfile
+from traceprof.trace.model import is_trace
 
 if TYPE_CHECKING:
-    from typing_extensions import TypeIs
-
     from traceprof.flops import Registry
     from traceprof.progress import Progress
     from traceprof.result.sources import Source
@@ -28,13 +26,6 @@ def __getattr__(name: str) -> Any:
 
         return analyze_steps
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def _is_trace(value: object) -> TypeIs[Trace]:
-    """Whether ``value`` is a :class:`Trace`, without importing its module (and numpy): a look
-    served by the cache needs neither, and no Trace exists before that module is imported."""
-    columns = sys.modules.get("traceprof.trace.columns")
-    return columns is not None and isinstance(value, columns.Trace)
 
 
 def analyze(
@@ -91,7 +82,7 @@ def analyze(
         trace, read = load_keyed(path, progress, max_memory, jobs=jobs, cache=cache, content=content)
         return profile_of(trace), read
 
-    if _is_trace(trace):
+    if is_trace(trace):
         profile = profile_of(trace)
     else:
         path = trace

@@ -31,14 +31,15 @@ from traceprof import options
 from traceprof.compare.match import compare
 from traceprof.compare.model import DiffProfile
 from traceprof.compare.shape import DEFAULT_SORT
-from traceprof.compare.side import Side, cached_sides, side_of
+from traceprof.compare.sides import Side, cached_sides
 from traceprof.errors import OptionError
-from traceprof.trace.columns import Trace
+from traceprof.trace.model import is_trace
 
 if TYPE_CHECKING:
     from traceprof.progress import Progress
     from traceprof.result.shaping import SortKey
     from traceprof.result.sources import Source
+    from traceprof.trace.columns import Trace
 
 #: exit code of ``traceprof diff --fail-if-slower`` when the new run is slower than allowed
 SLOWER_EXIT_CODE = 10
@@ -96,14 +97,14 @@ def _sides(items, hierarchy, max_memory, parallel, cache=None, step=None, progre
     pool (one worker per trace, at most the CPUs) when ``parallel``."""
     out = list(items)
     # sides in the cache (a CI baseline): the rest has the cores; content hashes computed once
-    given = [i for i, x in enumerate(items) if not isinstance(x, (Side, Trace))]
+    given = [i for i, x in enumerate(items) if not isinstance(x, Side) and not is_trace(x)]
     contents: dict[int, str | None] = {}
     found = cached_sides(
         [items[i] for i in given], hierarchy=hierarchy, cache=cache, step=step, progress=progress
     )
     for i, (hit, content) in zip(given, found):
         out[i], contents[i] = hit or items[i], content
-    paths = [i for i, x in enumerate(out) if not isinstance(x, (Side, Trace))]
+    paths = [i for i, x in enumerate(out) if not isinstance(x, Side) and not is_trace(x)]
     if parallel and len(paths) > 1 and _size(items[i] for i in paths) > PARALLEL_FROM_BYTES:
         from traceprof.engine import LocalEngine, default_jobs
 
@@ -120,6 +121,8 @@ def _sides(items, hierarchy, max_memory, parallel, cache=None, step=None, progre
             out[i] = side
     for i, x in enumerate(out):
         if not isinstance(x, Side):
+            from traceprof.compare.side import side_of  # computing: a diff of cached sides needs none of it
+
             out[i] = side_of(
                 x,
                 hierarchy=hierarchy,
@@ -143,6 +146,8 @@ def _size(paths) -> int:
 
 
 def _side_task(task) -> Side:
+    from traceprof.compare.side import side_of
+
     path, hierarchy, max_memory, cache, content, step = task
     return side_of(path, hierarchy=hierarchy, max_memory=max_memory, cache=cache, content=content, step=step)
 

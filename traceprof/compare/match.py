@@ -10,7 +10,7 @@ from msgspec.structs import replace
 
 from traceprof.compare.model import DiffProfile, SideSummary
 from traceprof.compare.nodes import DiffNode, InsideDelta, PassDelta, Status
-from traceprof.compare.side import BUCKET_PATH, Side
+from traceprof.compare.sides import BUCKET_PATH, Side
 from traceprof.compare.summary import cpu_summary, side_summary, stdev
 from traceprof.result.metric import TimeMetric
 from traceprof.result.model import PASSES, ModuleNode, ModuleProfile, NodeKind, Pass

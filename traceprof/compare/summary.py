@@ -10,7 +10,7 @@ from typing import Any
 from msgspec.structs import replace
 
 from traceprof.compare.model import SideSummary
-from traceprof.compare.side import BUCKET_PATH, Side
+from traceprof.compare.sides import BUCKET_PATH, Side
 from traceprof.result.model import PASSES, ModuleProfile, NodeKind
 from traceprof.trace import schema
 

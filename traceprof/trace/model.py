@@ -8,12 +8,18 @@ nothing it does not need.
 
 from __future__ import annotations
 
-from typing import Any
+import sys
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 from msgspec import UNSET, UnsetType
 
 from traceprof.trace.schema import COMPILED_TABLE_FORMAT
+
+if TYPE_CHECKING:
+    from typing_extensions import TypeIs
+
+    from traceprof.trace.columns import Trace
 
 
 class ThreadInfo(msgspec.Struct, frozen=True):
@@ -243,3 +249,11 @@ class TraceMetadata(msgspec.Struct, frozen=True):
     warnings: tuple[str, ...]
     #: the compiled-kernel table (traces of torch.compile'd models captured by traceprof)
     compiled_table: CompiledTable | None = None
+
+
+def is_trace(value: object) -> TypeIs[Trace]:
+    """Whether ``value`` is a :class:`~traceprof.trace.columns.Trace`, without importing that
+    module (and numpy): a look served by the cache needs neither, and no Trace exists before
+    the module is imported."""
+    columns = sys.modules.get("traceprof.trace.columns")
+    return columns is not None and isinstance(value, columns.Trace)
