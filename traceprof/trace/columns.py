@@ -3,8 +3,9 @@
 of such columns.
 
 Built once from the reader's raw events; after that no per-event Python object is kept. Strings
-(names, categories, shapes) are stored once in a table and referenced by int32 codes. Apart from
-the metadata's records, which a look served by the cache reads without importing numpy.
+(names, categories, shapes) are stored once in a table and referenced by int32 codes. The
+metadata's records live apart, in :mod:`traceprof.trace.model`, because a look served by the
+cache reads them without importing numpy.
 """
 
 from __future__ import annotations
