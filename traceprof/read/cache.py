@@ -572,10 +572,12 @@ def _decode(data: mmap.mmap, name: str, kind: str, type_: type[T]) -> T:
     if not 0 <= header.payload <= len(body) - header_len:
         raise _Unusable("is corrupt (its payload lies outside it)")
     base = -(-(_PREFIX.size + start) // _ALIGN) * _ALIGN - _PREFIX.size
-    # numpy only for an entry with arrays (a decoded trace): a profile has none, and a look at
-    # one imports no numpy
-    arrays = _arrays(body, base, header.arrays) if header.arrays else []
-    ndarray = type(arrays[0]) if arrays else None
+    arrays: list[np.ndarray] = []
+    ndarray = None
+    if header.arrays:  # numpy only for an entry with arrays (a decoded trace): a profile has
+        import numpy as np  # none, and a look at one imports no numpy
+
+        arrays, ndarray = _arrays(body, base, header.arrays), np.ndarray
     used = [False] * len(arrays)
 
     def hook(t: type, obj: Any) -> Any:
