@@ -455,9 +455,10 @@ def emit(
     control characters escaped; the text formats have them escaped wherever they go."""
     from traceprof.output import STDOUT, write_output
 
-    to_terminal = (not output or output == STDOUT) and sys.stdout.isatty()
-    if isinstance(text, bytes) and to_terminal:  # a page made as bytes (binary formats are
-        text = text.decode("utf-8")  # refused on a terminal): escaped there as any text
+    # a page made as bytes, on a terminal, is escaped there as any text (binary formats are
+    # refused on a terminal before)
+    if isinstance(text, bytes) and (not output or output == STDOUT) and sys.stdout.isatty():
+        text = text.decode("utf-8")
     if isinstance(text, bytes) or (output and output != STDOUT):
         write_output(output or STDOUT, text, inputs=inputs)  # binary: -o checked before
     elif styled is not None and color_terminal():
